@@ -1,0 +1,164 @@
+"""Constrained spherical k-means (Basu, Banerjee & Mooney 2002) on sublinear tf-idf.
+
+The baseline every paper algorithm must beat, and the daemon's fallback model.
+Centroids start at the (normalised) mean of each class's seeds; with
+``constrained=True`` (COP/constrained k-means) seeds stay in their class in every
+assignment step, with ``constrained=False`` (seeded k-means) seeds only
+initialise. Similarity is cosine on l2-normalised sublinear tf-idf rows.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+from sklearn.base import BaseEstimator, ClassifierMixin
+from sklearn.utils.validation import check_is_fitted
+
+from streamsemi.algorithms.base import (
+    check_count_matrix,
+    check_n_clusters,
+    encode_single_labels,
+    explain_weights,
+    new_cluster_names,
+    softmax_rows,
+)
+from streamsemi.features import idf_weights, l2_normalize_rows, tfidf
+
+
+def _normalize_dense_rows(C: np.ndarray) -> np.ndarray:
+    norms = np.linalg.norm(C, axis=1, keepdims=True)
+    norms[norms == 0] = 1.0
+    return C / norms
+
+
+def seed_means(Xn: sp.csr_matrix, codes: np.ndarray, n_classes: int) -> np.ndarray:
+    """Unit-length mean of the seed rows of each class (dense, n_classes x M)."""
+    idx = np.flatnonzero(codes >= 0)
+    H = sp.csr_matrix((np.ones(idx.size), (codes[idx], idx)), shape=(n_classes, Xn.shape[0]))
+    return _normalize_dense_rows(np.asarray((H @ Xn).todense()))
+
+
+def farthest_point_centroids(Xn: sp.csr_matrix, C: np.ndarray, candidates: np.ndarray, n_new: int,
+                             rng: np.random.Generator) -> np.ndarray:
+    """Add ``n_new`` centroids at the candidate rows least similar to existing ones.
+
+    The first extra centroid is the candidate whose best similarity to the seeded
+    centroids is lowest; each next one is chosen likewise against all centroids so
+    far (a deterministic farthest-first traversal, ties broken by ``rng``).
+    """
+    best = np.asarray(Xn[candidates] @ C.T).max(axis=1) if C.shape[0] else np.zeros(candidates.size)
+    best = best + 1e-12 * rng.random(best.size)
+    out = []
+    for _ in range(n_new):
+        j = int(np.argmin(best))
+        row = Xn[candidates[j]].toarray().ravel()
+        out.append(row)
+        best = np.maximum(best, np.asarray(Xn[candidates] @ row).ravel())
+        best[j] = np.inf
+    return np.vstack([C, np.array(out)]) if out else C
+
+
+class ConstrainedKMeans(ClassifierMixin, BaseEstimator):
+    """Constrained (or seeded) spherical k-means on sublinear tf-idf.
+
+    Parameters
+    ----------
+    constrained : bool, default=True
+        Keep seeds in their class at every assignment step (constrained k-means);
+        False gives seeded k-means (seeds only initialise the centroids).
+    n_new_clusters : int, default=0
+        Extra clusters for classes nobody seeded, initialised farthest-first
+        among unlabeled documents; reported as ``new-0``, ``new-1``, ...
+    max_iter : int, default=50
+        Maximum assignment/update rounds.
+    temperature : float, default=0.05
+        Softmax temperature turning cosine similarities into ``predict_proba``.
+    random_state : int or None
+        Tie-breaking seed for the extra clusters' initialisation.
+
+    Attributes
+    ----------
+    classes_ : ndarray of str
+        Seeded classes followed by discovered clusters.
+    new_clusters_ : list of str
+    idf_ : ndarray of shape (n_features,)
+    cluster_centers_ : ndarray of shape (n_clusters, n_features)
+        Unit-length centroids in tf-idf space.
+    labels_ : ndarray of int
+        Cluster index of each training row.
+    n_iter_ : int
+    """
+
+    def __init__(self, constrained: bool = True, n_new_clusters: int = 0, max_iter: int = 50,
+                 temperature: float = 0.05, random_state: int | None = 0) -> None:
+        self.constrained = constrained
+        self.n_new_clusters = n_new_clusters
+        self.max_iter = max_iter
+        self.temperature = temperature
+        self.random_state = random_state
+
+    def fit(self, X: Any, y: Any) -> ConstrainedKMeans:
+        """Fit on counts ``X`` with seed labels ``y`` (None/-1 = unlabeled)."""
+        X = check_count_matrix(X)
+        codes, classes = encode_single_labels(y, X.shape[0])
+        n_known = classes.size
+        n_clusters = n_known + int(self.n_new_clusters)
+        check_n_clusters(n_clusters, X.shape[0])
+        rng = np.random.default_rng(self.random_state)
+        self.idf_ = idf_weights(X)
+        Xn = tfidf(X, self.idf_)
+        C = seed_means(Xn, codes, n_known)
+        if self.n_new_clusters:
+            unl = np.flatnonzero(codes < 0)
+            if unl.size < self.n_new_clusters:
+                raise ValueError("fewer unlabeled documents than n_new_clusters")
+            C = farthest_point_centroids(Xn, C, unl, int(self.n_new_clusters), rng)
+        seeds = np.flatnonzero(codes >= 0)
+        labels = np.full(X.shape[0], -1)
+        n_iter = 0
+        for n_iter in range(1, self.max_iter + 1):  # noqa: B007
+            new = np.asarray(Xn @ C.T).argmax(axis=1)
+            if self.constrained:
+                new[seeds] = codes[seeds]
+            if np.array_equal(new, labels):
+                break
+            labels = new
+            H = sp.csr_matrix((np.ones(labels.size), (labels, np.arange(labels.size))),
+                              shape=(n_clusters, X.shape[0]))
+            sums = np.asarray((H @ Xn).todense())
+            empty = np.asarray(H.sum(axis=1)).ravel() == 0
+            sums[empty] = C[empty]  # an emptied cluster keeps its previous centroid
+            C = _normalize_dense_rows(sums)
+        self.cluster_centers_ = C
+        self.labels_ = labels
+        self.n_iter_ = n_iter
+        self.new_clusters_ = new_cluster_names(int(self.n_new_clusters))
+        self.classes_ = np.array(list(classes) + self.new_clusters_, dtype=object)
+        return self
+
+    def _similarities(self, X: Any) -> np.ndarray:
+        check_is_fitted(self, "cluster_centers_")
+        X = sp.csr_matrix(X, dtype=np.float64)
+        return np.asarray(tfidf(X, self.idf_) @ self.cluster_centers_.T)
+
+    def transform(self, X: Any) -> np.ndarray:
+        """Cosine similarity of each row to each centroid."""
+        return self._similarities(X)
+
+    def predict_proba(self, X: Any) -> np.ndarray:
+        """Softmax of cosine similarities (columns follow ``classes_``)."""
+        return softmax_rows(self._similarities(X), self.temperature)
+
+    def predict(self, X: Any) -> np.ndarray:
+        """Class (or ``new-N`` cluster) of each row."""
+        return self.classes_[self._similarities(X).argmax(axis=1)]
+
+    def explain(self, sketch: Any = None, top_n: int = 10) -> dict[str, list[str]]:
+        """Top words of each centroid."""
+        check_is_fitted(self, "cluster_centers_")
+        return explain_weights(self.classes_, self.cluster_centers_, sketch, top_n)
+
+
+__all__ = ["ConstrainedKMeans", "l2_normalize_rows"]

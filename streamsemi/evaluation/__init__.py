@@ -1,0 +1,1 @@
+"""Evaluation: metrics, paper protocols, baselines, stream replay and the results page."""

@@ -1,0 +1,145 @@
+"""Clustering and classification quality metrics, implemented once.
+
+All functions take plain label sequences (any hashable values). Cluster ids in
+``y_pred`` need not be class names; where a metric needs a correspondence it says
+which one it builds (majority mapping or Hungarian matching).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+from scipy.optimize import linear_sum_assignment
+from sklearn.metrics import f1_score, normalized_mutual_info_score, roc_auc_score
+
+
+def contingency(y_true: Sequence[Any], y_pred: Sequence[Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Contingency table ``C[i, j]`` = #docs of class ``classes[i]`` in cluster ``clusters[j]``."""
+    yt = np.asarray([str(v) for v in y_true], dtype=object)
+    yp = np.asarray([str(v) for v in y_pred], dtype=object)
+    if yt.shape != yp.shape:
+        raise ValueError(f"y_true has {yt.size} elements, y_pred has {yp.size}")
+    if yt.size == 0:
+        raise ValueError("cannot score an empty set of documents")
+    classes, ti = np.unique(yt, return_inverse=True)
+    clusters, pi = np.unique(yp, return_inverse=True)
+    C = sp.coo_matrix((np.ones(yt.size), (ti, pi)), shape=(classes.size, clusters.size)).toarray()
+    return C, classes, clusters
+
+
+def map_clusters(y_true: Sequence[Any], y_pred: Sequence[Any]) -> np.ndarray:
+    """Relabel predictions as classes.
+
+    A predicted value that is itself a class name is kept (semi-supervised
+    algorithms predict seeded class names); any other cluster id is mapped to the
+    majority true class of its members.
+    """
+    C, classes, clusters = contingency(y_true, y_pred)
+    names = set(classes.tolist())
+    mapping = {c: (c if c in names else classes[int(np.argmax(C[:, j]))]) for j, c in enumerate(clusters)}
+    return np.asarray([mapping[str(v)] for v in y_pred], dtype=object)
+
+
+def macro_f1(y_true: Sequence[Any], y_pred: Sequence[Any]) -> float:
+    """Macro-averaged F1 over the true classes after :func:`map_clusters`."""
+    yt = np.asarray([str(v) for v in y_true], dtype=object)
+    yp = map_clusters(yt, y_pred)
+    return float(f1_score(yt, yp, labels=np.unique(yt), average="macro", zero_division=0))
+
+
+def accuracy_hungarian(y_true: Sequence[Any], y_pred: Sequence[Any]) -> float:
+    """Accuracy under the best one-to-one class/cluster matching (Kuhn-Munkres)."""
+    C, _, _ = contingency(y_true, y_pred)
+    rows, cols = linear_sum_assignment(C, maximize=True)
+    return float(C[rows, cols].sum() / C.sum())
+
+
+def nmi(y_true: Sequence[Any], y_pred: Sequence[Any], average: str = "max") -> float:
+    """Normalised mutual information; ``average`` is ``"max"`` (CLE) or ``"arithmetic"`` (D-LDA)."""
+    if average not in {"max", "arithmetic", "geometric", "min"}:
+        raise ValueError(f"unknown NMI normalisation {average!r}")
+    yt = [str(v) for v in y_true]
+    yp = [str(v) for v in y_pred]
+    return float(normalized_mutual_info_score(yt, yp, average_method=average))
+
+
+def pairwise_prf(y_true: Sequence[Any], y_pred: Sequence[Any]) -> tuple[float, float, float]:
+    """Pairwise precision, recall and F over all unordered document pairs.
+
+    A pair is positive when both documents share a cluster (prediction) or a class
+    (truth). Precision = same-class pairs among same-cluster pairs; recall = the
+    converse. Undefined ratios (no pairs) count as 0.
+    """
+    C, _, _ = contingency(y_true, y_pred)
+
+    def pairs(a: np.ndarray) -> float:
+        return float((a * (a - 1) / 2).sum())
+
+    tp = pairs(C)
+    pred = pairs(C.sum(axis=0))
+    true = pairs(C.sum(axis=1))
+    p = tp / pred if pred else 0.0
+    r = tp / true if true else 0.0
+    f = 2 * p * r / (p + r) if p + r else 0.0
+    return p, r, f
+
+
+def f_measure(y_true: Sequence[Any], y_pred: Sequence[Any]) -> float:
+    """Clustering F-measure (Larsen & Aone; Steinbach et al.), as used by the FSL paper.
+
+    ``F = sum_i (n_i / n) max_j F(i, j)`` with ``F(i, j) = 2 P R / (P + R)``,
+    ``P = n_ij / n_j`` and ``R = n_ij / n_i`` for class ``i`` and cluster ``j``.
+    """
+    C, _, _ = contingency(y_true, y_pred)
+    n_i = C.sum(axis=1, keepdims=True)
+    n_j = C.sum(axis=0, keepdims=True)
+    P = C / n_j
+    R = C / n_i
+    with np.errstate(invalid="ignore", divide="ignore"):
+        F = np.where(C > 0, 2 * P * R / (P + R), 0.0)
+    return float((n_i.ravel() / C.sum() * F.max(axis=1)).sum())
+
+
+def entropy(y_true: Sequence[Any], y_pred: Sequence[Any]) -> float:
+    """Size-weighted cluster entropy, normalised by ``log(#classes)`` into [0, 1] (lower is better).
+
+    ``E = sum_j (n_j / n) * (-1 / log q) sum_i p_ij log p_ij``, ``p_ij = n_ij / n_j``.
+    """
+    C, classes, _ = contingency(y_true, y_pred)
+    if classes.size < 2:
+        return 0.0
+    n_j = C.sum(axis=0)
+    P = C / n_j
+    with np.errstate(invalid="ignore", divide="ignore"):
+        terms = np.where(P > 0, P * np.log(P), 0.0)
+    E_j = -terms.sum(axis=0) / np.log(classes.size)
+    return float((n_j / C.sum() * E_j).sum())
+
+
+def macro_auc(Y_true: Any, scores: Any) -> float:
+    """Macro ROC AUC over the classes (columns) that have both positives and negatives."""
+    Y = Y_true.toarray() if sp.issparse(Y_true) else np.asarray(Y_true)
+    S = np.asarray(scores, dtype=np.float64)
+    if Y.shape != S.shape:
+        raise ValueError(f"label matrix {Y.shape} and score matrix {S.shape} differ in shape")
+    aucs = [roc_auc_score(Y[:, k], S[:, k]) for k in range(Y.shape[1]) if 0 < Y[:, k].sum() < Y.shape[0]]
+    if not aucs:
+        raise ValueError("no class has both positive and negative documents")
+    return float(np.mean(aucs))
+
+
+def all_single_label(y_true: Sequence[Any], y_pred: Sequence[Any]) -> dict[str, float]:
+    """Every single-label metric by its report name."""
+    _, _, pf = pairwise_prf(y_true, y_pred)
+    return {
+        "macro_f1": macro_f1(y_true, y_pred),
+        "accuracy": accuracy_hungarian(y_true, y_pred),
+        "nmi_max": nmi(y_true, y_pred, "max"),
+        "nmi_mean": nmi(y_true, y_pred, "arithmetic"),
+        "pairwise_f": pf,
+        "f_measure": f_measure(y_true, y_pred),
+        "entropy": entropy(y_true, y_pred),
+    }

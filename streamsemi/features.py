@@ -1,0 +1,224 @@
+"""Hashed term-count features and the word sketch that explains them.
+
+Documents become non-negative term-count vectors through the hashing trick
+(scikit-learn's :class:`~sklearn.feature_extraction.text.HashingVectorizer`), so
+there is no vocabulary to grow in a stream that runs for months. Because a hashed
+feature has no name, :class:`WordSketch` keeps, for every feature index, the few
+words that produced it most often (a bounded space-saving sketch). Algorithms
+report their clusters' top features; the sketch turns them back into words.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+from sklearn.feature_extraction.text import HashingVectorizer
+from sklearn.utils import murmurhash3_32
+
+DEFAULT_N_FEATURES = 2**18
+
+
+def make_vectorizer(n_features: int = DEFAULT_N_FEATURES, stop_words: str | None = "english") -> HashingVectorizer:
+    """Return the hashing vectorizer that produces raw, non-negative term counts.
+
+    Parameters
+    ----------
+    n_features : int
+        Hashing dimension (number of columns).
+    stop_words : {"english", None}
+        Stop-word list removed before hashing.
+    """
+    return HashingVectorizer(
+        n_features=n_features,
+        alternate_sign=False,
+        norm=None,
+        stop_words=stop_words,
+        lowercase=True,
+        dtype=np.float64,
+    )
+
+
+def feature_index(token: str, n_features: int) -> int:
+    """Column that ``HashingVectorizer(alternate_sign=False)`` gives ``token``.
+
+    Mirrors scikit-learn's ``_hashing_fast``: signed 32-bit murmurhash3 with seed 0,
+    absolute value modulo ``n_features`` (with its special case for ``INT32_MIN``).
+    """
+    h = murmurhash3_32(token, seed=0, positive=False)
+    if h == -(2**31):
+        return (2**31 - 1 - (n_features - 1)) % n_features
+    return abs(h) % n_features
+
+
+class WordSketch:
+    """Bounded map from hashed feature index to the words that produced it.
+
+    Each feature keeps at most ``words_per_feature`` words with approximate counts
+    (space-saving: a new word replaces the rarest one and inherits its count + 1).
+    The number of tracked features is at most the hashing dimension, so memory is
+    bounded by ``n_features * words_per_feature`` entries.
+
+    Parameters
+    ----------
+    n_features : int
+        Hashing dimension, the same as the vectorizer's.
+    words_per_feature : int
+        Words kept per feature.
+    index_cache_size : int
+        Maximum number of cached word -> feature lookups (cleared when full).
+    """
+
+    def __init__(self, n_features: int = DEFAULT_N_FEATURES, words_per_feature: int = 3,
+                 index_cache_size: int = 500_000) -> None:
+        if words_per_feature < 1:
+            raise ValueError("words_per_feature must be >= 1")
+        self.n_features = int(n_features)
+        self.words_per_feature = int(words_per_feature)
+        self.index_cache_size = int(index_cache_size)
+        self._slots: dict[int, dict[str, int]] = {}
+        self._index: dict[str, int] = {}
+
+    def __len__(self) -> int:
+        return len(self._slots)
+
+    def _index_of(self, word: str) -> int:
+        idx = self._index.get(word)
+        if idx is None:
+            if len(self._index) >= self.index_cache_size:
+                self._index.clear()
+            idx = feature_index(word, self.n_features)
+            self._index[word] = idx
+        return idx
+
+    def update_tokens(self, tokens: Iterable[str]) -> None:
+        """Count ``tokens`` (already analysed words) into the sketch."""
+        for word, count in Counter(tokens).items():
+            slot = self._slots.setdefault(self._index_of(word), {})
+            if word in slot:
+                slot[word] += count
+            elif len(slot) < self.words_per_feature:
+                slot[word] = count
+            else:
+                rare = min(slot, key=slot.__getitem__)
+                slot[word] = slot.pop(rare) + count
+
+    def words(self, feature: int, n: int | None = None) -> list[str]:
+        """Words seen for ``feature``, most frequent first."""
+        slot = self._slots.get(int(feature), {})
+        ranked = sorted(slot, key=lambda w: (-slot[w], w))
+        return ranked if n is None else ranked[:n]
+
+    def top_words(self, weights: np.ndarray, n: int = 10) -> list[str]:
+        """The best word of each of the ``n`` highest-weighted features.
+
+        Features with weight <= 0 or with no recorded word are skipped; words are
+        not repeated.
+        """
+        w = np.asarray(weights, dtype=np.float64).ravel()
+        positive = np.flatnonzero(w > 0)
+        order = positive[np.argsort(-w[positive], kind="stable")]
+        out: list[str] = []
+        seen: set[str] = set()
+        for f in order:
+            for word in self.words(int(f), 1):
+                if word not in seen:
+                    seen.add(word)
+                    out.append(word)
+            if len(out) >= n:
+                break
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-serialisable state (for checkpoints)."""
+        return {
+            "n_features": self.n_features,
+            "words_per_feature": self.words_per_feature,
+            "slots": {str(k): v for k, v in self._slots.items()},
+        }
+
+    @classmethod
+    def from_dict(cls, state: dict[str, Any]) -> WordSketch:
+        """Rebuild a sketch from :meth:`to_dict` output, validating its shape."""
+        sketch = cls(int(state["n_features"]), int(state["words_per_feature"]))
+        for key, slot in state["slots"].items():
+            if not isinstance(slot, dict):
+                raise ValueError("word sketch slot must be an object")
+            sketch._slots[int(key)] = {str(w): int(c) for w, c in slot.items()}
+        return sketch
+
+
+class TextFeaturizer:
+    """Texts -> hashed count matrix, updating a :class:`WordSketch` on the way.
+
+    Parameters
+    ----------
+    n_features : int
+        Hashing dimension.
+    stop_words : {"english", None}
+        Stop words removed before hashing.
+    sketch : WordSketch, optional
+        Sketch to update; a new one is created when omitted.
+    """
+
+    def __init__(self, n_features: int = DEFAULT_N_FEATURES, stop_words: str | None = "english",
+                 sketch: WordSketch | None = None) -> None:
+        self.vectorizer = make_vectorizer(n_features, stop_words)
+        self.analyzer = self.vectorizer.build_analyzer()
+        self.sketch = sketch if sketch is not None else WordSketch(n_features)
+
+    @property
+    def n_features(self) -> int:
+        return int(self.vectorizer.n_features)
+
+    def transform(self, texts: Sequence[str], update_sketch: bool = True) -> sp.csr_matrix:
+        """Hashed term counts (``len(texts)`` x ``n_features``, CSR, float64)."""
+        if update_sketch:
+            for text in texts:
+                self.sketch.update_tokens(self.analyzer(text))
+        X = self.vectorizer.transform(texts)
+        return sp.csr_matrix(X, dtype=np.float64)
+
+
+def idf_weights(X: sp.spmatrix) -> np.ndarray:
+    """Smoothed inverse document frequency of every column of a count matrix.
+
+    ``idf_j = ln((1 + N) / (1 + df_j)) + 1`` (scikit-learn's ``smooth_idf``).
+    """
+    X = sp.csr_matrix(X)
+    df = np.bincount(X.indices, minlength=X.shape[1]).astype(np.float64)
+    return np.log((1.0 + X.shape[0]) / (1.0 + df)) + 1.0
+
+
+def tfidf(X: sp.spmatrix, idf: np.ndarray, sublinear_tf: bool = True, norm: bool = True) -> sp.csr_matrix:
+    """Sublinear tf-idf with l2-normalised rows (empty rows stay zero).
+
+    Parameters
+    ----------
+    X : sparse matrix
+        Non-negative term counts.
+    idf : ndarray of shape (n_features,)
+        Column weights, typically from :func:`idf_weights` on the fitting window.
+    sublinear_tf : bool
+        Replace a count ``c`` by ``1 + ln c``.
+    norm : bool
+        l2-normalise rows.
+    """
+    X = sp.csr_matrix(X, dtype=np.float64, copy=True)
+    X.eliminate_zeros()
+    if sublinear_tf:
+        np.log(X.data, out=X.data)
+        X.data += 1.0
+    X = sp.csr_matrix(X @ sp.diags(idf))
+    return l2_normalize_rows(X) if norm else X
+
+
+def l2_normalize_rows(X: sp.spmatrix) -> sp.csr_matrix:
+    """Scale every non-empty row of a sparse matrix to unit Euclidean length."""
+    X = sp.csr_matrix(X, dtype=np.float64)
+    norms = np.sqrt(np.asarray(X.multiply(X).sum(axis=1)).ravel())
+    norms[norms == 0] = 1.0
+    return sp.csr_matrix(sp.diags(1.0 / norms) @ X)
