@@ -1,0 +1,649 @@
+"""Semi-supervised Linear Discriminant Clustering (Liu et al., IEEE T-Cyb 2014).
+
+Pipeline (the paper's Algorithm 2):
+
+1. :class:`ConstrainedPLSA` (Algorithm 1) turns the seeds into soft labels ``Q``
+   (N x K) for every document: an EM fit of the PLSA *clustering* model (a mixture
+   of multinomials, Eq. 4-6) with the seeds' rows of ``Q`` clamped to their class.
+2. PCA of the (tf-idf weighted) documents, centred implicitly so that the sparse
+   matrix is never densified; enough components for ``pca_variance`` of the
+   variance, capped at ``max_components``.
+3. Soft LDA (Eq. 8-14): soft between/within scatter matrices from ``Q`` and the
+   regularised generalised eigenproblem ``S_b a = lambda (S_w + mu I) a``; the
+   ``K - 1`` leading eigenvectors form the projection ``A``.
+4. Constrained k-means (Basu et al. 2002) in the projected space, seeds fixed.
+
+New documents are projected with the stored (composed) basis and assigned to the
+nearest centroid; ``predict_proba`` is the posterior of a shared isotropic Gaussian
+per cluster whose variance is estimated on the training assignment.
+
+Every place where the paper is silent and this module had to choose is listed in
+``docs/algorithms/semi-ldc.md``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import scipy.linalg
+import scipy.sparse as sp
+from scipy.special import logsumexp
+from sklearn.base import BaseEstimator, ClassifierMixin
+from sklearn.utils.validation import check_is_fitted
+
+from streamsemi.algorithms.base import (
+    DegenerateInputError,
+    check_count_matrix,
+    check_n_clusters,
+    encode_single_labels,
+    explain_weights,
+    new_cluster_names,
+    softmax_rows,
+)
+from streamsemi.algorithms.constrained_kmeans import farthest_point_centroids
+from streamsemi.features import idf_weights, l2_normalize_rows, tfidf
+
+WEIGHTINGS = ("tfidf", "tf-l2", "counts")
+
+
+# ---------------------------------------------------------------------------
+# Constrained-PLSA: small pure functions (Algorithm 1, Eq. 4-6)
+# ---------------------------------------------------------------------------
+
+def observed_columns(X: sp.csr_matrix, min_df: int = 1) -> np.ndarray:
+    """Indices of the columns that occur in at least ``min_df`` rows of ``X``."""
+    df = np.bincount(X.indices, minlength=X.shape[1])
+    return np.flatnonzero(df >= max(1, int(min_df)))
+
+
+def row_normalize_l1(X: sp.csr_matrix) -> sp.csr_matrix:
+    """Divide every row by its sum (Algorithm 1, line 2); empty rows stay zero."""
+    sums = np.asarray(X.sum(axis=1)).ravel()
+    sums[sums == 0] = 1.0
+    return sp.csr_matrix(sp.diags(1.0 / sums) @ X)
+
+
+def seed_topic_init(Xl1: sp.csr_matrix, codes: np.ndarray, n_classes: int,
+                    background: np.ndarray, mix: float) -> np.ndarray:
+    """Initial topic-term matrix Theta (Algorithm 1, line 3), smoothed.
+
+    ``Theta_k`` is the mean of the l1-normalised seed rows of class ``k`` (the
+    paper), mixed with the corpus unigram ``background`` (weight ``mix``) so that
+    no term starts with probability 0 (``ln 0`` in Eq. 4).
+    """
+    idx = np.flatnonzero(codes >= 0)
+    H = sp.csr_matrix((np.ones(idx.size), (codes[idx], idx)), shape=(n_classes, Xl1.shape[0]))
+    counts = np.asarray(H.sum(axis=1)).ravel()
+    means = np.asarray((H @ Xl1).todense()) / counts[:, None]
+    return (1.0 - mix) * means + mix * background[None, :]
+
+
+def plsa_e_step(X: sp.csr_matrix, log_theta: np.ndarray, log_pz: np.ndarray,
+                codes: np.ndarray) -> tuple[np.ndarray, float]:
+    """E-step (Eq. 4) in log space with the seeds clamped (Algorithm 1, lines 7-9).
+
+    Returns
+    -------
+    Q : ndarray of shape (N, K)
+        ``Q_ik = P(z_k | x_i)``; rows of seeds are one-hot on their class.
+    loglik : float
+        The log-likelihood of the current parameters under the same constraint:
+        ``sum_unlabeled log sum_k P(z_k) P(x_i|z_k) + sum_seeds log P(z_y) P(x_i|z_y)``
+        (the multinomial coefficient, constant in the parameters, is dropped).
+    """
+    L = np.asarray(X @ log_theta.T) + log_pz[None, :]      # ln P(z_k) + sum_j n_ij ln Theta_kj
+    norm = logsumexp(L, axis=1)
+    Q = np.exp(L - norm[:, None])
+    seeds = np.flatnonzero(codes >= 0)
+    unl = codes < 0
+    loglik = float(norm[unl].sum() + L[seeds, codes[seeds]].sum())
+    Q[seeds] = 0.0
+    Q[seeds, codes[seeds]] = 1.0
+    return Q, loglik
+
+
+def plsa_m_step(X: sp.csr_matrix, Q: np.ndarray, alpha: float,
+                beta: float) -> tuple[np.ndarray, np.ndarray]:
+    """M-step (Eq. 5, 6) with additive smoothing (MAP under Dirichlet priors).
+
+    ``P(z_k) ∝ sum_i Q_ik + beta`` and ``Theta_kj ∝ sum_i Q_ik n(x_i, w_j) + alpha``.
+    Returns ``(log_theta, log_pz)``.
+    """
+    T = np.asarray((sp.csr_matrix(Q.T) @ X).todense()) + alpha      # Eq. 6 numerator
+    T /= T.sum(axis=1, keepdims=True)
+    pz = Q.sum(axis=0) + beta                                        # Eq. 5 numerator
+    pz /= pz.sum()
+    return np.log(T), np.log(pz)
+
+
+def plsa_log_prior(log_theta: np.ndarray, log_pz: np.ndarray, alpha: float, beta: float) -> float:
+    """Log Dirichlet prior density (up to a constant) that the smoothed M-step maximises with."""
+    return float(alpha * log_theta.sum() + beta * log_pz.sum())
+
+
+# ---------------------------------------------------------------------------
+# PCA with implicit centring, soft LDA, constrained k-means: pure functions
+# ---------------------------------------------------------------------------
+
+def randomized_pca(X: sp.csr_matrix, n_components: int, rng: np.random.Generator,
+                   n_oversamples: int = 10, n_iter: int = 4) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
+    """Truncated PCA of a sparse matrix without densifying it (Halko et al. 2011).
+
+    The centred matrix ``Xc = X - 1 m^T`` is only used through products
+    ``Xc @ B = X @ B - 1 (m @ B)`` and ``Xc.T @ C = X.T @ C - m (1^T C)``.
+
+    Returns
+    -------
+    mean : ndarray (M,)
+    components : ndarray (M, d)
+        Orthonormal principal directions, by decreasing variance.
+    explained : ndarray (d,)
+        Squared singular values (sum of squares of the scores along each direction).
+    total : float
+        Total sum of squares of the centred data, ``||X||_F^2 - N ||m||^2``.
+    """
+    N, M = X.shape
+    mean = np.asarray(X.mean(axis=0)).ravel()
+    total = float(X.multiply(X).sum() - N * mean @ mean)
+    k = int(min(n_components, N - 1, M))
+    if k < 1:
+        raise DegenerateInputError("PCA needs at least two distinct documents")
+    ell = min(k + n_oversamples, min(N, M))
+    XT = sp.csr_matrix(X.T)
+
+    def xc(B: np.ndarray) -> np.ndarray:           # Xc @ B  (N x l)
+        return np.asarray(X @ B) - (mean @ B)[None, :]
+
+    def xct(C: np.ndarray) -> np.ndarray:          # Xc.T @ C  (M x l)
+        return np.asarray(XT @ C) - np.outer(mean, C.sum(axis=0))
+
+    Y = xc(rng.standard_normal((M, ell)))
+    Qy, _ = np.linalg.qr(Y)
+    for _ in range(n_iter):                          # power iterations, re-orthonormalised
+        Z, _ = np.linalg.qr(xct(Qy))
+        Qy, _ = np.linalg.qr(xc(Z))
+    Bt = xct(Qy)                                     # (Q^T Xc)^T, M x l
+    Vb, s, Ut = np.linalg.svd(Bt, full_matrices=False)
+    # deterministic signs: largest-magnitude loading of each component positive
+    signs = np.sign(Vb[np.abs(Vb).argmax(axis=0), np.arange(Vb.shape[1])])
+    signs[signs == 0] = 1.0
+    V = Vb[:, :k] * signs[:k]
+    return mean, V, s[:k] ** 2, total
+
+
+def n_components_for_variance(explained: np.ndarray, total: float, fraction: float,
+                              minimum: int) -> int:
+    """Smallest number of leading components that explain ``fraction`` of ``total``.
+
+    When even all computed components fall short (the cap binds), all are kept;
+    never fewer than ``minimum`` (bounded by what was computed).
+    """
+    if total <= 0:
+        return int(min(max(minimum, 1), explained.size))
+    ratio = np.cumsum(explained) / total
+    reached = np.flatnonzero(ratio >= fraction)
+    d = int(reached[0]) + 1 if reached.size else explained.size
+    return int(min(max(d, minimum), explained.size))
+
+
+def soft_scatter_matrices(Z: np.ndarray, Q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Soft between- and within-class scatter matrices (Eq. 8-13).
+
+    ``Z`` is zero-mean data (N x d), ``Q`` soft labels (N x K).
+    ``N~_c = sum_i Q_ic``, ``N~ = sum_c N~_c`` (Eq. 8); ``D = diag(1/N~_c)`` (Eq. 10);
+    ``B = diag(sum_c Q_ic)`` (Eq. 11);
+    ``S_b = Z^T Q D Q^T Z / N~`` (Eq. 12); ``S_w = Z^T (B - Q D Q^T) Z / N~`` (Eq. 13).
+    """
+    Nc = Q.sum(axis=0)                                   # Eq. 8
+    Nt = float(Nc.sum())
+    if np.any(Nc <= 0):
+        raise DegenerateInputError("a class has zero soft mass: no document belongs to it")
+    M = Z.T @ Q                                          # d x K: N~_c m~_c (Eq. 9)
+    Sb = (M / Nc[None, :]) @ M.T / Nt                    # Eq. 12
+    b = Q.sum(axis=1)                                    # Eq. 11 diagonal
+    Sw = (Z.T * b[None, :]) @ Z / Nt - Sb                # Eq. 13
+    Sw = (Sw + Sw.T) / 2.0
+    Sb = (Sb + Sb.T) / 2.0
+    return Sb, Sw
+
+
+def soft_lda_projection(Sb: np.ndarray, Sw: np.ndarray, mu: float, n_dims: int) -> tuple[np.ndarray, np.ndarray]:
+    """Leading ``n_dims`` solutions of ``S_b a = lambda (S_w + mu I) a`` (Eq. 14).
+
+    ``mu`` is relative: the ridge added is ``mu * trace(S_w) / d``, so that it does
+    not depend on the scale of the features. Returns ``(A, eigenvalues)`` with the
+    eigenvalues in descending order; ``A^T (S_w + ridge I) A = I``.
+    """
+    d = Sw.shape[0]
+    ridge = mu * max(float(np.trace(Sw)) / d, np.finfo(float).tiny)
+    evals, evecs = scipy.linalg.eigh(Sb, Sw + ridge * np.eye(d))
+    order = np.argsort(-evals, kind="stable")[:n_dims]
+    A = evecs[:, order]
+    signs = np.sign(A[np.abs(A).argmax(axis=0), np.arange(A.shape[1])])
+    signs[signs == 0] = 1.0
+    return A * signs, evals[order]
+
+
+def _sq_distances(Z: np.ndarray, C: np.ndarray) -> np.ndarray:
+    d2 = (Z * Z).sum(axis=1)[:, None] - 2.0 * Z @ C.T + (C * C).sum(axis=1)[None, :]
+    return np.maximum(d2, 0.0)
+
+
+def constrained_kmeans_dense(Z: np.ndarray, codes: np.ndarray, C0: np.ndarray,
+                             max_iter: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """Constrained k-means (Basu et al. 2002) on dense rows, seeds fixed to their class.
+
+    Starts from centroids ``C0``; alternates nearest-centroid assignment (seeds keep
+    ``codes``) and mean updates until the assignment stops changing. The returned
+    labels are the assignment to the returned centroids. An emptied cluster keeps
+    its previous centroid.
+    """
+    seeds = np.flatnonzero(codes >= 0)
+    C = C0.copy()
+    labels = _sq_distances(Z, C).argmin(axis=1)
+    labels[seeds] = codes[seeds]
+    n_iter = 0
+    for n_iter in range(1, max_iter + 1):  # noqa: B007
+        counts = np.bincount(labels, minlength=C.shape[0]).astype(np.float64)
+        sums = np.zeros_like(C)
+        np.add.at(sums, labels, Z)
+        nonempty = counts > 0
+        C[nonempty] = sums[nonempty] / counts[nonempty, None]
+        new = _sq_distances(Z, C).argmin(axis=1)
+        new[seeds] = codes[seeds]
+        if np.array_equal(new, labels):
+            break
+        labels = new
+    return labels, C, n_iter
+
+
+def _check_common(X: Any, y: Any, n_new_clusters: int) -> tuple[sp.csr_matrix, np.ndarray, np.ndarray]:
+    X = check_count_matrix(X)
+    codes, classes = encode_single_labels(y, X.shape[0])
+    check_n_clusters(classes.size + int(n_new_clusters), X.shape[0])
+    if int(n_new_clusters) < 0:
+        raise ValueError("n_new_clusters must be >= 0")
+    if int(n_new_clusters) > int((codes < 0).sum()):
+        raise DegenerateInputError(
+            f"n_new_clusters = {n_new_clusters} exceeds the number of unlabeled documents "
+            f"({int((codes < 0).sum())})")
+    return X, codes, classes
+
+
+def _weight(X: sp.csr_matrix, weighting: str, idf: np.ndarray | None) -> sp.csr_matrix:
+    """Document representation fed to PCA/LDA (see ``SemiLDC.weighting``)."""
+    if weighting == "tfidf":
+        return tfidf(X, idf)
+    if weighting == "tf-l2":
+        return tfidf(X, np.ones(X.shape[1]))
+    if weighting == "counts":
+        return sp.csr_matrix(X, dtype=np.float64)
+    raise ValueError(f"unknown weighting {weighting!r}; choose one of {WEIGHTINGS}")
+
+
+# ---------------------------------------------------------------------------
+# Estimators
+# ---------------------------------------------------------------------------
+
+class ConstrainedPLSA(ClassifierMixin, BaseEstimator):
+    """Constrained-PLSA (Algorithm 1): a seeded mixture-of-multinomials topic model.
+
+    The PLSA clustering model (each document belongs to one topic) fitted by EM on
+    raw term counts, with seed documents clamped to their class in every E-step.
+    Computed in log space on the sparse matrix; the M-step is smoothed (MAP with
+    Dirichlet priors), so the monotone objective is the penalised log-likelihood
+    ``loglik + alpha sum ln Theta + beta sum ln P(z)``.
+
+    Parameters
+    ----------
+    alpha : float, default=0.01
+        Additive smoothing of topic-term counts (Eq. 6).
+    beta : float, default=1.0
+        Additive smoothing of topic sizes (Eq. 5).
+    init_mix : float, default=0.5
+        Weight of the corpus unigram mixed into the seed-mean initial topics.
+    tol : float, default=1e-5
+        Stop when the relative objective improvement is below ``tol``.
+    max_iter : int, default=100
+        Cap on EM iterations.
+    min_df : int, default=1
+        Terms occurring in fewer training documents are ignored.
+    n_new_clusters : int, default=0
+        Extra unseeded topics, initialised farthest-first among unlabeled
+        documents (tf-idf cosine); reported as ``new-0``, ...
+    random_state : int or None
+        Tie-breaking seed for the extra topics' initialisation.
+
+    Attributes
+    ----------
+    classes_ : ndarray of str
+    new_clusters_ : list of str
+    columns_ : ndarray of int
+        Feature indices modelled (the vocabulary of the fitting window).
+    log_theta_ : ndarray (K, len(columns_))
+        ln P(w | z) over ``columns_``.
+    log_pz_ : ndarray (K,)
+    soft_labels_ : ndarray (N, K)
+        ``Q`` of the training documents.
+    labels_ : ndarray of int
+        ``argmax Q`` per training document (seeds: their class).
+    objective_history_ : list of float
+        Penalised log-likelihood before each M-step (non-decreasing).
+    log_likelihood_history_ : list of float
+        Unpenalised log-likelihood part.
+    n_iter_ : int
+    converged_ : bool
+    """
+
+    def __init__(self, alpha: float = 0.01, beta: float = 1.0, init_mix: float = 0.5,
+                 tol: float = 1e-5, max_iter: int = 100, min_df: int = 1,
+                 n_new_clusters: int = 0, random_state: int | None = 0) -> None:
+        self.alpha = alpha
+        self.beta = beta
+        self.init_mix = init_mix
+        self.tol = tol
+        self.max_iter = max_iter
+        self.min_df = min_df
+        self.n_new_clusters = n_new_clusters
+        self.random_state = random_state
+
+    def fit(self, X: Any, y: Any) -> ConstrainedPLSA:
+        """Fit on counts ``X`` with seed labels ``y`` (None/-1/"" = unlabeled)."""
+        X, codes, classes = _check_common(X, y, self.n_new_clusters)
+        self._fit(X, codes, classes)
+        return self
+
+    def _fit(self, X: sp.csr_matrix, codes: np.ndarray, classes: np.ndarray) -> None:
+        if self.alpha <= 0:
+            raise ValueError("alpha must be > 0 (an unsmoothed M-step gives ln 0)")
+        if not 0 < self.init_mix <= 1:
+            raise ValueError("init_mix must be in (0, 1]")
+        rng = np.random.default_rng(self.random_state)
+        cols = observed_columns(X, self.min_df)
+        if cols.size == 0:
+            raise DegenerateInputError(f"no term occurs in at least min_df={self.min_df} documents")
+        Xs = sp.csr_matrix(X[:, cols])
+        n_known = classes.size
+        n_new = int(self.n_new_clusters)
+        K = n_known + n_new
+        Xl1 = row_normalize_l1(Xs)
+        bg = np.asarray(Xs.sum(axis=0)).ravel()
+        bg /= bg.sum()
+        seed_rows = np.flatnonzero(codes >= 0)
+        if np.any(np.asarray(Xs[seed_rows].sum(axis=1)).ravel() == 0):
+            raise DegenerateInputError("a seed document has no term in the modelled vocabulary")
+        theta = seed_topic_init(Xl1, codes, n_known, bg, float(self.init_mix))
+        if n_new:
+            idf = idf_weights(Xs)
+            Xn = tfidf(Xs, idf)
+            from streamsemi.algorithms.constrained_kmeans import seed_means
+            C = seed_means(Xn, codes, n_known)
+            C = farthest_point_centroids(Xn, C, np.flatnonzero(codes < 0), n_new, rng)[n_known:]
+            C = C / C.sum(axis=1, keepdims=True)
+            theta = np.vstack([theta, (1.0 - self.init_mix) * C + self.init_mix * bg[None, :]])
+        log_theta = np.log(theta)
+        log_pz = np.full(K, -np.log(K))                  # P(z_k) = 1/K (Algorithm 1, line 4)
+        alpha, beta = float(self.alpha), float(self.beta)
+        objective: list[float] = []
+        loglik_hist: list[float] = []
+        converged = False
+        n_iter = 0
+        Q = None
+        for n_iter in range(1, int(self.max_iter) + 1):  # noqa: B007
+            Q, ll = plsa_e_step(Xs, log_theta, log_pz, codes)
+            obj = ll + (plsa_log_prior(log_theta, log_pz, alpha, beta) if n_iter > 1 else 0.0)
+            if n_iter > 1:  # the first parameters are the initial guess, not an M-step result
+                loglik_hist.append(ll)
+                objective.append(obj)
+                if len(objective) >= 2 and (objective[-1] - objective[-2]) <= self.tol * abs(objective[-2]):
+                    converged = True
+                    break
+            log_theta, log_pz = plsa_m_step(Xs, Q, alpha, beta)
+        self.columns_ = cols
+        self.log_theta_ = log_theta
+        self.log_pz_ = log_pz
+        self.soft_labels_ = Q
+        labels = Q.argmax(axis=1)
+        labels[seed_rows] = codes[seed_rows]
+        self.labels_ = labels
+        self.objective_history_ = objective
+        self.log_likelihood_history_ = loglik_hist
+        self.n_iter_ = n_iter
+        self.converged_ = converged
+        self.n_features_in_ = X.shape[1]
+        self.new_clusters_ = new_cluster_names(n_new)
+        self.classes_ = np.array(list(classes) + self.new_clusters_, dtype=object)
+
+    def _log_joint(self, X: Any) -> np.ndarray:
+        check_is_fitted(self, "log_theta_")
+        X = sp.csr_matrix(X, dtype=np.float64)
+        if X.shape[1] != self.n_features_in_:
+            raise ValueError(f"X has {X.shape[1]} features, the model was fitted on {self.n_features_in_}")
+        # terms outside the fitting vocabulary are ignored (equal for every topic)
+        return np.asarray(X[:, self.columns_] @ self.log_theta_.T) + self.log_pz_[None, :]
+
+    def predict_proba(self, X: Any) -> np.ndarray:
+        """Topic posterior ``P(z | x)`` (Eq. 4) for any documents, no clamping."""
+        return softmax_rows(self._log_joint(X))
+
+    def predict(self, X: Any) -> np.ndarray:
+        """Most probable class/topic of each row."""
+        return self.classes_[self._log_joint(X).argmax(axis=1)]
+
+    def topic_term_matrix(self) -> np.ndarray:
+        """Theta as a dense (K x n_features) matrix (zero outside the vocabulary)."""
+        check_is_fitted(self, "log_theta_")
+        T = np.zeros((self.log_theta_.shape[0], self.n_features_in_))
+        T[:, self.columns_] = np.exp(self.log_theta_)
+        return T
+
+    def explain(self, sketch: Any = None, top_n: int = 10) -> dict[str, list[str]]:
+        """Distinctive words of each topic from Theta.
+
+        Term ``j`` of topic ``k`` is scored ``Theta_kj ln(Theta_kj / mean_k' Theta_k'j)``
+        (its contribution to the topic's KL divergence from the average topic), so
+        that words frequent in every topic do not dominate.
+        """
+        check_is_fitted(self, "log_theta_")
+        theta = np.exp(self.log_theta_)
+        score = theta * (self.log_theta_ - np.log(theta.mean(axis=0))[None, :])
+        W = np.zeros((theta.shape[0], self.n_features_in_))
+        W[:, self.columns_] = np.maximum(score, 0.0)
+        return explain_weights(self.classes_, W, sketch, top_n)
+
+
+class SemiLDC(ClassifierMixin, BaseEstimator):
+    """Semi-supervised Linear Discriminant Clustering (Algorithm 2).
+
+    Parameters
+    ----------
+    weighting : {"tfidf", "tf-l2", "counts"}, default="tfidf"
+        Document representation fed to PCA and soft LDA: sublinear tf-idf with l2
+        rows (idf from the fitting window), l2-normalised sublinear tf, or raw counts.
+        Constrained-PLSA always sees raw counts.
+    pca_variance : float, default=0.9
+        Fraction of variance the PCA keeps (paper: 90%).
+    max_components : int, default=300
+        Cap on PCA components (hashed text needs thousands for 90%).
+    pca_min_df : int, default=2
+        PCA/LDA use only terms occurring in at least this many training documents.
+    pca_n_iter : int, default=4
+        Power iterations of the randomized PCA.
+    mu : float, default=1.0
+        Regularisation of Eq. 14, relative to the mean eigenvalue of S_w.
+    normalize_projection : bool, default=True
+        l2-normalise the projected documents before constrained k-means (cosine
+        k-means in the LDA space); False uses the plain Euclidean projection.
+    plsa_alpha, plsa_beta, plsa_init_mix, plsa_tol, plsa_max_iter :
+        Parameters of the :class:`ConstrainedPLSA` that produces the soft labels.
+    kmeans_max_iter : int, default=100
+    n_new_clusters : int, default=0
+        Extra clusters for classes nobody seeded (extra PLSA topics, LDA uses them
+        as classes, k-means starts them at their soft means).
+    random_state : int or None, default=0
+
+    Attributes
+    ----------
+    classes_ : ndarray of str
+    new_clusters_ : list of str
+    plsa_ : ConstrainedPLSA
+        The fitted soft-label model (its Theta drives :meth:`explain`).
+    idf_ : ndarray (n_features,)
+    n_components_ : int
+        PCA dimension kept.
+    explained_variance_ratio_ : float
+        Variance fraction of the kept components.
+    projection_ : ndarray (n_features, n_dims)
+        Composed PCA basis times LDA matrix A (zero rows outside the PCA vocabulary).
+    offset_ : ndarray (n_dims,)
+        ``mean @ projection_`` (the implicit centring).
+    lda_eigenvalues_ : ndarray (K - 1,)
+    cluster_centers_ : ndarray (K, n_dims)
+    labels_ : ndarray of int
+        Cluster index of each training row (seeds: their class).
+    sigma2_ : float
+        Per-dimension variance of the shared Gaussian behind ``predict_proba``.
+    n_iter_ : int
+        Constrained k-means iterations.
+    """
+
+    def __init__(self, weighting: str = "tfidf", pca_variance: float = 0.9,
+                 max_components: int = 300, pca_min_df: int = 2, pca_n_iter: int = 4,
+                 mu: float = 1.0, normalize_projection: bool = True,
+                 plsa_alpha: float = 0.01, plsa_beta: float = 1.0, plsa_init_mix: float = 0.5,
+                 plsa_tol: float = 1e-5, plsa_max_iter: int = 100, kmeans_max_iter: int = 100,
+                 n_new_clusters: int = 0, random_state: int | None = 0) -> None:
+        self.weighting = weighting
+        self.pca_variance = pca_variance
+        self.max_components = max_components
+        self.pca_min_df = pca_min_df
+        self.pca_n_iter = pca_n_iter
+        self.mu = mu
+        self.normalize_projection = normalize_projection
+        self.plsa_alpha = plsa_alpha
+        self.plsa_beta = plsa_beta
+        self.plsa_init_mix = plsa_init_mix
+        self.plsa_tol = plsa_tol
+        self.plsa_max_iter = plsa_max_iter
+        self.kmeans_max_iter = kmeans_max_iter
+        self.n_new_clusters = n_new_clusters
+        self.random_state = random_state
+
+    # -- fitting -----------------------------------------------------------
+    def fit(self, X: Any, y: Any) -> SemiLDC:
+        """Fit on counts ``X`` with seed labels ``y`` (None/-1/"" = unlabeled)."""
+        if self.weighting not in WEIGHTINGS:
+            raise ValueError(f"unknown weighting {self.weighting!r}; choose one of {WEIGHTINGS}")
+        if not 0 < self.pca_variance <= 1:
+            raise ValueError("pca_variance must be in (0, 1]")
+        if self.mu <= 0:
+            raise ValueError("mu must be > 0 (Eq. 14 regularisation)")
+        X, codes, classes = _check_common(X, y, self.n_new_clusters)
+        rng = np.random.default_rng(self.random_state)
+        n_known = classes.size
+        K = n_known + int(self.n_new_clusters)
+
+        # 1. soft labels (Algorithm 2, line 2)
+        plsa = ConstrainedPLSA(alpha=self.plsa_alpha, beta=self.plsa_beta,
+                               init_mix=self.plsa_init_mix, tol=self.plsa_tol,
+                               max_iter=self.plsa_max_iter, n_new_clusters=self.n_new_clusters,
+                               random_state=self.random_state)
+        plsa._fit(X, codes, classes)
+        Q = plsa.soft_labels_
+
+        # 2. PCA with implicit centring (line 3)
+        self.idf_ = idf_weights(X)
+        W = _weight(X, self.weighting, self.idf_)
+        cols = observed_columns(W, self.pca_min_df)
+        if cols.size < 2:
+            cols = observed_columns(W, 1)
+        Ws = sp.csr_matrix(W[:, cols])
+        n_comp = max(int(self.max_components), K - 1)
+        mean, V, explained, total = randomized_pca(Ws, n_comp, rng, n_iter=int(self.pca_n_iter))
+        d = n_components_for_variance(explained, total, float(self.pca_variance), K - 1)
+        V = V[:, :d]
+        Z = np.asarray(Ws @ V) - (mean @ V)[None, :]
+
+        # 3. soft LDA (lines 4-8, Eq. 8-14)
+        Sb, Sw = soft_scatter_matrices(Z, Q)
+        A, evals = soft_lda_projection(Sb, Sw, float(self.mu), K - 1)
+
+        # 4. project (line 9) and constrained k-means (line 10)
+        P = np.zeros((X.shape[1], A.shape[1]))
+        P[cols] = V @ A
+        self.projection_ = P
+        self.offset_ = mean @ V @ A
+        Y = self._embed_weighted(Ws @ (V @ A))
+        C0 = self._initial_centroids(Y, codes, Q, n_known)
+        labels, C, n_iter = constrained_kmeans_dense(Y, codes, C0, int(self.kmeans_max_iter))
+
+        d2 = _sq_distances(Y, C)[np.arange(Y.shape[0]), labels]
+        self.sigma2_ = max(float(d2.mean()) / Y.shape[1], 1e-12)
+        self.plsa_ = plsa
+        self.n_components_ = d
+        self.explained_variance_ratio_ = float(explained[:d].sum() / total) if total > 0 else 1.0
+        self.lda_eigenvalues_ = evals
+        self.cluster_centers_ = C
+        self.labels_ = labels
+        self.n_iter_ = n_iter
+        self.n_features_in_ = X.shape[1]
+        self.new_clusters_ = list(plsa.new_clusters_)
+        self.classes_ = np.array(list(classes) + self.new_clusters_, dtype=object)
+        return self
+
+    def _embed_weighted(self, WP: Any) -> np.ndarray:
+        """Centre a projected weighted matrix and optionally l2-normalise its rows."""
+        Y = np.asarray(WP) - self.offset_[None, :]
+        if self.normalize_projection:
+            norms = np.linalg.norm(Y, axis=1, keepdims=True)
+            norms[norms == 0] = 1.0
+            Y = Y / norms
+        return Y
+
+    def _initial_centroids(self, Y: np.ndarray, codes: np.ndarray, Q: np.ndarray,
+                           n_known: int) -> np.ndarray:
+        """Seeded classes start at their seeds' mean (Basu et al.); new ones at their soft mean."""
+        idx = np.flatnonzero(codes >= 0)
+        counts = np.bincount(codes[idx], minlength=n_known).astype(np.float64)
+        C = np.zeros((Q.shape[1], Y.shape[1]))
+        np.add.at(C, codes[idx], Y[idx])
+        C[:n_known] /= counts[:, None]
+        if Q.shape[1] > n_known:
+            Qn = Q[:, n_known:]
+            C[n_known:] = (Qn.T @ Y) / np.maximum(Qn.sum(axis=0), 1e-12)[:, None]
+        return C
+
+    # -- inference ---------------------------------------------------------
+    def transform(self, X: Any) -> np.ndarray:
+        """Project documents (counts) into the K-1 dimensional soft-LDA space."""
+        check_is_fitted(self, "projection_")
+        X = sp.csr_matrix(X, dtype=np.float64)
+        if X.shape[1] != self.n_features_in_:
+            raise ValueError(f"X has {X.shape[1]} features, the model was fitted on {self.n_features_in_}")
+        return self._embed_weighted(_weight(X, self.weighting, self.idf_) @ self.projection_)
+
+    def predict_proba(self, X: Any) -> np.ndarray:
+        """Posterior of a shared isotropic Gaussian per cluster (columns follow ``classes_``).
+
+        ``p(k | x) ∝ exp(-||y - c_k||^2 / (2 sigma^2))`` with ``sigma^2`` the mean squared
+        distance of training documents to their centroid per dimension; its argmax is the
+        nearest centroid, i.e. :meth:`predict`.
+        """
+        D2 = _sq_distances(self.transform(X), self.cluster_centers_)
+        return softmax_rows(-D2, 2.0 * self.sigma2_)
+
+    def predict(self, X: Any) -> np.ndarray:
+        """Nearest-centroid class (or ``new-N`` cluster) of each row."""
+        D2 = _sq_distances(self.transform(X), self.cluster_centers_)
+        return self.classes_[D2.argmin(axis=1)]
+
+    def explain(self, sketch: Any = None, top_n: int = 10) -> dict[str, list[str]]:
+        """Top words per class from the constrained-PLSA Theta (see ConstrainedPLSA.explain)."""
+        check_is_fitted(self, "plsa_")
+        return self.plsa_.explain(sketch, top_n)
+
+
+__all__ = ["ConstrainedPLSA", "SemiLDC", "constrained_kmeans_dense", "l2_normalize_rows",
+           "plsa_e_step", "plsa_m_step", "randomized_pca", "soft_lda_projection",
+           "soft_scatter_matrices"]
