@@ -1,0 +1,838 @@
+"""Feature space learning (FSL; Guan, Wang, Marchese, Yang, Liang & Yang 2018).
+
+FSL wraps a base clusterer in a loop that grows a *feature space* per cluster
+from "trust samples", while controlling noise with the burstiness of words:
+
+1. initialise the clusters from the seeds (class means of the seed vectors);
+2. cluster with the base algorithm (cosine similarity);
+3. pick one trust sample per cluster (Definition 1: Eq. 7 for k-means, Eq. 10
+   for affinity propagation); trust samples join the labeled set;
+4. keep the trust sample's *rich-information features* (RIFs, Definition 2 /
+   Eq. 2: bursty in the document AND frequent in the cluster);
+5. update the RIF weights of the cluster's feature space with the decaying
+   confidence ``conf_t = (T - t) / T`` (Eq. 3-5);
+6. labeled pairs get the maximum similarity in the same cluster and the minimum
+   in different clusters;
+7. stop when the assignments have not changed for ``patience`` iterations or
+   after ``T = max_iter`` iterations.
+
+Four variants (``variant=``): ``"sk"`` FSSK-means (seeds only initialise),
+``"ck"`` FSCK-means (seeds and trust samples stay in their cluster in every
+assignment step), ``"ap"`` FSAP (affinity propagation on cosine similarity,
+labeled self-similarity by Eq. 11) and ``"sap"`` FSSAP (affinity propagation on
+the tri-set similarity of Eq. 12-15 with compact seeds and cluster significant
+features, Eq. 16). ``feature_learning=False`` runs the same clusterer without
+FSL (no trust samples, no feature weights): seeded / constrained k-means
+(identical to :class:`~streamsemi.algorithms.constrained_kmeans.ConstrainedKMeans`),
+SAP(CC) and SAP, the paper's baselines.
+
+Interpretations (the paper is loose; each choice and why)
+---------------------------------------------------------
+* **Representation.** Documents are l2-normalised sublinear tf-idf rows (as in
+  ConstrainedKMeans) restricted to the columns that occur in the fitting window
+  (hashed space has 2^18 columns; the window uses a few ten thousand), so all
+  per-cluster arrays are K x (active columns). The *frequencies* of Definition 2
+  and Eq. 5 (``n`` and ``m``) are raw term counts, as the paper defines them.
+* **How the learned weights act.** The paper says the feature space is "a
+  linear combination of the trust-sample RIF vectors and the original space"
+  and that the weights are "embedded in the similarity measurement", without a
+  formula. Cluster ``k`` gets a per-feature scale ``g_k = 1 + feature_gain *
+  w_k`` (``w_k`` the Eq. 5 weights, 0 for features never selected), and the
+  similarity of document ``d`` to cluster ``k`` is the cosine computed in
+  cluster k's rescaled space, ``cos(d * g_k, c_k * g_k)``
+  (:func:`weighted_cosine`). With ``w = 0`` this is the plain cosine, so the
+  learned space only ever *adds* emphasis on RIFs, which is the paper's stated
+  intent (RIFs span the feature space; other features stay).
+* **Eq. 4/5.** Eq. 4's sum is written with ``t`` in the summand, but its closed
+  form ``t (1 - (t + 1) / (2T))`` is the sum of ``conf_i`` for ``i = 1..t``;
+  we use the closed form. Eq. 5 is applied to the RIFs only; other features keep
+  their weight. ``conf_T = 0``, so the last iteration (``t = T``) learns nothing:
+  it only clusters with the learned spaces.
+* **Trust samples.** Eq. 1/7 would pick the same (labeled) member again and
+  again, so the argmax runs over the cluster's members that are not yet labeled
+  (not seeds, not earlier trust samples). For the k-means variants the
+  membership is the similarity used for the assignment (in the learned space);
+  ``argmin ||d - c_k||^2`` equals ``argmax cos`` for unit vectors. For the AP
+  variants, Eq. 10's ``s(i, e) + s(e, e)`` is maximised over the unlabeled
+  members of each *class* (all AP clusters mapped to one class), so that one
+  trust sample per class and iteration is chosen, as for k-means (with a labeled
+  exemplar per seed, Eq. 11 would otherwise yield hundreds per iteration).
+* **RIFs (Eq. 2).** ``n_*^l >= eta * mean(n_* over d*'s features)`` and
+  ``m_k^l >= mu * mean(m_k over the features with m_k > 0)`` where ``m_k`` is the
+  summed count of the feature over the members of cluster ``k``
+  (:func:`rich_information_features`).
+* **Labeled-pair similarity (step 6) for k-means.** k-means has no pairwise
+  matrix; the rule becomes: the labeled set (seeds + trust samples) defines the
+  initial centres of every outer iteration (same-cluster pairs are merged), and
+  in FSCK it is also a hard constraint (labeled documents never leave their
+  cluster). In FSSK, as in seeded k-means, labeled documents only initialise.
+  Each outer iteration runs a complete k-means (the paper: "after ... a complete
+  k-means clustering, the next step is to select the trust samples").
+* **AP on a bounded sample.** AP is O(n^2) in memory and time, so it runs on at
+  most ``ap_sample`` documents of the window: the labeled documents first (a
+  class-stratified subset when there are more than ``ap_sample // 2``; in FSSAP
+  all of them, since they are merged into K compact seeds), then a random subset
+  of the unlabeled ones. Every other row of the window is assigned to the
+  nearest class centre in the learned space (centres = normalised mean of the
+  sample members and labeled documents of the class), which is more robust than
+  the single nearest exemplar. AP itself is our own vectorised implementation of
+  Frey & Dueck's message passing (damping 0.9), which, unlike scikit-learn's,
+  still returns the exemplars when it hits ``ap_max_iter`` without converging.
+* **Eq. 11.** ``P`` and ``Q`` are the min and max off-diagonal similarity among
+  the unlabeled sample documents; unlabeled preference ``P - phi (Q - P)``;
+  the labeled preference ``+inf`` is replaced by the finite ``Q + 2 (Q - P)``,
+  which provably keeps every labeled point an exemplar (its self-responsibility
+  is at least ``2 (Q - P) > 0``) without the NaNs an infinity would cause.
+  Labeled pairs: ``Q`` within a class, ``P`` across classes.
+* **Clusters without seeds (AP).** AP decides its own number of clusters. An AP
+  cluster whose exemplar is unlabeled becomes one of the ``n_new_clusters``
+  discovered clusters ``new-i`` if it is among the largest such clusters (at
+  least 2 members); every other one is merged into the class of the most
+  similar labeled exemplar. With the default ``n_new_clusters=0`` all of them
+  are merged, so ``classes_`` are exactly the seeded classes.
+* **Tri-set similarity (Eq. 12-15).** Row values are l1-normalised (weighted)
+  tf-idf, so ``s(i, j) = alpha * (mass of j on features shared with i) + beta *
+  (mass of j's significant features shared with i) - gamma * (mass of i on
+  features j lacks)`` lies in ``[-gamma, alpha + beta]``. Our documents have no
+  title/abstract, so a document's significant features ``SF`` are its bursty
+  features (count >= ``eta`` x its mean count, the same rule as Eq. 2). Compact
+  seeds: the labeled documents (seeds + trust samples) of a class are summed
+  into one pseudo-document. Eq. 16: an RIF of cluster ``k`` whose cluster
+  frequency is at least the mean cluster frequency over the current ``SFC_k``
+  joins ``SFC_k``, the significant features of class ``k``'s compact seed.
+* **AP similarity in learned spaces.** ``s(i, j)`` is computed in the feature
+  space of the class that candidate exemplar ``j`` belonged to in the previous
+  iteration (the first iteration uses the plain space).
+* **predict / predict_proba.** Nearest class centre in the learned weighted
+  space; probabilities are a softmax of those similarities with ``temperature``
+  (same default as ConstrainedKMeans). ``explain`` ranks each cluster's learned
+  RIF weights first, then its centre's tf-idf weights.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+from sklearn.base import BaseEstimator, ClassifierMixin
+from sklearn.utils.validation import check_is_fitted
+
+from streamsemi.algorithms.base import (
+    DegenerateInputError,
+    check_count_matrix,
+    check_n_clusters,
+    encode_single_labels,
+    explain_weights,
+    new_cluster_names,
+    softmax_rows,
+)
+from streamsemi.algorithms.constrained_kmeans import farthest_point_centroids
+from streamsemi.features import idf_weights, tfidf
+
+VARIANTS = ("sk", "ck", "ap", "sap")
+
+
+# ----------------------------------------------------------------------------------------------
+# Pure functions: the paper's equations
+# ----------------------------------------------------------------------------------------------
+
+def confidence(t: int, T: int) -> float:
+    """Confidence of the trust samples of iteration ``t`` (Eq. 3): ``(T - t) / T``."""
+    return (T - t) / T
+
+
+def cumulative_confidence(t: int, T: int) -> float:
+    """Total confidence up to iteration ``t`` (Eq. 4): ``sum_{i<=t} (T-i)/T = t (1 - (t+1)/(2T))``."""
+    return t * (1.0 - (t + 1) / (2.0 * T))
+
+
+def update_rif_weights(w: np.ndarray, rif: np.ndarray, counts: np.ndarray, t: int, T: int) -> np.ndarray:
+    """Eq. 5: ``w_i^t = conf_t / conf_T * w_i^{t-1} + conf_t / conf_T * n_*^i`` for RIFs ``i``.
+
+    Parameters
+    ----------
+    w : ndarray of shape (n_features,)
+        Current weights of one cluster's feature space (unchanged outside ``rif``).
+    rif : ndarray of int
+        Indices of the rich-information features of the trust sample.
+    counts : ndarray
+        Their counts ``n_*^i`` in the trust sample (same order as ``rif``).
+    t, T : int
+        Iteration (1-based) and total number of iterations.
+
+    Returns
+    -------
+    ndarray
+        A new weight vector.
+    """
+    out = np.array(w, dtype=np.float64, copy=True)
+    cum = cumulative_confidence(t, T)
+    if cum <= 0 or len(rif) == 0:
+        return out
+    ratio = confidence(t, T) / cum
+    out[rif] = ratio * out[rif] + ratio * np.asarray(counts, dtype=np.float64)  # Eq. 5
+    return out
+
+
+def rich_information_features(doc_features: np.ndarray, doc_counts: np.ndarray,
+                              cluster_freq: np.ndarray, eta: float, mu: float) -> np.ndarray:
+    """Rich-information features of a trust sample for its cluster (Definition 2, Eq. 2).
+
+    Feature ``l`` of the trust sample ``d*`` is an RIF when
+    ``n_*^l >= eta * sum_l n_*^l / L_*`` and ``m_k^l >= mu * sum_p m_k^p / P_k``,
+    ``L_*`` being the number of features of ``d*`` and ``P_k`` the number of
+    features of the cluster centre (features with ``m_k > 0``).
+
+    Parameters
+    ----------
+    doc_features : ndarray of int
+        Feature indices present in the trust sample.
+    doc_counts : ndarray
+        Their counts ``n_*`` (positive).
+    cluster_freq : ndarray of shape (n_features,)
+        Frequency ``m_k`` of every feature in cluster ``k`` (summed member counts).
+    eta, mu : float
+        Control parameters.
+
+    Returns
+    -------
+    ndarray of int
+        The RIF indices (a subset of ``doc_features``, same order).
+    """
+    doc_features = np.asarray(doc_features)
+    doc_counts = np.asarray(doc_counts, dtype=np.float64)
+    if doc_features.size == 0:
+        return doc_features.astype(np.int64)
+    center = cluster_freq[cluster_freq > 0]
+    cluster_threshold = mu * center.mean() if center.size else np.inf
+    keep = (doc_counts >= eta * doc_counts.mean()) & (cluster_freq[doc_features] >= cluster_threshold)
+    return doc_features[keep].astype(np.int64)
+
+
+def significant_cluster_features(rif: np.ndarray, cluster_freq: np.ndarray, sfc: np.ndarray) -> np.ndarray:
+    """RIFs that join the cluster's significant feature set ``SFC_k`` (Eq. 16).
+
+    An RIF ``i`` joins when ``m_k^i >= sum_{p in SFC_k} m_k^p / |SFC_k|`` (every
+    RIF joins an empty ``SFC_k``).
+    """
+    rif = np.asarray(rif, dtype=np.int64)
+    if sfc.size == 0:
+        return rif
+    return rif[cluster_freq[rif] >= cluster_freq[sfc].mean()]
+
+
+def weighted_cosine(Xn: sp.csr_matrix, Xn_sq: sp.csr_matrix, C: np.ndarray, G: np.ndarray) -> np.ndarray:
+    """Cosine of every row to every cluster centre, each in its cluster's weighted space.
+
+    ``S[i, k] = <x_i * g_k, c_k * g_k> / (||x_i * g_k|| ||c_k * g_k||)``; with
+    ``G = 1`` this is the plain cosine.
+
+    Parameters
+    ----------
+    Xn : csr_matrix (n x m)
+        Document rows.
+    Xn_sq : csr_matrix (n x m)
+        Element-wise square of ``Xn`` (passed in so loops need not recompute it).
+    C : ndarray (K x m)
+        Cluster centres.
+    G : ndarray (K x m)
+        Per-cluster feature scales ``g_k``.
+    """
+    G2 = G * G
+    num = np.asarray(Xn @ (C * G2).T)
+    den_doc = np.sqrt(np.maximum(np.asarray(Xn_sq @ G2.T), 0.0))
+    den_c = np.linalg.norm(C * G, axis=1)
+    den = den_doc * den_c[None, :]
+    out = np.zeros_like(num)
+    np.divide(num, den, out=out, where=den > 0)
+    return out
+
+
+def select_trust_samples(score: np.ndarray, labels: np.ndarray, eligible: np.ndarray,
+                         n_clusters: int) -> np.ndarray:
+    """One trust sample per cluster: the eligible member with the best membership (Eq. 1).
+
+    Parameters
+    ----------
+    score : ndarray of shape (n,)
+        Membership of each row in its own cluster (Eq. 7: similarity to the centre;
+        Eq. 10: ``s(i, e) + s(e, e)``).
+    labels : ndarray of int, shape (n,)
+        Cluster of each row.
+    eligible : ndarray of bool, shape (n,)
+        Rows that may become trust samples (not yet labeled).
+    n_clusters : int
+
+    Returns
+    -------
+    ndarray of int, shape (n_clusters,)
+        Row index of each cluster's trust sample, -1 when it has no eligible member.
+    """
+    out = np.full(n_clusters, -1, dtype=np.int64)
+    s = np.where(eligible, np.asarray(score, dtype=np.float64), -np.inf)
+    for k in range(n_clusters):
+        masked = np.where(labels == k, s, -np.inf)
+        j = int(np.argmax(masked))
+        if np.isfinite(masked[j]):
+            out[k] = j
+    return out
+
+
+def ap_preferences(S_offdiag_unlabeled: np.ndarray, labeled: np.ndarray, phi: float) -> tuple[np.ndarray, float, float]:
+    """Self-similarities of Eq. 11 and the extreme similarities ``P`` (min), ``Q`` (max).
+
+    Parameters
+    ----------
+    S_offdiag_unlabeled : ndarray
+        Off-diagonal similarities among the unlabeled sample points (any shape).
+    labeled : ndarray of bool, shape (n,)
+    phi : float
+        Adaptive factor of Eq. 11.
+
+    Returns
+    -------
+    pref : ndarray of shape (n,)
+        ``P - phi (Q - P)`` for unlabeled points, ``Q + 2 (Q - P)`` (finite stand-in
+        for ``+inf``) for labeled ones.
+    P, Q : float
+    """
+    vals = np.asarray(S_offdiag_unlabeled, dtype=np.float64).ravel()
+    if vals.size == 0:
+        P, Q = 0.0, 1.0
+    else:
+        P, Q = float(vals.min()), float(vals.max())
+    if Q - P <= 0:
+        Q = P + 1.0
+    pref = np.where(labeled, Q + 2.0 * (Q - P), P - phi * (Q - P))
+    return pref, P, Q
+
+
+def affinity_propagation(S: np.ndarray, damping: float = 0.9, max_iter: int = 200,
+                         convergence_iter: int = 15) -> tuple[np.ndarray, np.ndarray, int]:
+    """Affinity propagation (Frey & Dueck 2007), vectorised, minimising Eq. 9.
+
+    ``S`` holds the preferences on its diagonal. Unlike scikit-learn's version it
+    returns the current exemplars when ``max_iter`` is reached.
+
+    Returns
+    -------
+    exemplars : ndarray of int
+        Exemplar row indices (at least one).
+    labels : ndarray of int, shape (n,)
+        Index into ``exemplars`` for every row (exemplars point to themselves).
+    n_iter : int
+    """
+    S = np.asarray(S, dtype=np.float64)
+    n = S.shape[0]
+    ind = np.arange(n)
+    A = np.zeros((n, n))
+    R = np.zeros((n, n))
+    history = np.zeros((convergence_iter, n), dtype=bool)
+    it = 0
+    for it in range(1, max_iter + 1):  # noqa: B007
+        AS = A + S
+        idx = np.argmax(AS, axis=1)
+        first = AS[ind, idx]
+        AS[ind, idx] = -np.inf
+        second = AS.max(axis=1)
+        Rn = S - first[:, None]
+        Rn[ind, idx] = S[ind, idx] - second
+        R = damping * R + (1 - damping) * Rn
+        Rp = np.maximum(R, 0)
+        Rp[ind, ind] = R[ind, ind]
+        An = Rp.sum(axis=0)[None, :] - Rp
+        dA = An[ind, ind].copy()
+        An = np.minimum(An, 0)
+        An[ind, ind] = dA
+        A = damping * A + (1 - damping) * An
+        E = (np.diag(A) + np.diag(R)) > 0
+        history[it % convergence_iter] = E
+        if it >= convergence_iter and E.any() and (history == E[None, :]).all():
+            break
+    exemplars = np.flatnonzero(E)
+    if exemplars.size == 0:
+        exemplars = np.array([int(np.argmax(np.diag(A) + np.diag(R)))])
+    labels = np.argmax(S[:, exemplars], axis=1)
+    labels[exemplars] = np.arange(exemplars.size)
+    return exemplars, labels, it
+
+
+def triset_similarity(U: sp.csr_matrix, B: sp.csr_matrix, U_cols: sp.csr_matrix, B_cols: sp.csr_matrix,
+                      SF_cols: sp.csr_matrix, alpha: float, beta: float, gamma: float) -> np.ndarray:
+    """Tri-set similarity of SAP (Eq. 12-15), rows ``i`` against candidate exemplars ``j``.
+
+    ``s(i, j) = alpha sum_{f in CFS(i,j)} u_j^f + beta sum_{f in SCS(i,j)} u_j^f
+    - gamma sum_{f in UFS(i,j)} u_i^f`` with ``CFS = F_i & F_j`` (Eq. 12),
+    ``UFS = F_i - F_j`` (Eq. 13), ``SCS = F_i & SF_j`` (Eq. 14).
+
+    Parameters
+    ----------
+    U, B : csr_matrix (n x m)
+        l1-normalised values and 0/1 feature indicators of the rows ``i``.
+    U_cols, B_cols : csr_matrix (p x m)
+        The same for the candidate exemplars ``j``.
+    SF_cols : csr_matrix (p x m)
+        0/1 indicators of the significant features ``SF_j``.
+    """
+    cfs = np.asarray((B @ U_cols.T).todense())
+    scs = np.asarray((B @ U_cols.multiply(SF_cols).T).todense())
+    shared_i = np.asarray((U @ B_cols.T).todense())
+    ufs = np.asarray(U.sum(axis=1)).reshape(-1, 1) - shared_i
+    return alpha * cfs + beta * scs - gamma * ufs
+
+
+def bursty_features(X: sp.csr_matrix, eta: float) -> sp.csr_matrix:
+    """0/1 matrix of each row's features with count >= ``eta`` x the row's mean count."""
+    X = sp.csr_matrix(X)
+    lengths = np.diff(X.indptr)
+    sums = np.asarray(X.sum(axis=1)).ravel()
+    means = sums / np.maximum(lengths, 1)
+    keep = X.data >= eta * np.repeat(means, lengths)
+    out = sp.csr_matrix((keep.astype(np.float64), X.indices.copy(), X.indptr.copy()), shape=X.shape)
+    out.eliminate_zeros()
+    return out
+
+
+def _normalize_rows(C: np.ndarray) -> np.ndarray:
+    norms = np.linalg.norm(C, axis=1, keepdims=True)
+    norms[norms == 0] = 1.0
+    return C / norms
+
+
+def _indicator(labels: np.ndarray, n_clusters: int) -> sp.csr_matrix:
+    rows = np.flatnonzero(labels >= 0)
+    return sp.csr_matrix((np.ones(rows.size), (labels[rows], rows)), shape=(n_clusters, labels.size))
+
+
+def _class_sums(X: sp.csr_matrix, labels: np.ndarray, n_clusters: int) -> np.ndarray:
+    """Dense (K x m) sum of the rows of each cluster (rows with label -1 ignored)."""
+    return np.asarray((_indicator(labels, n_clusters) @ X).todense())
+
+
+# ----------------------------------------------------------------------------------------------
+# The estimator
+# ----------------------------------------------------------------------------------------------
+
+class FSL(ClassifierMixin, BaseEstimator):
+    """Feature space learning around k-means or affinity propagation (four variants).
+
+    Parameters
+    ----------
+    variant : {"sk", "ck", "ap", "sap"}, default="ck"
+        FSSK-means, FSCK-means, FSAP, FSSAP.
+    feature_learning : bool, default=True
+        False runs the same clusterer without FSL (no trust samples, no weights).
+    max_iter : int, default=10
+        ``T``: outer FSL iterations (each a complete clustering).
+    patience : int, default=2
+        Stop when the assignments have not changed for this many iterations.
+    eta, mu : float, default=1.0
+        RIF control parameters of Eq. 2 (document burstiness, cluster frequency).
+    feature_gain : float, default=0.3
+        Scale of the learned weights in the similarity: ``g_k = 1 + feature_gain * w_k``.
+    n_new_clusters : int, default=0
+        Extra clusters for classes nobody seeded (``new-0``...).
+    kmeans_max_iter : int, default=30
+        Assignment/update rounds of each inner k-means run.
+    ap_sample : int, default=1000
+        Maximum number of documents on which the AP variants run AP.
+    ap_max_iter : int, default=200
+    ap_damping : float, default=0.9
+    phi : float, default=0.5
+        Adaptive factor of Eq. 11 (unlabeled preference ``P - phi (Q - P)``).
+    alpha, beta, gamma : float, default=(1.0, 0.5, 0.5)
+        Tri-set similarity factors of Eq. 15 (FSSAP).
+    temperature : float, default=0.05
+        Softmax temperature for ``predict_proba``.
+    random_state : int or None, default=0
+
+    Attributes
+    ----------
+    classes_ : ndarray of str
+    new_clusters_ : list of str
+    columns_ : ndarray of int
+        Hashed columns active in the fitting window (the model's coordinate system).
+    idf_ : ndarray
+        idf of the active columns.
+    cluster_centers_ : ndarray (n_classes x n_active)
+        Unit-length centres in tf-idf space.
+    feature_weights_ : ndarray (n_classes x n_active)
+        Learned RIF weights ``w_k`` (Eq. 5); the learned feature space of cluster k
+        is the set of features with positive weight.
+    feature_scales_ : ndarray (n_classes x n_active)
+        ``g_k = 1 + feature_gain * w_k``.
+    labels_ : ndarray of int
+        Class index of each training row.
+    trust_samples_ : list of ndarray
+        Row indices of the trust samples chosen at each iteration.
+    n_iter_ : int
+    """
+
+    def __init__(self, variant: str = "ck", feature_learning: bool = True, max_iter: int = 10,
+                 patience: int = 2, eta: float = 1.0, mu: float = 1.0, feature_gain: float = 0.3,
+                 n_new_clusters: int = 0, kmeans_max_iter: int = 30, ap_sample: int = 1000,
+                 ap_max_iter: int = 200, ap_damping: float = 0.9, phi: float = 0.5,
+                 alpha: float = 1.0, beta: float = 0.5, gamma: float = 0.5,
+                 temperature: float = 0.05, random_state: int | None = 0) -> None:
+        self.variant = variant
+        self.feature_learning = feature_learning
+        self.max_iter = max_iter
+        self.patience = patience
+        self.eta = eta
+        self.mu = mu
+        self.feature_gain = feature_gain
+        self.n_new_clusters = n_new_clusters
+        self.kmeans_max_iter = kmeans_max_iter
+        self.ap_sample = ap_sample
+        self.ap_max_iter = ap_max_iter
+        self.ap_damping = ap_damping
+        self.phi = phi
+        self.alpha = alpha
+        self.beta = beta
+        self.gamma = gamma
+        self.temperature = temperature
+        self.random_state = random_state
+
+    # -- validation ------------------------------------------------------------------------------
+
+    def _check_params(self) -> None:
+        if self.variant not in VARIANTS:
+            raise ValueError(f"variant must be one of {VARIANTS}, got {self.variant!r}")
+        if int(self.max_iter) < 1:
+            raise ValueError("max_iter must be >= 1")
+        if int(self.patience) < 1:
+            raise ValueError("patience must be >= 1")
+        if int(self.n_new_clusters) < 0:
+            raise ValueError("n_new_clusters must be >= 0")
+        if self.variant in ("ap", "sap") and int(self.ap_sample) < 2:
+            raise ValueError("ap_sample must be >= 2")
+        if not 0.5 <= float(self.ap_damping) < 1.0:
+            raise ValueError("ap_damping must be in [0.5, 1)")
+        if float(self.feature_gain) < 0:
+            raise ValueError("feature_gain must be >= 0")
+
+    # -- fit --------------------------------------------------------------------------------------
+
+    def fit(self, X: Any, y: Any) -> FSL:
+        """Fit on counts ``X`` with seed labels ``y`` (None/-1/"" = unlabeled)."""
+        self._check_params()
+        X = check_count_matrix(X)
+        codes, classes = encode_single_labels(y, X.shape[0])
+        n_known = classes.size
+        n_new = int(self.n_new_clusters)
+        check_n_clusters(n_known + n_new, X.shape[0])
+        if n_new and np.count_nonzero(codes < 0) < n_new:
+            raise DegenerateInputError(
+                f"n_new_clusters = {n_new} but only {np.count_nonzero(codes < 0)} unlabeled documents")
+        rng = np.random.default_rng(self.random_state)
+        self.n_features_in_ = X.shape[1]
+        self.columns_ = np.unique(X.indices)
+        Xc = sp.csr_matrix(X[:, self.columns_])
+        Xc.sort_indices()
+        self.idf_ = idf_weights(Xc)
+        Xn = tfidf(Xc, self.idf_)
+        if self.variant in ("sk", "ck"):
+            labels, C, W = self._fit_kmeans(Xc, Xn, codes, n_known, n_new, rng)
+            n_clusters = n_known + n_new
+        else:
+            labels, C, W, n_clusters = self._fit_ap(Xc, Xn, codes, n_known, n_new, rng)
+        self.cluster_centers_ = C
+        self.feature_weights_ = W
+        self.feature_scales_ = 1.0 + float(self.feature_gain) * W
+        self.labels_ = labels
+        self.new_clusters_ = new_cluster_names(n_clusters - n_known)
+        self.classes_ = np.array(list(classes) + self.new_clusters_, dtype=object)
+        return self
+
+    def _learn_step(self, Xc: sp.csr_matrix, trust: np.ndarray, labels: np.ndarray, W: np.ndarray,
+                    t: int, T: int, sfc: list[np.ndarray] | None = None) -> np.ndarray:
+        """Steps 4-5 for the trust samples of one iteration: RIFs (Eq. 2) and weights (Eq. 5)."""
+        M = _class_sums(Xc, labels, W.shape[0])  # m_k: cluster frequencies
+        W = W.copy()
+        for k, row in enumerate(trust):
+            if row < 0:
+                continue
+            lo, hi = Xc.indptr[row], Xc.indptr[row + 1]
+            feats, counts = Xc.indices[lo:hi], Xc.data[lo:hi]
+            rif = rich_information_features(feats, counts, M[k], self.eta, self.mu)
+            W[k] = update_rif_weights(W[k], rif, counts[np.isin(feats, rif)], t, T)
+            if sfc is not None:
+                sfc[k] = np.union1d(sfc[k], significant_cluster_features(rif, M[k], sfc[k]))
+        return W
+
+    def _fit_kmeans(self, Xc: sp.csr_matrix, Xn: sp.csr_matrix, codes: np.ndarray, n_known: int,
+                    n_new: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        n, m = Xn.shape
+        K = n_known + n_new
+        Xn_sq = Xn.multiply(Xn).tocsr()
+        W = np.zeros((K, m))
+        lab = codes.copy()  # labeled set: seeds + trust samples (-1 = unlabeled)
+        C_prev: np.ndarray | None = None
+        labels = np.full(n, -1)
+        T = int(self.max_iter) if self.feature_learning else 1
+        stable = 0
+        self.trust_samples_ = []
+        t = 0
+        for t in range(1, T + 1):  # noqa: B007
+            G = 1.0 + float(self.feature_gain) * W
+            # step 1 / step 6: centres from the labeled set (same-class pairs merged)
+            n_lab = np.bincount(lab[lab >= 0], minlength=K)
+            C = _normalize_rows(_class_sums(Xn, lab, K))
+            if C_prev is None:
+                if n_new:
+                    C[n_known:] = farthest_point_centroids(
+                        Xn, C[:n_known], np.flatnonzero(codes < 0), n_new, rng)[n_known:]
+            else:
+                C[n_lab == 0] = C_prev[n_lab == 0]
+            fixed = np.flatnonzero(lab >= 0) if self.variant == "ck" else np.zeros(0, dtype=np.int64)
+            new_labels, C, sim = _spherical_kmeans(Xn, Xn_sq, C, G, fixed, lab[fixed],
+                                                   int(self.kmeans_max_iter))
+            stable = stable + 1 if np.array_equal(new_labels, labels) else 0
+            labels = new_labels
+            C_prev = C
+            if stable >= int(self.patience) or t == T:
+                break
+            # Eq. 7: the unlabeled member closest to its centre, in the learned space
+            trust = select_trust_samples(sim[np.arange(n), labels], labels, lab < 0, K)
+            self.trust_samples_.append(trust[trust >= 0])
+            W = self._learn_step(Xc, trust, labels, W, t, T)
+            lab[trust[trust >= 0]] = np.flatnonzero(trust >= 0)
+        self.n_iter_ = t
+        return labels, C, W
+
+    # -- affinity propagation variants ------------------------------------------------------------
+
+    def _ap_sample_rows(self, codes: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        """Labeled rows (all, or class-stratified) and unlabeled rows of the AP sample."""
+        bound = int(self.ap_sample)
+        labeled = np.flatnonzero(codes >= 0)
+        unl = np.flatnonzero(codes < 0)
+        if self.variant == "ap" and labeled.size > bound // 2:
+            # class-stratified subset keeping at least one document per class
+            order = rng.permutation(labeled)
+            keep = np.zeros(order.size, dtype=bool)
+            _, first = np.unique(codes[order], return_index=True)
+            keep[first] = True
+            extra = max(bound // 2 - int(keep.sum()), 0)
+            keep[np.flatnonzero(~keep)[:extra]] = True
+            labeled = np.sort(order[keep])
+        n_lab_slots = labeled.size if self.variant == "ap" else np.unique(codes[labeled]).size
+        n_unl = min(unl.size, max(bound - n_lab_slots, 2))
+        if n_unl < unl.size:
+            unl = np.sort(rng.choice(unl, size=n_unl, replace=False))
+        return labeled, unl
+
+    def _fit_ap(self, Xc: sp.csr_matrix, Xn: sp.csr_matrix, codes: np.ndarray, n_known: int,
+                n_new: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+        n, m = Xn.shape
+        K_max = n_known + n_new
+        W = np.zeros((K_max, m))
+        lab = codes.copy()  # labeled set: seeds + trust samples
+        lab_rows, unl_rows = self._ap_sample_rows(codes, rng)
+        sfc: list[np.ndarray] = [np.zeros(0, dtype=np.int64) for _ in range(K_max)]
+        T = int(self.max_iter) if self.feature_learning else 1
+        prev: np.ndarray | None = None  # window-length labels of the sample, previous iteration
+        stable = 0
+        self.trust_samples_ = []
+        t = 0
+        K_used = n_known
+        sample_labels = np.full(n, -1)
+        for t in range(1, T + 1):  # noqa: B007
+            G = 1.0 + float(self.feature_gain) * W
+            rows_unl = unl_rows[lab[unl_rows] < 0]
+            if self.variant == "ap":
+                trust_rows = unl_rows[lab[unl_rows] >= 0]
+                lab_now = np.concatenate([lab_rows, trust_rows])
+                point_rows = np.concatenate([lab_now, rows_unl])
+                point_class = np.concatenate([lab[lab_now], np.full(rows_unl.size, -1)])
+            else:
+                seed_classes = np.unique(lab[lab >= 0])
+                point_rows = np.concatenate([np.full(seed_classes.size, -1), rows_unl])
+                point_class = np.concatenate([seed_classes, np.full(rows_unl.size, -1)])
+            is_lab = point_class >= 0
+            # candidate exemplar j is compared in the space of its class at the last iteration
+            space = point_class.copy()
+            if prev is not None:
+                space[~is_lab] = prev[point_rows[~is_lab]]
+            if self.variant == "ap":
+                S = self._cosine_sample(Xn, point_rows, space, G)
+            else:
+                Z = _class_sums(Xc, lab, K_max)[seed_classes]  # compact seeds (summed counts)
+                S = self._triset_sample(Xc, Z, seed_classes, rows_unl, space, G, sfc)
+            # Eq. 11 preferences; step 6: labeled pairs get the max (same class) / min similarity
+            unl_idx = np.flatnonzero(~is_lab)
+            sub = S[np.ix_(unl_idx, unl_idx)]
+            pref, P, Q = ap_preferences(sub[~np.eye(unl_idx.size, dtype=bool)], is_lab, float(self.phi))
+            li = np.flatnonzero(is_lab)
+            S[np.ix_(li, li)] = np.where(point_class[li][:, None] == point_class[li][None, :], Q, P)
+            np.fill_diagonal(S, pref)
+            # deterministic tie-breaking noise, as scikit-learn does
+            S = S + (1e-12 * S.std() + 1e-14) * rng.standard_normal(S.shape)
+            exemplars, ex_lab, _ = affinity_propagation(S, float(self.ap_damping), int(self.ap_max_iter))
+            point_label, K_used = self._map_exemplars(S, exemplars, ex_lab, point_class, n_known, n_new)
+            sample_labels = np.full(n, -1)
+            sample_labels[rows_unl] = point_label[unl_idx]
+            sample_labels[lab >= 0] = lab[lab >= 0]
+            stable = stable + 1 if prev is not None and np.array_equal(sample_labels, prev) else 0
+            prev = sample_labels
+            if stable >= int(self.patience) or t == T:
+                break
+            # Eq. 10: best s(i, e) + s(e, e) among the unlabeled members of each class
+            score = S[np.arange(S.shape[0]), exemplars[ex_lab]] + pref[exemplars[ex_lab]]
+            local = select_trust_samples(score[unl_idx], point_label[unl_idx],
+                                         np.ones(unl_idx.size, dtype=bool), K_max)
+            trust = np.where(local >= 0, rows_unl[np.maximum(local, 0)], -1)
+            self.trust_samples_.append(trust[trust >= 0])
+            W = self._learn_step(Xc, trust, sample_labels, W, t, T,
+                                 sfc if self.variant == "sap" else None)
+            lab[trust[trust >= 0]] = np.flatnonzero(trust >= 0)
+        self.n_iter_ = t
+        # centres from the sample members and all labeled documents; every other row of the
+        # window goes to the nearest centre in the learned space
+        W = W[:K_used]
+        C = _normalize_rows(_class_sums(Xn, sample_labels, K_used))
+        sim = weighted_cosine(Xn, Xn.multiply(Xn).tocsr(), C, 1.0 + float(self.feature_gain) * W)
+        labels = sim.argmax(axis=1)
+        labels[sample_labels >= 0] = sample_labels[sample_labels >= 0]
+        return labels, C, W, K_used
+
+    def _map_exemplars(self, S: np.ndarray, exemplars: np.ndarray, ex_lab: np.ndarray,
+                       point_class: np.ndarray, n_known: int, n_new: int) -> tuple[np.ndarray, int]:
+        """Class of every sample point from its exemplar (seeded, new-i, or merged)."""
+        ex_class = point_class[exemplars].copy()
+        lab_ex = np.flatnonzero(ex_class >= 0)
+        unl_ex = np.flatnonzero(ex_class < 0)
+        sizes = np.bincount(ex_lab, minlength=exemplars.size)
+        K_used = n_known
+        if unl_ex.size and n_new:
+            order = unl_ex[np.argsort(-sizes[unl_ex], kind="stable")]
+            order = order[sizes[order] >= 2][:n_new]
+            ex_class[order] = n_known + np.arange(order.size)
+            K_used = n_known + order.size
+        rest = np.flatnonzero(ex_class < 0)
+        if rest.size:
+            nearest = np.argmax(S[np.ix_(exemplars[rest], exemplars[lab_ex])], axis=1)
+            ex_class[rest] = ex_class[lab_ex][nearest]
+        return ex_class[ex_lab], K_used
+
+    def _cosine_sample(self, Xn: sp.csr_matrix, rows: np.ndarray, space: np.ndarray,
+                       G: np.ndarray) -> np.ndarray:
+        """FSAP similarity: cosine, column ``j`` in the feature space of class ``space[j]``."""
+        Xs = Xn[rows]
+        S = np.empty((rows.size, rows.size))
+        for k in np.unique(space):
+            cols = np.flatnonzero(space == k)
+            Xk = _scale_rows_l2(Xs, None if k < 0 else G[k])
+            S[:, cols] = np.asarray((Xk @ Xk[cols].T).todense())
+        return S
+
+    def _triset_sample(self, Xc: sp.csr_matrix, Z: np.ndarray, seed_classes: np.ndarray,
+                       rows_unl: np.ndarray, space: np.ndarray, G: np.ndarray,
+                       sfc: list[np.ndarray]) -> np.ndarray:
+        """FSSAP similarity: tri-set (Eq. 15) over compact seeds + unlabeled sample rows."""
+        counts = sp.vstack([sp.csr_matrix(Z), Xc[rows_unl]]).tocsr()
+        values = tfidf(counts, self.idf_, norm=False)
+        B = counts.copy()
+        B.data[:] = 1.0
+        SF = bursty_features(counts, float(self.eta)).tolil()
+        for i, k in enumerate(seed_classes):  # Eq. 16: compact seeds carry SFC_k
+            if sfc[k].size:
+                SF[i, sfc[k]] = 1.0
+        SF = SF.tocsr()
+        S = np.empty((counts.shape[0], counts.shape[0]))
+        for k in np.unique(space):
+            cols = np.flatnonzero(space == k)
+            U = _scale_rows_l1(values, None if k < 0 else G[k])
+            S[:, cols] = triset_similarity(U, B, U[cols], B[cols], SF[cols],
+                                           float(self.alpha), float(self.beta), float(self.gamma))
+        return S
+
+    # -- inference --------------------------------------------------------------------------------
+
+    def _similarities(self, X: Any) -> np.ndarray:
+        check_is_fitted(self, "cluster_centers_")
+        X = sp.csr_matrix(X, dtype=np.float64)
+        if X.shape[1] != self.n_features_in_:
+            raise ValueError(f"X has {X.shape[1]} features, the model was fitted on {self.n_features_in_}")
+        Xn = tfidf(sp.csr_matrix(X[:, self.columns_]), self.idf_)
+        return weighted_cosine(Xn, Xn.multiply(Xn).tocsr(), self.cluster_centers_, self.feature_scales_)
+
+    def transform(self, X: Any) -> np.ndarray:
+        """Similarity of each row to each class centre in the class's learned space."""
+        return self._similarities(X)
+
+    def predict_proba(self, X: Any) -> np.ndarray:
+        """Softmax of the learned-space similarities (columns follow ``classes_``)."""
+        return softmax_rows(self._similarities(X), self.temperature)
+
+    def predict(self, X: Any) -> np.ndarray:
+        """Class (or ``new-N`` cluster) of each row."""
+        return self.classes_[self._similarities(X).argmax(axis=1)]
+
+    def learned_feature_space(self) -> list[np.ndarray]:
+        """Hashed column indices of each cluster's learned features (weight > 0), by weight."""
+        check_is_fitted(self, "feature_weights_")
+        out = []
+        for w in self.feature_weights_:
+            pos = np.flatnonzero(w > 0)
+            out.append(self.columns_[pos[np.argsort(-w[pos], kind="stable")]])
+        return out
+
+    def explain(self, sketch: Any = None, top_n: int = 10) -> dict[str, list[str]]:
+        """Top words of each cluster's learned feature space (RIF weights first, then centre)."""
+        check_is_fitted(self, "cluster_centers_")
+        W = self.feature_weights_
+        wmax = W.max(axis=1, keepdims=True)
+        cmax = self.cluster_centers_.max(axis=1, keepdims=True)
+        scores = np.where(W > 0, 1.0 + W / np.where(wmax > 0, wmax, 1.0), 0.0) \
+            + self.cluster_centers_ / np.where(cmax > 0, cmax, 1.0)
+        full = sp.csr_matrix((self.classes_.size, self.n_features_in_))
+        full = sp.lil_matrix(full)
+        full[:, self.columns_] = scores
+        return explain_weights(self.classes_, full.tocsr(), sketch, top_n)
+
+
+def _spherical_kmeans(Xn: sp.csr_matrix, Xn_sq: sp.csr_matrix, C: np.ndarray, G: np.ndarray,
+                      fixed: np.ndarray, fixed_labels: np.ndarray,
+                      max_iter: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Spherical k-means in the per-cluster weighted spaces; ``fixed`` rows keep their label."""
+    K = C.shape[0]
+    labels = np.full(Xn.shape[0], -1)
+    sim = weighted_cosine(Xn, Xn_sq, C, G)
+    for _ in range(max_iter):
+        new = sim.argmax(axis=1)
+        new[fixed] = fixed_labels
+        if np.array_equal(new, labels):
+            break
+        labels = new
+        sums = _class_sums(Xn, labels, K)
+        empty = np.bincount(labels, minlength=K) == 0
+        sums[empty] = C[empty]  # an emptied cluster keeps its previous centre
+        C = _normalize_rows(sums)
+        sim = weighted_cosine(Xn, Xn_sq, C, G)
+    return labels, C, sim
+
+
+def _scale_rows_l2(X: sp.csr_matrix, g: np.ndarray | None) -> sp.csr_matrix:
+    Y = sp.csr_matrix(X, copy=True)
+    if g is not None:
+        Y.data *= g[Y.indices]
+    norms = np.sqrt(np.asarray(Y.multiply(Y).sum(axis=1)).ravel())
+    norms[norms == 0] = 1.0
+    return sp.csr_matrix(sp.diags(1.0 / norms) @ Y)
+
+
+def _scale_rows_l1(X: sp.csr_matrix, g: np.ndarray | None) -> sp.csr_matrix:
+    Y = sp.csr_matrix(X, copy=True)
+    if g is not None:
+        Y.data *= g[Y.indices]
+    sums = np.asarray(Y.sum(axis=1)).ravel()
+    sums[sums == 0] = 1.0
+    return sp.csr_matrix(sp.diags(1.0 / sums) @ Y)
+
+
+__all__ = ["FSL", "VARIANTS", "confidence", "cumulative_confidence", "update_rif_weights",
+           "rich_information_features", "significant_cluster_features", "weighted_cosine",
+           "select_trust_samples", "ap_preferences", "affinity_propagation", "triset_similarity",
+           "bursty_features"]
