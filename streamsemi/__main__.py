@@ -1,0 +1,3 @@
+from streamsemi.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,347 @@
+"""The ``streamsemi`` command line: broker, run, produce, label, unlabel, refit, tail, demo,
+datasets, evaluate, state."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import time
+from typing import Any
+
+from streamsemi import __version__
+from streamsemi.config import ConfigError, Settings, add_flags, flags_from_args, resolve
+
+TOPIC_FLAGS = ("documents_topic", "control_topic", "assignments_topic", "deadletter_topic")
+
+
+def _client_settings(args: argparse.Namespace) -> Settings:
+    flags = {k: getattr(args, k, None) for k in ("bootstrap_servers", *TOPIC_FLAGS)}
+    return resolve(flags, config_file=getattr(args, "config", None))
+
+
+def _add_client_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--bootstrap-servers", dest="bootstrap_servers", default=None,
+                   help="Kafka bootstrap servers HOST:PORT (env STREAMSEMI_BOOTSTRAP_SERVERS)")
+    for name in TOPIC_FLAGS:
+        p.add_argument("--" + name.replace("_", "-"), dest=name, default=None, help=f"override {name}")
+    p.add_argument("--config", default=None, help="TOML settings file")
+
+
+def _producer(settings: Settings) -> Any:
+    from streamsemi.kafka_io import make_producer
+
+    return make_producer(settings)
+
+
+# ---------------------------------------------------------------- commands
+def cmd_broker(args: argparse.Namespace) -> int:
+    from streamsemi.broker import EmbeddedBroker
+
+    broker = EmbeddedBroker(port=args.port, host=args.host).start()
+    print(json.dumps({"event": "broker_started", "bootstrap_servers": broker.bootstrap_servers}), flush=True)
+    stop = {"now": False}
+
+    def handler(_s: int, _f: Any) -> None:
+        stop["now"] = True
+
+    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, handler)
+    try:
+        while not stop["now"] and broker.alive():
+            time.sleep(0.2)
+    finally:
+        broker.stop()
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from streamsemi import logs
+
+    settings = resolve(flags_from_args(args), config_file=args.config)
+    if args.print_config:
+        print(json.dumps({"settings": settings.redacted(), "sources": settings.sources}, indent=2, default=str))
+        return 0
+    logs.setup(settings.log_level)
+    from streamsemi.worker import Worker
+
+    worker = Worker(settings)
+    worker.install_signal_handlers()
+    return worker.run()
+
+
+def cmd_produce(args: argparse.Namespace) -> int:
+    from streamsemi import datasets
+    from streamsemi.kafka_io import ensure_topics
+    from streamsemi.messages import encode_json
+    from streamsemi.replay import (
+        document_message,
+        paced,
+        replay_order,
+        seed_message,
+        stratified_seeds,
+    )
+
+    settings = _client_settings(args)
+    ds = datasets.load(args.corpus)
+    order = replay_order(ds, args.order, args.seed, args.limit)
+    seeds = stratified_seeds(ds, order, args.seed_fraction, args.seed)
+    ensure_topics(settings)
+    producer = _producer(settings)
+    n_docs = n_seeds = 0
+    t0 = time.monotonic()
+    for i in paced([int(x) for x in order], args.rate):
+        msg = document_message(ds, i)
+        producer.send(settings.documents_topic, key=msg["id"].encode(), value=encode_json(msg))
+        n_docs += 1
+        if i in seeds:
+            sm = seed_message(ds, i)
+            producer.send(settings.control_topic, key=sm["id"].encode(), value=encode_json(sm))
+            n_seeds += 1
+    producer.flush()
+    producer.close()
+    print(json.dumps({"event": "produced", "corpus": ds.name, "documents": n_docs, "seeds": n_seeds,
+                      "seconds": round(time.monotonic() - t0, 2), "topic": settings.documents_topic}))
+    return 0
+
+
+def _send_control(settings: Settings, messages: list[dict]) -> None:
+    from streamsemi.kafka_io import ensure_topics
+    from streamsemi.messages import Limits, Rejected, encode_json, parse_control
+
+    limits = Limits()
+    for m in messages:
+        parsed = parse_control(encode_json(m), limits)
+        if isinstance(parsed, Rejected):
+            raise ConfigError(f"invalid control message {m}: {parsed.detail}")
+    ensure_topics(settings, [settings.control_topic])
+    producer = _producer(settings)
+    for m in messages:
+        key = m.get("id")
+        producer.send(settings.control_topic, key=key.encode() if key else None, value=encode_json(m))
+    producer.flush()
+    producer.close()
+    print(json.dumps({"event": "control_sent", "messages": len(messages), "topic": settings.control_topic}))
+
+
+def cmd_label(args: argparse.Namespace) -> int:
+    settings = _client_settings(args)
+    messages: list[dict] = []
+    if args.file:
+        with open(args.file, encoding="utf-8") as fh:
+            for lineno, line in enumerate(fh, 1):
+                if not line.strip():
+                    continue
+                try:
+                    obj = json.loads(line)
+                except ValueError as exc:
+                    raise ConfigError(f"{args.file}:{lineno}: not JSON: {exc}") from None
+                labels = obj.get("labels", [obj["label"]] if "label" in obj else None)
+                msg = {"op": "label", "id": obj.get("id"), "labels": labels}
+                if obj.get("text"):
+                    msg["text"] = obj["text"]
+                messages.append(msg)
+    if args.id:
+        if not args.label:
+            raise ConfigError("label: --label is required with --id")
+        msg = {"op": "label", "id": args.id, "labels": args.label}
+        if args.text:
+            msg["text"] = args.text
+        messages.append(msg)
+    if not messages:
+        raise ConfigError("label: give --id ID --label L, or --file seeds.jsonl")
+    _send_control(settings, messages)
+    return 0
+
+
+def cmd_unlabel(args: argparse.Namespace) -> int:
+    _send_control(_client_settings(args), [{"op": "unlabel", "id": args.id}])
+    return 0
+
+
+def cmd_refit(args: argparse.Namespace) -> int:
+    _send_control(_client_settings(args), [{"op": "refit"}])
+    return 0
+
+
+def cmd_tail(args: argparse.Namespace) -> int:
+    from streamsemi.kafka_io import assign_all, make_reader
+
+    settings = _client_settings(args)
+    topic = args.topic or settings.assignments_topic
+    consumer = make_reader(settings)
+    assign_all(consumer, topic)
+    seen = 0
+    last = time.monotonic()
+    try:
+        while args.limit is None or seen < args.limit:
+            batch = consumer.poll(timeout_ms=500)
+            if batch:
+                last = time.monotonic()
+            for records in batch.values():
+                for r in records:
+                    value = r.value.decode("utf-8", "replace") if r.value is not None else "null"
+                    sys.stdout.write(value + "\n")
+                    seen += 1
+                    if args.limit is not None and seen >= args.limit:
+                        break
+            sys.stdout.flush()
+            if not args.follow and time.monotonic() - last > args.timeout:
+                break
+    except KeyboardInterrupt:
+        pass
+    finally:
+        consumer.close()
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from streamsemi.demo import run_demo
+
+    return run_demo(args)
+
+
+def cmd_datasets(args: argparse.Namespace) -> int:
+    from streamsemi import datasets
+
+    if args.action == "list":
+        have = datasets.available()
+        for name, desc in datasets.CORPORA.items():
+            print(f"{name:14s} {'cached ' if have[name] else 'missing'}  {desc}")
+        print(f"cache: {datasets.cache_dir()}")
+        return 0
+    names = list(datasets.CORPORA) if args.name == "all" else [args.name]
+    for name in names:
+        ds = datasets.load(name)
+        print(json.dumps({"event": "dataset_ready", "name": name, "documents": len(ds),
+                          "path": str(datasets.fetch(name))}))
+    return 0
+
+
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    from streamsemi.evaluation import command
+
+    return command.run(args)
+
+
+def cmd_state(args: argparse.Namespace) -> int:
+    from streamsemi.checkpoint import inspect_command
+
+    return inspect_command(args)
+
+
+# ---------------------------------------------------------------- parser
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="streamsemi", description="Streaming semi-supervised text classification on Kafka")
+    parser.add_argument("--version", action="version", version=f"streamsemi {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("broker", help="run the embedded Kafka-protocol broker (Tansu) in the foreground")
+    p.add_argument("--port", type=int, default=9092)
+    p.add_argument("--host", default="127.0.0.1")
+    p.set_defaults(func=cmd_broker)
+
+    p = sub.add_parser("run", help="run the worker")
+    p.add_argument("--config", default=None, help="TOML settings file")
+    p.add_argument("--print-config", action="store_true", help="print the effective settings and exit")
+    add_flags(p)
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("produce", help="replay a corpus into the documents topic (and seeds into the control topic)")
+    _add_client_flags(p)
+    p.add_argument("--corpus", required=True)
+    p.add_argument("--limit", type=int, default=None)
+    p.add_argument("--rate", type=float, default=None, help="documents per second (default: as fast as possible)")
+    p.add_argument("--seed-fraction", type=float, default=0.0)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--order", default="auto", choices=("auto", "time", "random", "corpus"))
+    p.set_defaults(func=cmd_produce)
+
+    p = sub.add_parser("label", help="send seed labels")
+    _add_client_flags(p)
+    p.add_argument("--id")
+    p.add_argument("--label", action="append")
+    p.add_argument("--text", default=None, help="the document's text (for documents the worker has not seen)")
+    p.add_argument("--file", default=None, help="JSON lines: {id, labels|label, text?}")
+    p.set_defaults(func=cmd_label)
+
+    p = sub.add_parser("unlabel", help="remove a seed label")
+    _add_client_flags(p)
+    p.add_argument("--id", required=True)
+    p.set_defaults(func=cmd_unlabel)
+
+    p = sub.add_parser("refit", help="ask the workers to refit now")
+    _add_client_flags(p)
+    p.set_defaults(func=cmd_refit)
+
+    p = sub.add_parser("tail", help="print the output topic from the beginning, one JSON object per line")
+    _add_client_flags(p)
+    p.add_argument("--topic", default=None, help="topic to print (default: the assignments topic)")
+    p.add_argument("--limit", type=int, default=None)
+    p.add_argument("--timeout", type=float, default=10.0, help="stop after this many idle seconds")
+    p.add_argument("--follow", action="store_true")
+    p.set_defaults(func=cmd_tail)
+
+    p = sub.add_parser("demo", help="embedded broker + worker + a real corpus streaming through, with live progress")
+    p.add_argument("--corpus", default="reuters-r8")
+    p.add_argument("--docs", type=int, default=None, help="stop after this many documents are assigned")
+    p.add_argument("--rate", type=float, default=200.0)
+    p.add_argument("--seed-fraction", type=float, default=0.05)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--algorithms", default="constrained-kmeans")
+    p.add_argument("--refit-every-docs", type=int, default=1000)
+    p.add_argument("--port", type=int, default=None, help="broker port (default: a free one)")
+    p.add_argument("--metrics-port", type=int, default=9464)
+    p.add_argument("--bootstrap-servers", default=None, help="use this Kafka instead of the embedded broker")
+    p.set_defaults(func=cmd_demo)
+
+    p = sub.add_parser("datasets", help="list or fetch corpora")
+    dsub = p.add_subparsers(dest="action", required=True)
+    dsub.add_parser("list")
+    f = dsub.add_parser("fetch")
+    f.add_argument("name", help="corpus name or 'all'")
+    p.set_defaults(func=cmd_datasets)
+
+    p = sub.add_parser("evaluate", help="run a paper's protocol against the baselines")
+    try:
+        from streamsemi.evaluation import command as eval_command
+
+        eval_command.configure_parser(p)
+    except ImportError as exc:
+        p.set_defaults(eval_unavailable=str(exc))
+    p.set_defaults(func=cmd_evaluate)
+
+    p = sub.add_parser("state", help="inspect checkpoints")
+    ssub = p.add_subparsers(dest="action", required=True)
+    i = ssub.add_parser("inspect")
+    i.add_argument("dir")
+    p.set_defaults(func=cmd_state)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if getattr(args, "eval_unavailable", None):
+        print(f"streamsemi evaluate is not available: {args.eval_unavailable}", file=sys.stderr)
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except ConfigError as exc:
+        print(f"streamsemi: configuration error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:  # noqa: BLE001 - last-resort message instead of a traceback for known failures
+        from streamsemi.broker import BrokerError
+        from streamsemi.datasets import DatasetError
+
+        if isinstance(exc, (BrokerError, DatasetError, ConnectionError)):
+            print(f"streamsemi: {exc}", file=sys.stderr)
+            return 1
+        raise
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

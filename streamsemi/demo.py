@@ -1,0 +1,158 @@
+"""``streamsemi demo``: the embedded broker, a worker process and a real corpus, with live progress.
+
+The demo starts Tansu on a free port (unless ``--bootstrap-servers`` is given),
+starts ``streamsemi run`` as a separate process, replays the corpus into the
+documents topic at ``--rate`` with stratified seed labels on the control topic,
+and reads the assignments topic to show documents assigned, the model version
+and the running macro-F1 against the corpus' true labels (non-seed documents,
+primary algorithm). Ctrl-C (or ``--docs N`` assigned) stops everything.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from typing import Any
+
+from streamsemi import datasets
+from streamsemi.config import resolve
+from streamsemi.evaluation.metrics import macro_f1
+from streamsemi.kafka_io import assign_all, ensure_topics, make_producer, make_reader
+from streamsemi.messages import encode_json
+from streamsemi.replay import (
+    document_message,
+    paced,
+    primary_label,
+    replay_order,
+    seed_message,
+    stratified_seeds,
+)
+
+
+def _print(line: str) -> None:
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
+def run_demo(args: argparse.Namespace) -> int:
+    from streamsemi.broker import EmbeddedBroker
+
+    ds = datasets.load(args.corpus)
+    order = [int(i) for i in replay_order(ds, "auto", args.seed, args.docs)]
+    seeds = stratified_seeds(ds, order, args.seed_fraction, args.seed)
+    broker = None
+    if args.bootstrap_servers:
+        bootstrap = args.bootstrap_servers
+    else:
+        broker = EmbeddedBroker(port=args.port).start()
+        bootstrap = broker.bootstrap_servers
+    run_id = uuid.uuid4().hex[:8]
+    settings = resolve({"bootstrap_servers": bootstrap, "algorithms": args.algorithms,
+                        "documents_topic": f"demo.{run_id}.documents", "control_topic": f"demo.{run_id}.control",
+                        "assignments_topic": f"demo.{run_id}.assignments", "deadletter_topic": f"demo.{run_id}.deadletter"})
+    log_path = os.path.join(tempfile.gettempdir(), f"streamsemi-demo-{run_id}.log")
+    worker = None
+    stop = threading.Event()
+
+    def on_signal(_s: int, _f: Any) -> None:
+        stop.set()
+
+    old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        ensure_topics(settings)
+        cmd = [sys.executable, "-m", "streamsemi", "run", "--bootstrap-servers", bootstrap,
+               "--algorithms", args.algorithms, "--group-id", f"demo-{run_id}",
+               "--documents-topic", settings.documents_topic, "--control-topic", settings.control_topic,
+               "--assignments-topic", settings.assignments_topic, "--deadletter-topic", settings.deadletter_topic,
+               "--refit-every-docs", str(args.refit_every_docs), "--metrics-port", str(args.metrics_port),
+               "--session-timeout-ms", "6000", "--heartbeat-interval-ms", "1000", "--min-docs-first-refit",
+               str(min(300, max(50, len(order) // 4)))]
+        with open(log_path, "ab") as log_fh:
+            worker = subprocess.Popen(cmd, stdout=log_fh, stderr=log_fh, start_new_session=True)
+        _print(f"streamsemi demo: broker {bootstrap}{' (embedded Tansu)' if broker else ''}, worker pid {worker.pid}, "
+               f"corpus {ds.name} ({len(order)} documents, {len(seeds)} seeds, {args.rate:g} docs/s)")
+        _print(f"  metrics: http://127.0.0.1:{args.metrics_port}/metrics   health: /healthz /readyz   worker log: {log_path}")
+
+        sent = {"docs": 0}
+
+        def produce() -> None:
+            producer = make_producer(settings)
+            for i in paced(order, args.rate):
+                if stop.is_set():
+                    break
+                msg = document_message(ds, i)
+                producer.send(settings.documents_topic, key=msg["id"].encode(), value=encode_json(msg))
+                if i in seeds:
+                    sm = seed_message(ds, i)
+                    producer.send(settings.control_topic, key=sm["id"].encode(), value=encode_json(sm))
+                sent["docs"] += 1
+            producer.flush()
+            producer.close()
+
+        threading.Thread(target=produce, name="demo-producer", daemon=True).start()
+        reader = make_reader(settings)
+        assign_all(reader, settings.assignments_topic)
+        truth: dict[str, str] = {}
+        pred: dict[str, str] = {}
+        version = 0
+        last_print = 0.0
+        done_at = None
+        while not stop.is_set():
+            for records in reader.poll(timeout_ms=500).values():
+                for r in records:
+                    try:
+                        msg = json.loads(r.value)
+                    except (TypeError, ValueError):
+                        continue
+                    if not msg.get("primary"):
+                        continue
+                    doc_id = msg["id"]
+                    idx = int(doc_id.rsplit(":", 1)[1])
+                    version = max(version, int(msg.get("model_version", 0)))
+                    if idx not in seeds:
+                        true = primary_label(ds.labels[idx])
+                        if true is not None:
+                            truth[doc_id] = true
+                            pred[doc_id] = msg.get("label") or msg.get("cluster")
+            now = time.monotonic()
+            if worker.poll() is not None:
+                _print(f"the worker exited with code {worker.returncode}; see {log_path}")
+                return 1
+            if now - last_print >= 1.0:
+                last_print = now
+                ids = list(pred)
+                f1 = macro_f1([truth[i] for i in ids], [pred[i] for i in ids]) if ids else float("nan")
+                _print(f"  sent {sent['docs']:6d} | assigned {len(pred) + len([i for i in order[:sent['docs']] if i in seeds]):6d} "
+                       f"| model v{version} | macro-F1 (non-seed docs) {f1:.3f}")
+            assigned_all = len(pred) >= len([i for i in order if i not in seeds and primary_label(ds.labels[i]) is not None])
+            if assigned_all and done_at is None:
+                done_at = now
+                ids = list(pred)
+                f1 = macro_f1([truth[i] for i in ids], [pred[i] for i in ids]) if ids else float("nan")
+                _print(f"all {len(order)} documents assigned: macro-F1 {f1:.3f} on {len(ids)} non-seed documents, model v{version}")
+                if args.docs is not None:
+                    break
+                _print("  (still running: Ctrl-C to stop)")
+        reader.close()
+        return 0
+    finally:
+        stop.set()
+        if worker is not None and worker.poll() is None:
+            worker.send_signal(signal.SIGTERM)
+            try:
+                worker.wait(30)
+            except subprocess.TimeoutExpired:
+                worker.kill()
+        if broker is not None:
+            broker.stop()
+        for s, h in old.items():
+            signal.signal(s, h)
+        _print("demo stopped (worker and broker shut down)")

@@ -1,0 +1,651 @@
+"""The daemon's core without Kafka: vectorise, window + seeds, refit, model swap, assign.
+
+:class:`Engine` is used by the Kafka worker (:mod:`streamsemi.worker`) and, in
+process, by stream-mode evaluation. It is driven from one thread (the polling
+thread); refits run on a snapshot, either inline (``background_refit=False``,
+deterministic) or on a background thread, and swap the new models in atomically.
+
+Documents that arrive before every enabled algorithm has a model are buffered
+(bounded by ``max_buffered_docs``; the worker pauses consumption when the buffer
+is full) and assigned as soon as the first refit completes.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import threading
+import time
+from collections import OrderedDict, deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+from river.drift import ADWIN
+
+from streamsemi.algorithms import make_estimator
+from streamsemi.features import TextFeaturizer
+from streamsemi.logs import event
+from streamsemi.messages import Document, Rejected
+from streamsemi.store import PendingLabels, Row, SeedStore, Window, rows_to_csr
+from streamsemi.telemetry import Telemetry
+
+log = logging.getLogger("streamsemi.engine")
+
+FALLBACK_ALGORITHM = "constrained-kmeans"
+MULTILABEL_ALGORITHMS = {"pseudo-lsc"}
+AGREEMENT_SAMPLE = 1000
+LABEL_PROB_MIN = 1e-3
+LABELS_IN_OUTPUT = 10
+
+
+@dataclass
+class EngineConfig:
+    """Settings of the in-process engine (the worker builds it from its settings)."""
+
+    algorithms: list[str] = field(default_factory=lambda: ["constrained-kmeans"])
+    primary: str | None = None
+    algorithm_params: dict[str, dict[str, Any]] = field(default_factory=dict)
+    n_new_clusters: int = 0
+    n_features: int = 2**18
+    stop_words: str | None = "english"
+    window_max_docs: int = 10000
+    window_max_age_s: float | None = None
+    max_seed_docs: int = 20000
+    max_classes: int = 200
+    max_pending_labels: int = 50000
+    pending_label_ttl_s: float = 3600.0
+    max_buffered_docs: int = 20000
+    refit_every_docs: int = 2000
+    refit_every_s: float | None = None
+    min_docs_first_refit: int = 200
+    min_refit_interval_s: float = 5.0
+    drift_detection: bool = True
+    drift_delta: float = 0.002
+    explain_words: int = 8
+    random_state: int = 0
+    background_refit: bool = True
+    keep_text_chars: int = 20000
+
+    def __post_init__(self) -> None:
+        if not self.algorithms:
+            raise ValueError("EngineConfig.algorithms: at least one algorithm is needed")
+        if self.primary is None:
+            self.primary = self.algorithms[0]
+        if self.primary not in self.algorithms:
+            raise ValueError(f"EngineConfig.primary: {self.primary!r} is not enabled")
+
+    @classmethod
+    def from_settings(cls, s: Any) -> EngineConfig:
+        """Build from :class:`streamsemi.config.Settings`."""
+        return cls(
+            algorithms=s.algorithm_list, primary=s.primary_algorithm,
+            algorithm_params=dict(s.algorithm_params), n_new_clusters=s.n_new_clusters,
+            n_features=s.n_features, stop_words=None if s.stop_words == "none" else s.stop_words,
+            window_max_docs=s.window_max_docs, window_max_age_s=s.window_max_age_s or None,
+            max_seed_docs=s.max_seed_docs, max_classes=s.max_classes,
+            max_pending_labels=s.max_pending_labels, pending_label_ttl_s=s.pending_label_ttl_s,
+            max_buffered_docs=s.max_buffered_docs, refit_every_docs=s.refit_every_docs,
+            refit_every_s=s.refit_every_s or None, min_docs_first_refit=s.min_docs_first_refit,
+            min_refit_interval_s=s.min_refit_interval_s, drift_detection=s.drift_detection,
+            drift_delta=s.drift_delta, explain_words=s.explain_words, random_state=s.random_state,
+            background_refit=True,
+        )
+
+
+@dataclass
+class Assignment:
+    """One algorithm's verdict on one document (the output message)."""
+
+    id: str
+    algorithm: str
+    model_version: int
+    label: str | None
+    score: float
+    labels: dict[str, float]
+    cluster: str
+    new_cluster: bool
+    explain: list[str]
+    primary: bool
+    ts: float
+    fallback: bool = False
+    document: Document | None = None
+
+    def to_message(self) -> dict[str, Any]:
+        """JSON body of the output record."""
+        out = {
+            "id": self.id, "algorithm": self.algorithm, "model_version": self.model_version,
+            "label": self.label, "score": round(self.score, 6), "labels": self.labels,
+            "cluster": self.cluster, "new_cluster": self.new_cluster, "explain": self.explain,
+            "primary": self.primary, "ts": self.ts,
+        }
+        if self.fallback:
+            out["fallback"] = True
+        return out
+
+
+@dataclass
+class ModelSlot:
+    """A fitted model in use and what the engine derived from it."""
+
+    model: Any
+    version: int
+    fitted_at: float
+    classes: np.ndarray
+    new_clusters: frozenset[str]
+    multilabel: bool
+    explain: dict[str, list[str]]
+    fallback: bool = False
+    n_train: int = 0
+
+
+@dataclass
+class ResolvedSeed:
+    """A label that was completed with its document's text (re-emitted on the control topic)."""
+
+    id: str
+    labels: tuple[str, ...]
+    text: str
+    label_offset: int | None
+
+
+@dataclass
+class ProcessResult:
+    assignments: list[Assignment]
+    rejected: list[tuple[Document, Rejected]]
+
+
+@dataclass
+class _Snapshot:
+    version: int
+    X: sp.csr_matrix
+    doc_ids: list[str]
+    seed_labels: list[tuple[str, ...] | None]
+    n_window: int
+    trigger: str
+
+
+def _accepts(cls: type, param: str) -> bool:
+    try:
+        return param in inspect.signature(cls.__init__).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+class Engine:
+    """Streaming semi-supervised classification state machine.
+
+    Parameters
+    ----------
+    config : EngineConfig
+    telemetry : Telemetry, optional
+        Metrics sink (a private registry when omitted).
+    clock : callable
+        Wall-clock source (seconds), injectable for tests.
+    """
+
+    def __init__(self, config: EngineConfig, telemetry: Telemetry | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.config = config
+        self.telemetry = telemetry or Telemetry()
+        self.clock = clock
+        self.featurizer = TextFeaturizer(config.n_features, config.stop_words)
+        self.sketch_lock = threading.Lock()
+        self.window = Window(config.window_max_docs, config.window_max_age_s, config.keep_text_chars)
+        self.seeds = SeedStore(config.max_seed_docs)
+        self.pending = PendingLabels(config.max_pending_labels, config.pending_label_ttl_s)
+        self.models: dict[str, ModelSlot] = {}
+        self.version = 0
+        self.buffer: deque[tuple[Document, Row]] = deque()
+        self.docs_since_refit = 0
+        self.last_refit_start = self.clock()
+        self.last_drift_refit = 0.0
+        self.refit_count = 0
+        self.resolved: list[ResolvedSeed] = []
+        self.dead: list[tuple[dict, Rejected]] = []
+        self._last_op: OrderedDict[str, tuple[int, str]] = OrderedDict()
+        self._seed_checks: dict[str, deque[bool]] = {a: deque(maxlen=200) for a in config.algorithms}
+        self._pending_checks: list[tuple[tuple[str, ...], Row]] = []
+        self._refit_lock = threading.Lock()
+        self._refit_thread: threading.Thread | None = None
+        self._refit_queued: str | None = None
+        self._adwin = ADWIN(delta=config.drift_delta) if config.drift_detection else None
+        self.last_refit_error: dict[str, str] = {}
+
+    # ------------------------------------------------------------------ state
+    @property
+    def ready(self) -> bool:
+        """Every enabled algorithm has a model (its own or the fallback)."""
+        return all(a in self.models for a in self.config.algorithms)
+
+    @property
+    def refitting(self) -> bool:
+        t = self._refit_thread
+        return t is not None and t.is_alive()
+
+    @property
+    def buffer_full(self) -> bool:
+        return len(self.buffer) >= self.config.max_buffered_docs
+
+    def seed_classes(self) -> dict[str, int]:
+        return self.seeds.class_counts()
+
+    # ------------------------------------------------------------------ control
+    def _note_op(self, doc_id: str, offset: int | None, op: str) -> None:
+        if offset is None:
+            return
+        self._last_op.pop(doc_id, None)
+        self._last_op[doc_id] = (offset, op)
+        while len(self._last_op) > self.config.max_seed_docs + self.config.max_pending_labels:
+            self._last_op.popitem(last=False)
+
+    def _vectorize_one(self, text: str) -> Row | None:
+        with self.sketch_lock:
+            X = self.featurizer.transform([text])
+        return Row.from_csr(X, 0) if X.nnz else None
+
+    def label(self, doc_id: str, labels: Sequence[str], text: str | None = None, offset: int | None = None,
+              origin: str | None = None, label_offset: int | None = None) -> list[tuple[dict, Rejected]]:
+        """Apply a seed label; return ``(label op, rejection)`` pairs for the dead-letter topic.
+
+        A label for a document in the window (or with ``text``) becomes a seed at
+        once; otherwise it is held until the document arrives or the label expires.
+        """
+        labels = tuple(labels)
+        self.telemetry.control.labels("label").inc()
+        known = self.seeds.class_counts()
+        new_classes = [lb for lb in labels if lb not in known]
+        if new_classes and len(known) + len(new_classes) > self.config.max_classes:
+            return [({"op": "label", "id": doc_id, "labels": list(labels)},
+                     Rejected("invalid_label", f"would exceed max_classes={self.config.max_classes} seeded classes"))]
+        if origin == "resolved":
+            last = self._last_op.get(doc_id)
+            if last is not None and label_offset is not None and last[0] > label_offset and last[1] == "unlabel":
+                return []
+            if doc_id in self.seeds:
+                return []
+            held = self.pending.pop(doc_id)
+            if held is not None:
+                labels = held.labels
+        else:
+            self._note_op(doc_id, offset, "label")
+        row = self._vectorize_one(text) if text else None
+        if text and row is None:
+            return [({"op": "label", "id": doc_id, "labels": list(labels)},
+                     Rejected("no_terms", "the label's text has no indexable terms"))]
+        if row is not None:
+            self.pending.pop(doc_id)
+            self._make_seed(doc_id, labels, row)
+            return []
+        if doc_id in self.seeds:
+            self.seeds.relabel(doc_id, labels)
+            self._publish_seeds()
+            return []
+        entry = self.window.get(doc_id)
+        if entry is not None:
+            self._make_seed(doc_id, labels, entry.row)
+            if entry.text:
+                self.resolved.append(ResolvedSeed(doc_id, labels, entry.text, offset))
+            return []
+        out = [({"op": "label", "id": k, "labels": list(p.labels)},
+                Rejected("pending_overflow", f"more than max_pending_labels={self.config.max_pending_labels} labels wait for their documents"))
+               for k, p in self.pending.put(doc_id, labels, self.clock(), offset)]
+        self.telemetry.pending.set(len(self.pending))
+        return out
+
+    def unlabel(self, doc_id: str, offset: int | None = None) -> bool:
+        """Remove a seed (or a held label); True if anything was removed."""
+        self.telemetry.control.labels("unlabel").inc()
+        self._note_op(doc_id, offset, "unlabel")
+        removed = self.seeds.remove(doc_id)
+        removed = (self.pending.pop(doc_id) is not None) or removed
+        self.telemetry.pending.set(len(self.pending))
+        self._publish_seeds()
+        return removed
+
+    def request_refit(self, trigger: str = "request") -> None:
+        """Refit now (or as soon as the running refit ends)."""
+        if trigger == "request":
+            self.telemetry.control.labels("refit").inc()
+        self._start_refit(trigger)
+
+    def _make_seed(self, doc_id: str, labels: tuple[str, ...], row: Row) -> None:
+        self.seeds.put(doc_id, labels, row)
+        self._pending_checks.append((labels, row))
+        self._publish_seeds()
+
+    def _publish_seeds(self) -> None:
+        self.telemetry.set_seed_counts(self.seeds.class_counts())
+
+    def drain_resolved(self) -> list[ResolvedSeed]:
+        """Seeds completed from a document's text since the last call."""
+        out, self.resolved = self.resolved, []
+        return out
+
+    # ------------------------------------------------------------------ documents
+    def process(self, docs: Sequence[Document]) -> ProcessResult:
+        """Vectorise and window ``docs``, assign them if models exist (else buffer), maybe refit."""
+        rejected: list[tuple[Document, Rejected]] = []
+        assignments: list[Assignment] = []
+        if docs:
+            with self.sketch_lock:
+                X = self.featurizer.transform([d.text for d in docs])
+            nnz = np.diff(X.indptr)
+            good: list[tuple[Document, Row]] = []
+            for i, doc in enumerate(docs):
+                if nnz[i] == 0:
+                    rejected.append((doc, Rejected("no_terms", "the text has no indexable terms (only stop words, digits or punctuation)")))
+                    continue
+                row = Row.from_csr(X, i)
+                ts = doc.ts if doc.ts is not None else doc.arrival
+                self.window.add(doc.id, row, ts, doc.text)
+                held = self.pending.pop(doc.id)
+                if held is not None:
+                    self._make_seed(doc.id, held.labels, row)
+                    self.resolved.append(ResolvedSeed(doc.id, held.labels, doc.text, held.offset))
+                good.append((doc, row))
+            self.telemetry.pending.set(len(self.pending))
+            self.docs_since_refit += len(good)
+            if self.ready and not self.buffer:
+                assignments = self._assign(good)
+            else:
+                self.buffer.extend(good)
+        self.tick()
+        assignments.extend(self.flush())
+        return ProcessResult(assignments, rejected)
+
+    def flush(self) -> list[Assignment]:
+        """Assign buffered documents once every enabled algorithm has a model."""
+        out: list[Assignment] = []
+        if self.ready and self.buffer:
+            batch = list(self.buffer)
+            self.buffer.clear()
+            out = self._assign(batch)
+        self._run_seed_checks()
+        self.telemetry.buffered.set(len(self.buffer))
+        return out
+
+    def drop_buffered(self, predicate: Callable[[Document], bool]) -> int:
+        """Forget buffered documents matching ``predicate`` (e.g. of revoked partitions)."""
+        keep = deque(item for item in self.buffer if not predicate(item[0]))
+        dropped = len(self.buffer) - len(keep)
+        self.buffer = keep
+        return dropped
+
+    def tick(self) -> None:
+        """Time-driven work: window age, label expiry, refit timer, first-fit and count triggers."""
+        now = self.clock()
+        self.window.expire(now)
+        expired = [({"op": "label", "id": k, "labels": list(p.labels)},
+                    Rejected("label_expired", f"document {k!r} did not arrive within pending_label_ttl_s={self.config.pending_label_ttl_s}"))
+                   for k, p in self.pending.expire(now)]
+        if expired:
+            self.dead.extend(expired)
+            self.telemetry.pending.set(len(self.pending))
+        cfg = self.config
+        if self._refit_queued is not None and not self.refitting:
+            with self._refit_lock:
+                queued, self._refit_queued = self._refit_queued, None
+            self._start_refit(queued)
+        elif not self.models:
+            if len(self.window) >= cfg.min_docs_first_refit or self.buffer_full:
+                self._start_refit("docs", quiet=True)
+        elif cfg.refit_every_docs and self.docs_since_refit >= cfg.refit_every_docs:
+            self._start_refit("docs")
+        elif cfg.refit_every_s and now - self.last_refit_start >= cfg.refit_every_s:
+            self._start_refit("time")
+        self.telemetry.window.set(len(self.window))
+        oldest = self.window.oldest_ts()
+        self.telemetry.window_age.set(max(0.0, now - oldest) if oldest is not None else 0.0)
+
+    def drain_dead(self) -> list[tuple[dict, Rejected]]:
+        """Label operations that expired unseen since the last call (for the dead-letter topic)."""
+        out, self.dead = self.dead, []
+        return out
+
+    # ------------------------------------------------------------------ assignment
+    def _assign(self, items: Sequence[tuple[Document, Row]]) -> list[Assignment]:
+        if not items:
+            return []
+        X = rows_to_csr([r for _, r in items], self.config.n_features)
+        models = self.models
+        now = self.clock()
+        out: list[Assignment] = []
+        primary_scores = None
+        for name in self.config.algorithms:
+            slot = models[name]
+            per_doc = self._assign_with(slot, X)
+            is_primary = name == self.config.primary
+            for (doc, _), (label, score, labels, cluster, new) in zip(items, per_doc, strict=True):
+                out.append(Assignment(doc.id, name, slot.version, label, score, labels, cluster, new,
+                                      slot.explain.get(cluster, []), is_primary, now, slot.fallback, doc))
+                self.telemetry.assignments.labels(name, self.telemetry.class_label(label, new)).inc()
+            self.telemetry.assigned.labels(name).inc(len(items))
+            if is_primary:
+                primary_scores = [s for _, s, _, _, _ in per_doc]
+        if self._adwin is not None and primary_scores:
+            drift = False
+            for s in primary_scores:
+                self._adwin.update(s)
+                drift = drift or self._adwin.drift_detected
+            if drift and now - self.last_drift_refit >= self.config.min_refit_interval_s:
+                self.last_drift_refit = now
+                event(log, "drift_detected", algorithm=self.config.primary)
+                self._start_refit("drift")
+        return out
+
+    @staticmethod
+    def _assign_with(slot: ModelSlot, X: sp.csr_matrix) -> list[tuple[str | None, float, dict[str, float], str, bool]]:
+        P = np.asarray(slot.model.predict_proba(X), dtype=np.float64)
+        classes = [str(c) for c in slot.classes]
+        out = []
+        if slot.multilabel:
+            indicator = np.asarray(slot.model.predict(X))
+            if sp.issparse(indicator):
+                indicator = indicator.toarray()
+            for i in range(P.shape[0]):
+                top = int(np.argmax(P[i]))
+                chosen = np.flatnonzero(indicator[i]) if indicator[i].any() else np.array([top])
+                labels = {classes[k]: round(float(P[i, k]), 6) for k in chosen}
+                out.append((classes[top], float(P[i, top]), labels, classes[top], False))
+            return out
+        top = P.argmax(axis=1)
+        for i in range(P.shape[0]):
+            k = int(top[i])
+            row = P[i]
+            keep = np.argsort(-row)[:LABELS_IN_OUTPUT]
+            labels = {classes[j]: round(float(row[j]), 6) for j in keep if row[j] >= LABEL_PROB_MIN or j == k}
+            name = classes[k]
+            new = name in slot.new_clusters
+            out.append((None if new else name, float(row[k]), labels, name, new))
+        return out
+
+    def _run_seed_checks(self) -> None:
+        """Prequential seed accuracy: does the model in use agree with labels it has not seen?"""
+        if not self._pending_checks or not self.models:
+            return
+        checks, self._pending_checks = self._pending_checks, []
+        X = rows_to_csr([r for _, r in checks], self.config.n_features)
+        for name, slot in self.models.items():
+            if name not in self._seed_checks:
+                continue
+            try:
+                per_doc = self._assign_with(slot, X)
+            except Exception:  # noqa: BLE001 - a quality probe must never break processing
+                continue
+            for (labels, _), (label, _, chosen, _, _) in zip(checks, per_doc, strict=True):
+                hit = any(lb in chosen for lb in labels) if slot.multilabel else label in labels
+                self._seed_checks[name].append(bool(hit))
+            hits = self._seed_checks[name]
+            self.telemetry.seed_accuracy.labels(name).set(sum(hits) / len(hits))
+
+    # ------------------------------------------------------------------ refits
+    def _snapshot(self, trigger: str) -> _Snapshot | None:
+        ids = self.window.ids()
+        rows = self.window.rows()
+        in_window = set(ids)
+        for doc_id, seed in self.seeds.items():
+            if doc_id not in in_window:
+                ids.append(doc_id)
+                rows.append(seed.row)
+        labels: list[tuple[str, ...] | None] = []
+        for doc_id in ids:
+            seed = self.seeds.get(doc_id)
+            labels.append(seed.labels if seed is not None else None)
+        if not ids:
+            return None
+        return _Snapshot(self.version + 1, rows_to_csr(rows, self.config.n_features), ids, labels,
+                         len(in_window), trigger)
+
+    def _start_refit(self, trigger: str, quiet: bool = False) -> None:
+        with self._refit_lock:
+            if self.refitting:
+                if self._refit_queued is not None:
+                    if not quiet:
+                        self.telemetry.refits_skipped.labels("busy").inc()
+                else:
+                    self._refit_queued = trigger
+                return
+            if len(self.seeds.class_counts()) < 2:
+                if not quiet:
+                    self.telemetry.refits_skipped.labels("not_enough_seeds").inc()
+                self.docs_since_refit = 0
+                self.last_refit_start = self.clock()
+                return
+            snap = self._snapshot(trigger)
+            if snap is None:
+                return
+            self.telemetry.refit_triggers.labels(trigger).inc()
+            self.version = snap.version
+            self.docs_since_refit = 0
+            self.last_refit_start = self.clock()
+            if self.config.background_refit:
+                self._refit_thread = threading.Thread(target=self._refit_and_requeue, args=(snap,),
+                                                      name=f"refit-{snap.version}", daemon=True)
+                self.telemetry.refit_in_progress.set(1)
+                self._refit_thread.start()
+                return
+        self._refit_round(snap)
+
+    def _refit_and_requeue(self, snap: _Snapshot) -> None:
+        try:
+            self._refit_round(snap)
+        finally:
+            self.telemetry.refit_in_progress.set(0)
+
+    def wait_for_refit(self, timeout: float | None = None) -> bool:
+        """Block until the running refit (if any) ends: True, or False when ``timeout`` passes first."""
+        t = self._refit_thread
+        if t is None:
+            return True
+        t.join(timeout)
+        return not t.is_alive()
+
+    def _targets(self, multilabel: bool, labels: list[tuple[str, ...] | None]) -> list[Any]:
+        if multilabel:
+            return [list(lb) if lb else [] for lb in labels]
+        return [lb[0] if lb else None for lb in labels]
+
+    def _fit_one(self, name: str, snap: _Snapshot) -> ModelSlot:
+        params = dict(self.config.algorithm_params.get(name, {}))
+        est = make_estimator(name, **params)
+        cls = type(est)
+        if self.config.n_new_clusters and _accepts(cls, "n_new_clusters") and "n_new_clusters" not in params:
+            est.set_params(n_new_clusters=self.config.n_new_clusters)
+        if _accepts(cls, "random_state") and "random_state" not in params:
+            est.set_params(random_state=self.config.random_state)
+        multilabel = name in MULTILABEL_ALGORITHMS or bool(getattr(cls, "accepts_multilabel", False))
+        y = self._targets(multilabel, snap.seed_labels)
+        prev = self.models.get(name)
+        if getattr(cls, "supports_warm_start", False) and prev is not None and not prev.fallback:
+            est.fit(snap.X, y, doc_ids=snap.doc_ids, warm_start_from=prev.model)
+        elif getattr(cls, "supports_warm_start", False):
+            est.fit(snap.X, y, doc_ids=snap.doc_ids)
+        else:
+            est.fit(snap.X, y)
+        multilabel = multilabel or bool(getattr(est, "multilabel_", False))
+        try:
+            with self.sketch_lock:
+                explain = est.explain(self.featurizer.sketch, self.config.explain_words) if self.config.explain_words else {}
+        except Exception as exc:  # noqa: BLE001 - explanations are best effort
+            event(log, "explain_failed", logging.WARNING, algorithm=name, error=str(exc))
+            explain = {}
+        return ModelSlot(est, snap.version, self.clock(), np.asarray(est.classes_),
+                         frozenset(str(c) for c in getattr(est, "new_clusters_", []) or []),
+                         multilabel, explain, n_train=snap.X.shape[0])
+
+    def _agreement(self, old: ModelSlot, new: ModelSlot, snap: _Snapshot) -> float | None:
+        n = min(snap.n_window, AGREEMENT_SAMPLE)
+        if n == 0:
+            return None
+        idx = np.linspace(0, snap.n_window - 1, n).astype(int)
+        X = snap.X[idx]
+        a = [c for _, _, _, c, _ in self._assign_with(old, X)]
+        b = [c for _, _, _, c, _ in self._assign_with(new, X)]
+        return float(np.mean([x == y for x, y in zip(a, b, strict=True)]))
+
+    def _refit_round(self, snap: _Snapshot) -> None:
+        t_round = time.perf_counter()
+        new_models = dict(self.models)
+        fallback_slot: ModelSlot | None = None
+        failed: list[str] = []
+        for name in self.config.algorithms:
+            t0 = time.perf_counter()
+            try:
+                slot = self._fit_one(name, snap)
+            except Exception as exc:  # noqa: BLE001 - one algorithm's failure must not stop the worker
+                dt = time.perf_counter() - t0
+                self.telemetry.refits.labels(name, "failure").inc()
+                self.last_refit_error[name] = f"{type(exc).__name__}: {exc}"
+                event(log, "refit_failed", logging.WARNING, algorithm=name, version=snap.version,
+                      seconds=round(dt, 3), error=self.last_refit_error[name])
+                failed.append(name)
+                continue
+            dt = time.perf_counter() - t0
+            self.telemetry.refit_duration.labels(name).observe(dt)
+            self.telemetry.refits.labels(name, "success").inc()
+            self.telemetry.last_refit.labels(name).set(self.clock())
+            self.telemetry.model_version.labels(name).set(snap.version)
+            self.telemetry.new_clusters.labels(name).set(len(slot.new_clusters))
+            self.last_refit_error.pop(name, None)
+            old = new_models.get(name)
+            if old is not None:
+                try:
+                    agree = self._agreement(old, slot, snap)
+                    if agree is not None:
+                        self.telemetry.agreement.labels(name).set(agree)
+                except Exception as exc:  # noqa: BLE001
+                    event(log, "agreement_failed", logging.WARNING, algorithm=name, error=str(exc))
+            new_models[name] = slot
+            if name == FALLBACK_ALGORITHM:
+                fallback_slot = slot
+            event(log, "refit_done", algorithm=name, version=snap.version, seconds=round(dt, 3),
+                  documents=snap.X.shape[0], seeds=sum(1 for lb in snap.seed_labels if lb),
+                  trigger=snap.trigger, new_clusters=len(slot.new_clusters))
+        missing = [n for n in failed if n not in new_models]
+        if missing:
+            if fallback_slot is None:
+                try:
+                    fallback_slot = self._fit_one(FALLBACK_ALGORITHM, snap)
+                except Exception as exc:  # noqa: BLE001
+                    event(log, "fallback_failed", logging.ERROR, error=str(exc))
+            if fallback_slot is not None:
+                for name in missing:
+                    new_models[name] = ModelSlot(**{**fallback_slot.__dict__, "fallback": True})
+                    event(log, "fallback_in_use", logging.WARNING, algorithm=name, version=snap.version)
+        self.models = new_models  # atomic swap
+        self.refit_count += 1
+        event(log, "refit_round_done", version=snap.version, seconds=round(time.perf_counter() - t_round, 3),
+              failed=failed)
+
+    # ------------------------------------------------------------------ introspection
+    def stats(self) -> dict[str, Any]:
+        """Counts for logs and the demo's progress line."""
+        return {
+            "window": len(self.window), "seeds": len(self.seeds), "pending_labels": len(self.pending),
+            "buffered": len(self.buffer), "model_version": self.version, "refits": self.refit_count,
+            "ready": self.ready, "refitting": self.refitting,
+            "seed_classes": len(self.seeds.class_counts()),
+        }

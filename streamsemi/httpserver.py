@@ -1,0 +1,66 @@
+"""Metrics and health endpoints: ``/metrics``, ``/healthz``, ``/readyz``."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+
+class StatusServer:
+    """HTTP server on a daemon thread.
+
+    Parameters
+    ----------
+    host, port : str, int
+        Bind address (port 0 = any free port; see :attr:`port` after start).
+    registry : CollectorRegistry
+    health : callable returning (ok, details)
+    ready : callable returning (ok, details)
+    """
+
+    def __init__(self, host: str, port: int, registry: CollectorRegistry,
+                 health: Callable[[], tuple[bool, dict[str, Any]]],
+                 ready: Callable[[], tuple[bool, dict[str, Any]]]) -> None:
+        registry_ = registry
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 - http.server API
+                path = self.path.split("?", 1)[0]
+                if path == "/metrics":
+                    body = generate_latest(registry_)
+                    self._send(200, body, CONTENT_TYPE_LATEST)
+                elif path in ("/healthz", "/readyz"):
+                    ok, details = (health if path == "/healthz" else ready)()
+                    body = json.dumps({"ok": ok, **details}, default=str).encode()
+                    self._send(200 if ok else 503, body, "application/json")
+                else:
+                    self._send(404, b'{"error": "not found"}', "application/json")
+
+            def _send(self, code: int, body: bytes, ctype: str) -> None:
+                self.send_response(code)
+                self.send_header("Content-Type", ctype)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: Any) -> None:
+                return
+
+        self.httpd = ThreadingHTTPServer((host, port), Handler)
+        self.httpd.daemon_threads = True
+        self.host = host
+        self.port = int(self.httpd.server_address[1])
+        self.thread = threading.Thread(target=self.httpd.serve_forever, name="status-http", daemon=True)
+
+    def start(self) -> StatusServer:
+        self.thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()

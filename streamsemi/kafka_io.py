@@ -1,0 +1,161 @@
+"""Kafka clients: topic creation, producer and consumer construction, the control reader."""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from typing import Any
+
+from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.admin import NewTopic
+from kafka.errors import KafkaError, TopicAlreadyExistsError
+
+from streamsemi.config import Settings, kafka_security
+from streamsemi.logs import event
+
+log = logging.getLogger("streamsemi.kafka")
+
+
+def topics_of(settings: Settings) -> list[str]:
+    return [settings.documents_topic, settings.control_topic, settings.assignments_topic, settings.deadletter_topic]
+
+
+def ensure_topics(settings: Settings, topics: list[str] | None = None, timeout_s: float = 30.0) -> list[str]:
+    """Create missing topics (explicitly: auto-created topics get the broker's defaults). Returns those created."""
+    topics = topics or topics_of(settings)
+    deadline = time.monotonic() + timeout_s
+    last: Exception | None = None
+    while time.monotonic() < deadline:
+        try:
+            admin = KafkaAdminClient(bootstrap_servers=settings.bootstrap_servers, client_id="streamsemi-admin",
+                                     request_timeout_ms=10000, **kafka_security(settings))
+            try:
+                existing = set(admin.list_topics())
+                missing = [t for t in topics if t not in existing]
+                created = []
+                for t in missing:
+                    try:
+                        admin.create_topics([NewTopic(t, settings.topic_partitions, settings.replication_factor)])
+                        created.append(t)
+                    except TopicAlreadyExistsError:
+                        pass
+                return created
+            finally:
+                admin.close()
+        except KafkaError as exc:
+            last = exc
+            time.sleep(0.5)
+    raise ConnectionError(f"cannot reach Kafka at {settings.bootstrap_servers} to create topics: {last}")
+
+
+def make_producer(settings: Settings, **overrides: Any) -> KafkaProducer:
+    """Producer for outputs, dead letters and control messages (batched, idempotent with acks=all)."""
+    acks: Any = settings.producer_acks if settings.producer_acks == "all" else int(settings.producer_acks)
+    conf: dict[str, Any] = dict(
+        bootstrap_servers=settings.bootstrap_servers, acks=acks, linger_ms=10, batch_size=128 * 1024,
+        enable_idempotence=settings.producer_acks == "all", client_id="streamsemi-producer",
+        max_request_size=max(1_048_576, settings.max_message_bytes * 2),
+        **kafka_security(settings),
+    )
+    if settings.compression:
+        conf["compression_type"] = settings.compression
+    conf.update(overrides)
+    return KafkaProducer(**conf)
+
+
+def make_document_consumer(settings: Settings) -> KafkaConsumer:
+    """Group consumer of the documents topic; offsets committed by the worker after outputs are flushed."""
+    return KafkaConsumer(
+        bootstrap_servers=settings.bootstrap_servers, group_id=settings.group_id, client_id="streamsemi-worker",
+        enable_auto_commit=False, auto_offset_reset="earliest", max_poll_records=settings.max_poll_records,
+        session_timeout_ms=settings.session_timeout_ms, heartbeat_interval_ms=settings.heartbeat_interval_ms,
+        max_poll_interval_ms=settings.max_poll_interval_ms,
+        fetch_max_bytes=64 * 1024 * 1024, max_partition_fetch_bytes=max(1_048_576, settings.max_message_bytes * 2),
+        **kafka_security(settings),
+    )
+
+
+def make_reader(settings: Settings, **overrides: Any) -> KafkaConsumer:
+    """Group-less consumer (for assign() + seek)."""
+    conf: dict[str, Any] = dict(bootstrap_servers=settings.bootstrap_servers, group_id=None, enable_auto_commit=False,
+                                auto_offset_reset="earliest", client_id="streamsemi-reader",
+                                fetch_max_bytes=64 * 1024 * 1024,
+                                max_partition_fetch_bytes=max(1_048_576, settings.max_message_bytes * 2),
+                                **kafka_security(settings))
+    conf.update(overrides)
+    return KafkaConsumer(**conf)
+
+
+def assign_all(consumer: KafkaConsumer, topic: str, timeout_s: float = 30.0, from_beginning: bool = True) -> list[TopicPartition]:
+    """Assign every partition of ``topic`` to a group-less consumer."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        parts = consumer.partitions_for_topic(topic)
+        if parts:
+            break
+        if time.monotonic() > deadline:
+            raise ConnectionError(f"topic {topic!r} has no partitions visible after {timeout_s}s")
+        consumer.topics()
+        time.sleep(0.2)
+    tps = [TopicPartition(topic, p) for p in sorted(parts)]
+    consumer.assign(tps)
+    if from_beginning:
+        consumer.seek_to_beginning(*tps)
+    return tps
+
+
+class ControlReader(threading.Thread):
+    """Reads the WHOLE control topic from the beginning (all partitions, no group) into a queue.
+
+    Every worker sees every seed, and seeds survive restarts because the topic
+    is replayed at start. Items are ``(raw bytes, partition, offset, key)``.
+    """
+
+    def __init__(self, settings: Settings, on_error: Any = None) -> None:
+        super().__init__(name="control-reader", daemon=True)
+        self.settings = settings
+        self.queue: queue.Queue[tuple[bytes | None, int, int, bytes | None]] = queue.Queue(maxsize=100_000)
+        self.stop_event = threading.Event()
+        self.caught_up = threading.Event()
+        self.on_error = on_error
+        self.consumer: KafkaConsumer | None = None
+
+    def run(self) -> None:
+        while not self.stop_event.is_set():
+            try:
+                self.consumer = make_reader(self.settings, client_id="streamsemi-control")
+                tps = assign_all(self.consumer, self.settings.control_topic)
+                while not self.stop_event.is_set():
+                    batch = self.consumer.poll(timeout_ms=500, max_records=2000)
+                    for tp, records in batch.items():
+                        for r in records:
+                            self.queue.put((r.value, tp.partition, r.offset, r.key))
+                    if not batch and not self.caught_up.is_set():
+                        if all(self.consumer.position(tp) >= (self.consumer.highwater(tp) or 0) for tp in tps):
+                            self.caught_up.set()
+            except Exception as exc:  # noqa: BLE001 - keep reading after broker trouble
+                event(log, "control_reader_error", logging.WARNING, error=f"{type(exc).__name__}: {exc}")
+                if self.on_error:
+                    self.on_error("control")
+                self.stop_event.wait(1.0)
+            finally:
+                if self.consumer is not None:
+                    try:
+                        self.consumer.close()
+                    except Exception:  # noqa: BLE001
+                        pass
+                    self.consumer = None
+
+    def drain(self, limit: int = 10_000) -> list[tuple[bytes | None, int, int, bytes | None]]:
+        out = []
+        while len(out) < limit:
+            try:
+                out.append(self.queue.get_nowait())
+            except queue.Empty:
+                break
+        return out
+
+    def stop(self) -> None:
+        self.stop_event.set()

@@ -1,0 +1,93 @@
+"""Prometheus metrics of the worker (one registry per worker/engine instance).
+
+docs/metrics.md lists every metric. Label cardinality is bounded: class names
+only for seeded classes up to ``max_class_labels`` (others become ``other``,
+discovered clusters ``new``), never document ids.
+"""
+
+from __future__ import annotations
+
+import platform
+import threading
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from streamsemi import __version__
+
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+REFIT_BUCKETS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600, 1200)
+
+
+class Telemetry:
+    """All worker metrics, registered on ``registry`` (a fresh one by default).
+
+    Parameters
+    ----------
+    registry : CollectorRegistry, optional
+    max_class_labels : int
+        Distinct class label values exported before the rest are folded into ``other``.
+    """
+
+    def __init__(self, registry: CollectorRegistry | None = None, max_class_labels: int = 50) -> None:
+        self.registry = registry or CollectorRegistry()
+        self.max_class_labels = max_class_labels
+        self._classes: set[str] = set()
+        self._lock = threading.Lock()
+        r = self.registry
+        self.build_info = Gauge("streamsemi_build_info", "Build information (always 1)", ["version", "python"], registry=r)
+        self.build_info.labels(__version__, platform.python_version()).set(1)
+        self.consumed = Counter("streamsemi_documents_consumed", "Document messages read from the documents topic", registry=r)
+        self.assigned = Counter("streamsemi_documents_assigned", "Documents assigned, per algorithm", ["algorithm"], registry=r)
+        self.assignments = Counter("streamsemi_assignments", "Assignments by algorithm and class (bounded)", ["algorithm", "class"], registry=r)
+        self.new_clusters = Gauge("streamsemi_new_clusters", "Discovered (unseeded) clusters in the current model", ["algorithm"], registry=r)
+        self.dead_letters = Counter("streamsemi_dead_letters", "Messages sent to the dead-letter topic, by reason", ["reason"], registry=r)
+        self.control = Counter("streamsemi_control_messages", "Control messages applied, by op", ["op"], registry=r)
+        self.seeds = Gauge("streamsemi_seed_documents", "Seed-labeled documents held, by class (bounded)", ["class"], registry=r)
+        self.pending = Gauge("streamsemi_pending_labels", "Labels waiting for their document", registry=r)
+        self.window = Gauge("streamsemi_window_documents", "Documents in the refit window", registry=r)
+        self.window_age = Gauge("streamsemi_window_age_seconds", "Age of the oldest window document", registry=r)
+        self.buffered = Gauge("streamsemi_buffered_documents", "Documents waiting for the first model", registry=r)
+        self.refit_duration = Histogram("streamsemi_refit_duration_seconds", "Refit time per algorithm", ["algorithm"],
+                                        buckets=REFIT_BUCKETS, registry=r)
+        self.refits = Counter("streamsemi_refits", "Refits per algorithm and outcome", ["algorithm", "outcome"], registry=r)
+        self.refit_triggers = Counter("streamsemi_refit_triggers", "Refit triggers, by cause", ["trigger"], registry=r)
+        self.refits_skipped = Counter("streamsemi_refits_skipped", "Refit triggers not acted on, by reason", ["reason"], registry=r)
+        self.refit_in_progress = Gauge("streamsemi_refit_in_progress", "1 while a refit runs", registry=r)
+        self.last_refit = Gauge("streamsemi_last_successful_refit_timestamp_seconds", "Time of the last successful refit",
+                                ["algorithm"], registry=r)
+        self.model_version = Gauge("streamsemi_model_version", "Version of the model in use", ["algorithm"], registry=r)
+        self.latency = Histogram("streamsemi_document_latency_seconds", "Time from a document's arrival at the worker to its output",
+                                 buckets=LATENCY_BUCKETS, registry=r)
+        self.lag = Gauge("streamsemi_consumer_lag", "Messages behind the partition's high watermark", ["topic", "partition"], registry=r)
+        self.lag_seconds = Gauge("streamsemi_consumer_lag_seconds", "Age of the newest processed record", registry=r)
+        self.agreement = Gauge("streamsemi_model_agreement", "Share of window documents on which consecutive models agree",
+                               ["algorithm"], registry=r)
+        self.seed_accuracy = Gauge("streamsemi_seed_accuracy",
+                                   "Accuracy of the model in use on seeds labeled after it was fitted (prequential)",
+                                   ["algorithm"], registry=r)
+        self.broker_errors = Counter("streamsemi_broker_errors", "Kafka client errors, by kind", ["kind"], registry=r)
+        self.ready = Gauge("streamsemi_ready", "1 when partitions are assigned and a model is loaded", registry=r)
+
+    def class_label(self, name: str | None, new_cluster: bool = False) -> str:
+        """Bounded label value for a class name."""
+        if new_cluster:
+            return "new"
+        if name is None:
+            return "none"
+        with self._lock:
+            if name in self._classes:
+                return name
+            if len(self._classes) < self.max_class_labels:
+                self._classes.add(name)
+                return name
+        return "other"
+
+    def set_seed_counts(self, counts: dict[str, int]) -> None:
+        """Export seed counts per class (bounded; the rest summed into ``other``)."""
+        folded: dict[str, int] = {}
+        for name, n in counts.items():
+            key = self.class_label(name)
+            folded[key] = folded.get(key, 0) + n
+        self.seeds.clear()
+        for key, n in folded.items():
+            self.seeds.labels(key).set(n)
