@@ -1,0 +1,363 @@
+"""Compiled (numba) kernels of the D-LDA collapsed Gibbs sampler.
+
+Token layout shared by every kernel: the tokens of document ``d`` are
+``ptr[d]:ptr[d + 1]`` of the arrays ``w`` (compact word index, ascending inside a
+document), ``z`` (document class, int16) and ``y`` (word topic, int16). Count
+matrices follow the paper's notation (Zhuang et al., ICDM 2010, Eqs. 3-6):
+
+* ``ndk[d, k]`` = O_dk, tokens of document d with class k;
+* ``nkl[k, l]`` = O_kl, tokens with class k and topic l; ``nk[k] = sum_l O_kl``;
+* ``nvl[v, l]`` = O_lv stored word-major (topic vector of a word is contiguous);
+  ``nl[l] = sum_v O_lv``.
+
+All randomness comes from a splitmix64 generator whose 64-bit state lives in a
+one-element array owned by the kernel call and is seeded from ``random_state``:
+every kernel call is deterministic. (numba's ``np.random.random`` costs ~60 ns
+per draw on the reference machine, a third of the whole per-token budget;
+splitmix64 costs ~2 ns and passes BigCrush.)
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+
+@njit(cache=True)
+def _mix64(x: np.uint64) -> np.uint64:
+    """splitmix64 finaliser (a bijective 64-bit mix)."""
+    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))
+
+
+@njit(cache=True)
+def row_hashes(indptr: np.ndarray, indices: np.ndarray, data: np.ndarray) -> np.ndarray:
+    """Order-independent 64-bit fingerprint of each CSR row's (column, count) pairs."""
+    n = indptr.size - 1
+    out = np.zeros(n, dtype=np.uint64)
+    for d in range(n):
+        h = np.uint64(0x9E3779B97F4A7C15)
+        for j in range(indptr[d], indptr[d + 1]):
+            c = np.uint64(np.int64(np.rint(data[j] * 1024.0)))
+            h += _mix64(np.uint64(indices[j]) * np.uint64(0x100000001B3) ^ _mix64(c + np.uint64(1)))
+        out[d] = _mix64(h + np.uint64(indptr[d + 1] - indptr[d]))
+    return out
+
+
+@njit(cache=True, inline="always")
+def _uniform(state: np.ndarray) -> float:
+    """Next splitmix64 draw from ``state`` (uint64[1]) as a float in [0, 1)."""
+    x = state[0] + np.uint64(0x9E3779B97F4A7C15)
+    state[0] = x
+    return float(_mix64(x) >> np.uint64(11)) * (1.0 / 9007199254740992.0)
+
+
+@njit(cache=True, inline="always")
+def _randint(state: np.ndarray, n: int) -> int:
+    """Uniform integer in [0, n)."""
+    return min(int(_uniform(state) * n), n - 1)
+
+
+@njit(cache=True)
+def _doc_seed(base: np.uint64, w: np.ndarray, start: int, end: int) -> np.uint64:
+    """RNG seed of one document's fold-in: a hash of ``base`` and its word sequence."""
+    h = _mix64(base + np.uint64(0x632BE59BD9B4E019))
+    for i in range(start, end):
+        h = _mix64(h ^ np.uint64(w[i] + 1))
+    return h
+
+
+@njit(cache=True)
+def _draw(cum: np.ndarray, n: int, state: np.ndarray) -> int:
+    """Index drawn from the unnormalised cumulative weights ``cum[:n]``."""
+    u = _uniform(state) * cum[n - 1]
+    i = 0
+    while i < n - 1 and cum[i] <= u:
+        i += 1
+    return i
+
+
+_BLOCK = 8
+
+
+@njit(cache=True, fastmath=True)
+def _block_sums(p: np.ndarray, n: int, bs: np.ndarray) -> float:
+    """Sums of consecutive blocks of ``_BLOCK`` weights of ``p[:n]``; returns the total."""
+    nb = (n + _BLOCK - 1) // _BLOCK
+    tot = 0.0
+    for b in range(nb):
+        s = 0.0
+        for j in range(b * _BLOCK, min((b + 1) * _BLOCK, n)):
+            s += p[j]
+        bs[b] = s
+        tot += s
+    return tot
+
+
+@njit(cache=True)
+def _block_draw(p: np.ndarray, n: int, bs: np.ndarray, tot: float, state: np.ndarray) -> int:
+    """Index drawn from the unnormalised weights ``p[:n]`` with block sums ``bs``.
+
+    Two-level linear search (blocks, then inside the block): O(n / 8 + 8) steps
+    instead of the O(n) prefix sum.
+    """
+    nb = (n + _BLOCK - 1) // _BLOCK
+    u = _uniform(state) * tot
+    b = 0
+    while b < nb - 1 and u >= bs[b]:
+        u -= bs[b]
+        b += 1
+    j = b * _BLOCK
+    end = min((b + 1) * _BLOCK, n)
+    while j < end - 1 and u >= p[j]:
+        u -= p[j]
+        j += 1
+    if p[j] <= 0.0:  # rounding pushed u past the last positive weight of the block
+        while j > b * _BLOCK and p[j] <= 0.0:
+            j -= 1
+    return j
+
+
+@njit(cache=True)
+def build_counts(ptr: np.ndarray, w: np.ndarray, z: np.ndarray, y: np.ndarray,
+                 K: int, L: int, V: int):
+    """Count matrices (O_dk, O_kl, O_k, O_vl, O_l) of a token assignment."""
+    N = ptr.size - 1
+    ndk = np.zeros((N, K), dtype=np.int32)
+    nkl = np.zeros((K, L), dtype=np.int32)
+    nk = np.zeros(K, dtype=np.int64)
+    nvl = np.zeros((V, L), dtype=np.int32)
+    nl = np.zeros(L, dtype=np.int64)
+    for d in range(N):
+        for i in range(ptr[d], ptr[d + 1]):
+            k = z[i]
+            l_ = y[i]
+            ndk[d, k] += 1
+            nkl[k, l_] += 1
+            nk[k] += 1
+            nvl[w[i], l_] += 1
+            nl[l_] += 1
+    return ndk, nkl, nk, nvl, nl
+
+
+@njit(cache=True, fastmath=True)
+def gibbs_sweeps(ptr: np.ndarray, w: np.ndarray, z: np.ndarray, y: np.ndarray,
+                 free_doc: np.ndarray, ndk: np.ndarray, nkl: np.ndarray, nk: np.ndarray,
+                 nvl: np.ndarray, nl: np.ndarray, alpha: float, beta: float, delta: float,
+                 n_sweeps: int, n_average: int, seed: int, acc: np.ndarray) -> None:
+    """Run ``n_sweeps`` two-step collapsed Gibbs sweeps in place (Algorithm 1, step 3).
+
+    For every token i of document d (word v, class k, topic l), with all counts
+    excluding token i:
+
+    * if ``free_doc[d]`` (unlabeled document), draw z_i (Eq. 4, exact form)::
+
+          p(z_i = k | y_i = l, rest) ∝ (O_dk + alpha) (O_kl + delta) / (O_k + L delta)
+
+    * always draw y_i (Eq. 5)::
+
+          p(y_i = l | z_i = k, rest) ∝ (O_kl + delta) (O_lv + beta) / (O_l + V beta)
+
+    The counts of the last ``n_average`` sweeps are added to ``acc`` (N x K), the
+    running sum used for the averaged Eq. 6 assignment.
+    """
+    st = np.array([np.uint64(seed)], dtype=np.uint64)
+    N = ptr.size - 1
+    K = nkl.shape[0]
+    L = nkl.shape[1]
+    V = nvl.shape[0]
+    vbeta = V * beta
+    ldelta = L * delta
+    inv_nl = np.empty(L)
+    for l_ in range(L):
+        inv_nl[l_] = 1.0 / (nl[l_] + vbeta)
+    inv_nk = np.empty(K)
+    for k in range(K):
+        inv_nk[k] = 1.0 / (nk[k] + ldelta)
+    cz = np.empty(K)
+    py = np.empty(L)
+    bs = np.empty((L + _BLOCK - 1) // _BLOCK)
+    for s in range(n_sweeps):
+        for d in range(N):
+            free = free_doc[d] != 0
+            for i in range(ptr[d], ptr[d + 1]):
+                v = w[i]
+                k = np.int64(z[i])
+                l_ = np.int64(y[i])
+                # remove token i from the counts (the "-i" superscript)
+                ndk[d, k] -= 1
+                nkl[k, l_] -= 1
+                nk[k] -= 1
+                nvl[v, l_] -= 1
+                nl[l_] -= 1
+                inv_nk[k] = 1.0 / (nk[k] + ldelta)
+                inv_nl[l_] = 1.0 / (nl[l_] + vbeta)
+                if free:
+                    # Eq. (4): z_i given y_i
+                    tot = 0.0
+                    for kk in range(K):
+                        tot += (ndk[d, kk] + alpha) * (nkl[kk, l_] + delta) * inv_nk[kk]
+                        cz[kk] = tot
+                    k = _draw(cz, K, st)
+                    z[i] = k
+                # Eq. (5): y_i given z_i
+                nkl_k = nkl[k]
+                nvl_v = nvl[v]
+                for ll in range(L):
+                    py[ll] = (nkl_k[ll] + delta) * (nvl_v[ll] + beta) * inv_nl[ll]
+                l_ = _block_draw(py, L, bs, _block_sums(py, L, bs), st)
+                y[i] = l_
+                ndk[d, k] += 1
+                nkl[k, l_] += 1
+                nk[k] += 1
+                nvl[v, l_] += 1
+                nl[l_] += 1
+                inv_nk[k] = 1.0 / (nk[k] + ldelta)
+                inv_nl[l_] = 1.0 / (nl[l_] + vbeta)
+        if s >= n_sweeps - n_average:
+            for d in range(N):
+                for k in range(K):
+                    acc[d, k] += ndk[d, k]
+
+
+@njit(cache=True, fastmath=True)
+def fold_in(ptr: np.ndarray, w: np.ndarray, z: np.ndarray, y: np.ndarray,
+            fixed_class: np.ndarray, pi: np.ndarray, phiT: np.ndarray, alpha: float,
+            n_sweeps: int, n_average: int, seed: int) -> np.ndarray:
+    """Fold-in Gibbs sampling with pi (K x L) and phi (given as phiT, V x L) fixed.
+
+    Each document is sampled on its own, with an RNG seeded from ``seed`` and the
+    document's word sequence, so a document's result does not depend on the batch
+    it comes in. Tokens with ``y < 0`` start from ``p(l | v) ∝ phi_lv * mean_k pi_kl``
+    and tokens with ``z < 0`` from ``p(k | l) ∝ (O_dk + alpha) pi_kl`` (or the
+    document's ``fixed_class`` when it is >= 0); tokens with a state keep it. Then,
+    per token, with the document counts excluding the token:
+
+        p(z_i = k | y_i = l) ∝ (O_dk + alpha) pi_kl          (Eq. 4 with pi fixed)
+        p(y_i = l | z_i = k) ∝ pi_kl phi_lv                   (Eq. 5 with pi, phi fixed)
+
+    ``z`` and ``y`` are updated in place; the returned (N x K) array is O_dk summed
+    over the last ``n_average`` sweeps (the initial state when ``n_sweeps`` is 0).
+    """
+    N = ptr.size - 1
+    K = pi.shape[0]
+    L = pi.shape[1]
+    base = np.uint64(seed)
+    pibar = np.zeros(L)
+    for k in range(K):
+        for l_ in range(L):
+            pibar[l_] += pi[k, l_] / K
+    acc = np.zeros((N, K))
+    st = np.zeros(1, dtype=np.uint64)
+    nd = np.zeros(K)
+    cz = np.empty(K)
+    py = np.empty(L)
+    bs = np.empty((L + _BLOCK - 1) // _BLOCK)
+    for d in range(N):
+        start = ptr[d]
+        end = ptr[d + 1]
+        if end == start:
+            continue
+        st[0] = _doc_seed(base, w, start, end)
+        fixed = fixed_class[d]
+        for k in range(K):
+            nd[k] = 0.0
+        for i in range(start, end):
+            if z[i] >= 0:
+                nd[z[i]] += 1.0
+        for i in range(start, end):
+            v = w[i]
+            if y[i] < 0:
+                phv = phiT[v]
+                tot = 0.0
+                for ll in range(L):
+                    tot += phv[ll] * pibar[ll]
+                    py[ll] = tot
+                y[i] = _draw(py, L, st)
+            if z[i] < 0:
+                if fixed >= 0:
+                    z[i] = fixed
+                else:
+                    l_ = y[i]
+                    tot = 0.0
+                    for kk in range(K):
+                        tot += (nd[kk] + alpha) * pi[kk, l_]
+                        cz[kk] = tot
+                    z[i] = _draw(cz, K, st)
+                nd[z[i]] += 1.0
+        for s in range(n_sweeps):
+            for i in range(start, end):
+                v = w[i]
+                k = np.int64(z[i])
+                l_ = np.int64(y[i])
+                if fixed < 0:
+                    nd[k] -= 1.0
+                    tot = 0.0
+                    for kk in range(K):
+                        tot += (nd[kk] + alpha) * pi[kk, l_]
+                        cz[kk] = tot
+                    k = _draw(cz, K, st)
+                    z[i] = k
+                    nd[k] += 1.0
+                pk = pi[k]
+                phv = phiT[v]
+                for ll in range(L):
+                    py[ll] = pk[ll] * phv[ll]
+                y[i] = _block_draw(py, L, bs, _block_sums(py, L, bs), st)
+            if s >= n_sweeps - n_average:
+                for k in range(K):
+                    acc[d, k] += nd[k]
+        if n_sweeps == 0:
+            for k in range(K):
+                acc[d, k] = nd[k]
+    return acc
+
+
+@njit(cache=True)
+def transfer_states(new_ptr: np.ndarray, new_col: np.ndarray, old_ptr: np.ndarray,
+                    old_col: np.ndarray, old_z: np.ndarray, old_y: np.ndarray,
+                    new_docs: np.ndarray, old_docs: np.ndarray, zmap: np.ndarray,
+                    z_out: np.ndarray, y_out: np.ndarray) -> int:
+    """Copy the previous fit's token states into the new token arrays.
+
+    For each pair (``new_docs[j]``, ``old_docs[j]``) of the same unchanged
+    document, the two token lists (both sorted by hashed column) are merged; a
+    token present in both takes the old topic and the old class mapped through
+    ``zmap`` (-1 = the class no longer exists, re-initialise). Returns the number
+    of tokens transferred.
+    """
+    n = 0
+    for j in range(new_docs.size):
+        dn = new_docs[j]
+        do = old_docs[j]
+        a = new_ptr[dn]
+        a_end = new_ptr[dn + 1]
+        b = old_ptr[do]
+        b_end = old_ptr[do + 1]
+        while a < a_end and b < b_end:
+            ca = new_col[a]
+            cb = old_col[b]
+            if ca == cb:
+                z_out[a] = zmap[old_z[b]]
+                y_out[a] = old_y[b]
+                n += 1
+                a += 1
+                b += 1
+            elif ca < cb:
+                a += 1
+            else:
+                b += 1
+    return n
+
+
+@njit(cache=True)
+def random_init(ptr: np.ndarray, z: np.ndarray, y: np.ndarray, fixed_class: np.ndarray,
+                K: int, L: int, seed: int) -> None:
+    """Algorithm 1 step 1: y uniform at random, z = label (seeded) or uniform at random."""
+    st = np.array([np.uint64(seed)], dtype=np.uint64)
+    for d in range(ptr.size - 1):
+        fixed = fixed_class[d]
+        for i in range(ptr[d], ptr[d + 1]):
+            y[i] = _randint(st, L)
+            z[i] = fixed if fixed >= 0 else _randint(st, K)

@@ -1,0 +1,586 @@
+"""D-LDA, double-latent-layered LDA for semi-defined classification (Zhuang et al., ICDM 2010).
+
+Seeds cover only some classes; the documents of classes nobody seeded come out
+as new clusters (``new-N``) instead of being forced into a known class. Every
+token i of document d has a document class z_i (K = known classes +
+``n_new_clusters``) and a word topic y_i (L topics)::
+
+    theta_d ~ Dir(alpha)  (classes per document)   z_i ~ theta_d
+    pi_k    ~ Dir(delta)  (topics per class)       y_i ~ pi_{z_i}
+    phi_l   ~ Dir(beta)   (words per topic)        w_i ~ phi_{y_i}
+
+The posterior is explored by collapsed Gibbs sampling with the two-step update of
+the paper (Eq. 4: z given y, Eq. 5: y given z; exact conditionals derived in
+``docs/algorithms/d-lda.md``), compiled with numba (``_dlda_gibbs``). Tokens of
+seeded documents keep z fixed to their class (Algorithm 1, step 3a). A document's
+class is ``argmax_k O_dk`` (Eq. 6), here on O_dk averaged over the last
+``n_average`` sweeps.
+
+Streaming: ``fit(X, y, doc_ids, warm_start_from=previous)`` reuses the previous
+token states of unchanged documents, initialises only new documents by fold-in
+with the previous pi/phi, runs ``warm_sweeps`` sweeps, and keeps new-cluster names
+stable (Hungarian matching of consecutive fits' clusters by document overlap).
+New documents between refits are labelled by fold-in sampling with pi and phi
+fixed. All fitted state is plain numpy arrays (checkpointable with ``np.savez``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+from scipy.optimize import linear_sum_assignment
+from sklearn.base import BaseEstimator, ClassifierMixin
+from sklearn.utils.validation import check_is_fitted
+
+from streamsemi.algorithms import _dlda_gibbs as gibbs
+from streamsemi.algorithms.base import (
+    NEW_CLUSTER_PREFIX,
+    DegenerateInputError,
+    check_count_matrix,
+    check_n_clusters,
+    encode_single_labels,
+    explain_weights,
+)
+
+_MAX_TOPICS = 32767  # z and y are stored as int16
+
+
+# --------------------------------------------------------------------------- math helpers
+
+
+def estimate_pi(nkl: np.ndarray, delta: float) -> np.ndarray:
+    """pi_kl = (O_kl + delta) / sum_l (O_kl + delta)  (Section III-A, parameter estimates)."""
+    P = nkl.astype(np.float64) + delta
+    return P / P.sum(axis=1, keepdims=True)
+
+
+def estimate_phi(nvl: np.ndarray, beta: float) -> np.ndarray:
+    """phi_lv = (O_lv + beta) / sum_v (O_lv + beta), returned as (L x V)."""
+    P = nvl.T.astype(np.float64) + beta
+    return P / P.sum(axis=1, keepdims=True)
+
+
+def class_proba(counts: np.ndarray, alpha: float) -> np.ndarray:
+    """theta_dk = (O_dk + alpha) / sum_k (O_dk + alpha)  (Eq. 22), row-wise."""
+    P = np.asarray(counts, dtype=np.float64) + alpha
+    return P / P.sum(axis=1, keepdims=True)
+
+
+def prune_vocabulary(X: sp.csr_matrix, min_df: int | float) -> np.ndarray:
+    """Hashed columns kept as words: document frequency >= ``min_df``.
+
+    An int is an absolute count (the paper used 15); a float in (0, 1) is a
+    fraction of the documents (rounded up).
+    """
+    n = X.shape[0]
+    if isinstance(min_df, float) and 0.0 < min_df < 1.0:
+        threshold = int(np.ceil(min_df * n))
+    else:
+        threshold = int(min_df)
+    df = np.bincount(X.indices, minlength=X.shape[1])
+    return np.flatnonzero(df >= max(threshold, 1)).astype(np.int64)
+
+
+def capped_counts(X: sp.csr_matrix, max_doc_tokens: int) -> np.ndarray:
+    """Integer token counts of the CSR entries of ``X`` after the length cap.
+
+    Counts are rounded to the nearest integer (at least 1 for a positive entry).
+    A document longer than ``max_doc_tokens`` tokens has every count scaled by
+    ``max_doc_tokens / length`` and floored, keeping at least one token per
+    distinct word (so its length is at most ``max_doc_tokens`` + its number of
+    distinct words, and its word proportions are preserved up to rounding).
+    """
+    c = np.maximum(np.rint(X.data), 1.0)
+    if not max_doc_tokens or max_doc_tokens <= 0:
+        return c.astype(np.int64)
+    row = np.repeat(np.arange(X.shape[0]), np.diff(X.indptr))
+    lengths = np.bincount(row, weights=c, minlength=X.shape[0])
+    scale = np.where(lengths > max_doc_tokens, max_doc_tokens / np.maximum(lengths, 1.0), 1.0)
+    return np.maximum(np.floor(c * scale[row] + 1e-9), 1.0).astype(np.int64)
+
+
+def tokens_from_counts(X: sp.csr_matrix, lookup: np.ndarray, max_doc_tokens: int
+                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Expand a CSR count matrix into the token arrays of the sampler.
+
+    Parameters
+    ----------
+    X : csr_matrix with sorted indices
+    lookup : ndarray of int, shape (n_features,)
+        Compact word index of each hashed column, -1 for a pruned column.
+    max_doc_tokens : int
+        Length cap (see :func:`capped_counts`).
+
+    Returns
+    -------
+    ptr : ndarray of int64, shape (N + 1,)
+        Tokens of document d are ``ptr[d]:ptr[d + 1]``.
+    w : ndarray of int32
+        Compact word index per token (ascending inside a document).
+    col : ndarray of int32
+        Hashed column per token.
+    """
+    words = lookup[X.indices]
+    keep = words >= 0
+    Xk = sp.csr_matrix((X.data[keep], X.indices[keep], _kept_indptr(X.indptr, keep)), shape=X.shape)
+    counts = capped_counts(Xk, max_doc_tokens)
+    w = np.repeat(words[keep].astype(np.int32), counts)
+    col = np.repeat(Xk.indices.astype(np.int32), counts)
+    row = np.repeat(np.arange(X.shape[0]), np.diff(Xk.indptr))
+    lengths = np.bincount(row, weights=counts, minlength=X.shape[0]).astype(np.int64)
+    ptr = np.zeros(X.shape[0] + 1, dtype=np.int64)
+    np.cumsum(lengths, out=ptr[1:])
+    return ptr, w, col
+
+
+def _kept_indptr(indptr: np.ndarray, keep: np.ndarray) -> np.ndarray:
+    """CSR indptr after dropping the entries where ``keep`` is False."""
+    c = np.concatenate([[0], np.cumsum(keep)])
+    return c[indptr]
+
+
+def match_clusters(overlap: np.ndarray, new_sizes: np.ndarray, old_sizes: np.ndarray,
+                   threshold: float) -> np.ndarray:
+    """Match new clusters (rows) to old clusters (columns) by document overlap.
+
+    Hungarian assignment maximising the total overlap; a matched pair is kept when
+    its overlap coefficient ``overlap / min(new size, old size)`` (sizes counted on
+    the documents common to both fits) is at least ``threshold``.
+
+    Returns
+    -------
+    ndarray of int, shape (n_new,)
+        Matched old column per new row, -1 if unmatched.
+    """
+    out = np.full(overlap.shape[0], -1, dtype=np.int64)
+    if overlap.size == 0:
+        return out
+    rows, cols = linear_sum_assignment(overlap, maximize=True)
+    for r, c in zip(rows, cols, strict=True):
+        denom = min(new_sizes[r], old_sizes[c])
+        if overlap[r, c] > 0 and denom > 0 and overlap[r, c] / denom >= threshold:
+            out[r] = c
+    return out
+
+
+# --------------------------------------------------------------------------- estimator
+
+
+class DLDA(ClassifierMixin, BaseEstimator):
+    """Double-latent-layered LDA: classify seeded classes, discover new ones.
+
+    Parameters
+    ----------
+    n_new_clusters : int, default=2
+        Document classes for unseeded classes (reported as ``new-N``).
+    n_topics : int, default=128
+        Word topics L (paper: 128).
+    alpha, delta, beta : float, default=0.2, 0.4, 0.01
+        Symmetric Dirichlet priors on classes per document, topics per class and
+        words per topic (paper values). Small delta suits very different
+        classes, large delta similar ones (paper Section III-C).
+    n_sweeps : int, default=200
+        Gibbs sweeps of a cold fit (paper: 2000).
+    warm_sweeps : int, default=30
+        Sweeps of a warm-started refit.
+    n_average : int, default=10
+        Last sweeps whose O_dk are averaged for the Eq. 6 assignment.
+    fold_in_sweeps : int, default=10
+        Fold-in sweeps per new document (``predict``); the last half is averaged.
+    min_df : int or float, default=15
+        Document-frequency threshold on the hashed columns (paper: 15); a float in
+        (0, 1) is a fraction of the documents.
+    max_doc_tokens : int, default=1000
+        Length cap: longer documents have their counts scaled down (see
+        :func:`capped_counts`). 0 disables the cap.
+    cluster_match_threshold : float, default=0.3
+        Minimum overlap coefficient for a new cluster to inherit a previous
+        fit's cluster name.
+    random_state : int or None, default=0
+
+    Attributes
+    ----------
+    classes_ : ndarray of str
+        Known classes (sorted), then the new clusters' names.
+    new_clusters_ : list of str
+    n_known_ : int
+    labels_ : ndarray of int
+        Class index (into ``classes_``) of each training document.
+    doc_class_proba_ : ndarray (N x K)
+        theta of each training document from the averaged O_dk.
+    pi_ : ndarray (K x L)
+        Topics per class. ``phi_`` : ndarray (L x V), words per topic.
+    vocab_ : ndarray of int64
+        Hashed columns of the V words.
+    doc_ids_, doc_hash_, doc_ptr_, tok_col_, tok_z_, tok_y_ : ndarray
+        Token state of the fit, reused by a warm-started refit.
+    next_cluster_id_ : int
+        Next never-used ``new-N`` number.
+    converted_clusters_ : ndarray of str, shape (n, 2)
+        ``[old new-cluster name, known class]`` for previous new clusters that
+        were seeded and became known classes in this fit.
+    n_sweeps_run_ : int
+    warm_started_ : bool
+    """
+
+    supports_warm_start = True
+
+    def __init__(self, n_new_clusters: int = 2, n_topics: int = 128, alpha: float = 0.2,
+                 delta: float = 0.4, beta: float = 0.01, n_sweeps: int = 200,
+                 warm_sweeps: int = 30, n_average: int = 10, fold_in_sweeps: int = 10,
+                 min_df: int | float = 15, max_doc_tokens: int = 1000,
+                 cluster_match_threshold: float = 0.3, random_state: int | None = 0) -> None:
+        self.n_new_clusters = n_new_clusters
+        self.n_topics = n_topics
+        self.alpha = alpha
+        self.delta = delta
+        self.beta = beta
+        self.n_sweeps = n_sweeps
+        self.warm_sweeps = warm_sweeps
+        self.n_average = n_average
+        self.fold_in_sweeps = fold_in_sweeps
+        self.min_df = min_df
+        self.max_doc_tokens = max_doc_tokens
+        self.cluster_match_threshold = cluster_match_threshold
+        self.random_state = random_state
+
+    # ------------------------------------------------------------------ validation
+
+    def _check_params(self) -> None:
+        for name in ("alpha", "delta", "beta"):
+            if not float(getattr(self, name)) > 0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)!r}")
+        if not 1 <= int(self.n_topics) <= _MAX_TOPICS:
+            raise ValueError(f"n_topics must be in [1, {_MAX_TOPICS}], got {self.n_topics!r}")
+        if int(self.n_new_clusters) < 0:
+            raise ValueError(f"n_new_clusters must be >= 0, got {self.n_new_clusters!r}")
+        for name in ("n_sweeps", "warm_sweeps", "fold_in_sweeps"):
+            if int(getattr(self, name)) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)!r}")
+        if int(self.n_sweeps) < 1:
+            raise ValueError("n_sweeps must be >= 1")
+
+    def _seed(self, salt: int) -> int:
+        base = 0 if self.random_state is None else int(self.random_state)
+        return int((base * 0x9E3779B1 + salt * 0x85EBCA77 + 1) % (2**63))
+
+    # ------------------------------------------------------------------ fit
+
+    def fit(self, X: Any, y: Any, doc_ids: Sequence[Any] | None = None,
+            warm_start_from: DLDA | None = None) -> DLDA:
+        """Fit by collapsed Gibbs sampling.
+
+        Parameters
+        ----------
+        X : sparse matrix (N x M)
+            Non-negative term counts.
+        y : sequence
+            Seed label per row, None/-1/"" for unlabeled.
+        doc_ids : sequence of hashable, optional
+            One id per row (compared as ``str``); needed for warm starting and
+            kept in ``doc_ids_`` for the next refit.
+        warm_start_from : DLDA, optional
+            A fitted DLDA (the previous refit). Unchanged documents (same id, same
+            counts) keep their token states, new documents are initialised by
+            fold-in with its pi/phi, and ``warm_sweeps`` sweeps are run.
+        """
+        self._check_params()
+        X = check_count_matrix(X)
+        X.sum_duplicates()
+        X.sort_indices()
+        N = X.shape[0]
+        n_new = int(self.n_new_clusters)
+        codes, known = encode_single_labels(y, N, min_classes=1 if n_new >= 1 else 2)
+        n_known = known.size
+        K = n_known + n_new
+        check_n_clusters(K, N)
+        L = int(self.n_topics)
+        if doc_ids is not None:
+            ids = np.asarray([str(v) for v in doc_ids])
+            if ids.size != N:
+                raise DegenerateInputError(f"doc_ids has {ids.size} elements but X has {N} rows")
+            if np.unique(ids).size != N:
+                raise DegenerateInputError("doc_ids contains duplicate ids")
+        else:
+            ids = np.asarray([str(i) for i in range(N)])
+        prev = warm_start_from
+        if prev is not None:
+            check_is_fitted(prev, "tok_z_")
+            if doc_ids is None:
+                raise ValueError("warm_start_from needs doc_ids to match documents across fits")
+
+        vocab = prune_vocabulary(X, self.min_df)
+        if vocab.size == 0:
+            raise DegenerateInputError(
+                f"no feature occurs in at least min_df={self.min_df} documents; lower min_df")
+        lookup = np.full(X.shape[1], -1, dtype=np.int64)
+        lookup[vocab] = np.arange(vocab.size)
+        ptr, w, col = tokens_from_counts(X, lookup, int(self.max_doc_tokens))
+        if ptr[-1] == 0:
+            raise DegenerateInputError("no tokens left after vocabulary pruning")
+        V = vocab.size
+        doc_hash = gibbs.row_hashes(X.indptr, X.indices, X.data)
+        T = int(ptr[-1])
+        z = np.full(T, -1, dtype=np.int16)
+        yt = np.full(T, -1, dtype=np.int16)
+        fixed = codes.astype(np.int64)  # -1 = free document
+
+        converted: list[tuple[str, str]] = []
+        warm = (prev is not None and prev.pi_.shape[1] == L
+                and prev.n_features_in_ == X.shape[1])
+        next_id = int(prev.next_cluster_id_) if prev is not None else 0
+        if warm:
+            zmap, converted = self._class_map(prev, known, n_new, codes, ids)
+            foldin_docs = self._transfer(prev, ids, doc_hash, ptr, col, z, yt, zmap)
+            # pi/phi of the previous fit mapped onto this fit's classes and words
+            pi0 = np.full((K, L), 1.0 / L)
+            for k_old, k_new in enumerate(zmap):
+                if k_new >= 0:
+                    pi0[k_new] = prev.pi_[k_old]
+            phiT0 = np.ones((V, L))
+            old_pos = np.searchsorted(prev.vocab_, vocab)
+            old_pos = np.minimum(old_pos, prev.vocab_.size - 1)
+            in_old = prev.vocab_[old_pos] == vocab
+            phiT0[in_old] = prev.phi_[:, old_pos[in_old]].T
+            # seeded documents: z fixed to the label, whatever the previous state
+            seeded_tok = np.repeat(fixed >= 0, np.diff(ptr))
+            z[seeded_tok] = np.repeat(fixed, np.diff(ptr))[seeded_tok]
+            # partly known documents (new words, vanished classes) and new documents
+            need = np.flatnonzero(np.maximum.reduceat(
+                np.r_[(z < 0) | (yt < 0), False].astype(np.int8), ptr[:-1].clip(max=T))
+                * (np.diff(ptr) > 0))
+            init_docs = np.union1d(need, foldin_docs)
+            if init_docs.size:
+                self._fold_in_subset(init_docs, ptr, w, z, yt, fixed, pi0, phiT0,
+                                     int(self.fold_in_sweeps), self._seed(3))
+            sweeps = int(self.warm_sweeps)
+        else:
+            gibbs.random_init(ptr, z, yt, fixed, K, L, self._seed(1))
+            sweeps = int(self.n_sweeps)
+
+        ndk, nkl, nk, nvl, nl = gibbs.build_counts(ptr, w, z, yt, K, L, V)
+        acc = np.zeros((N, K))
+        n_avg = max(1, min(int(self.n_average), sweeps)) if sweeps else 0
+        free = (fixed < 0).astype(np.uint8)
+        if sweeps:
+            gibbs.gibbs_sweeps(ptr, w, z, yt, free, ndk, nkl, nk, nvl, nl,
+                               float(self.alpha), float(self.beta), float(self.delta),
+                               sweeps, n_avg, self._seed(2), acc)
+            acc /= n_avg
+        else:
+            acc[:] = ndk
+        self.pi_ = estimate_pi(nkl, float(self.delta))
+        self.phi_ = estimate_phi(nvl, float(self.beta))
+        lengths = np.diff(ptr)
+        empty = lengths == 0
+        if empty.any():  # no kept word: corpus-level class proportions
+            acc[empty] = nk / nk.sum()
+        acc[fixed >= 0] = 0.0
+        acc[fixed >= 0, fixed[fixed >= 0]] = 1.0
+        labels = acc.argmax(axis=1)
+
+        # names of the new clusters: stable across refits (document overlap matching)
+        names = self._name_clusters(prev, ids, labels, n_known, n_new, next_id, converted)
+        next_id = max([next_id] + [int(nm[len(NEW_CLUSTER_PREFIX):]) + 1 for nm in names])
+
+        self.n_known_ = n_known
+        self.new_clusters_ = list(names)
+        self.classes_ = np.asarray(list(known) + list(names), dtype=str)
+        self.labels_ = labels.astype(np.int64)
+        self.doc_class_proba_ = class_proba(acc, float(self.alpha))
+        self.scores_ = acc[np.arange(N), labels] / np.maximum(lengths, 1)
+        self.vocab_ = vocab
+        self.n_features_in_ = X.shape[1]
+        self.doc_ids_ = ids
+        self.doc_hash_ = doc_hash
+        self.doc_ptr_ = ptr
+        self.tok_col_ = col
+        self.tok_z_ = z
+        self.tok_y_ = yt
+        self.seed_codes_ = codes.astype(np.int64)
+        self.next_cluster_id_ = int(next_id)
+        self.converted_clusters_ = (np.asarray(converted, dtype=str) if converted
+                                    else np.zeros((0, 2), dtype=str))
+        self.n_sweeps_run_ = sweeps
+        self.warm_started_ = bool(warm)
+        self.__dict__.pop("_phiT_cache", None)
+        return self
+
+    # ------------------------------------------------------------------ warm-start helpers
+
+    @staticmethod
+    def _class_map(prev: DLDA, known: np.ndarray, n_new: int, codes: np.ndarray,
+                   ids: np.ndarray) -> tuple[np.ndarray, list[tuple[str, str]]]:
+        """Map the previous fit's classes onto this fit's class indices.
+
+        * a previous known class still seeded keeps its meaning;
+        * a previous new cluster whose documents now carry (mostly) a newly seeded
+          label becomes that known class (``converted``);
+        * the other previous new clusters fill this fit's new-cluster slots in
+          order (their names are then confirmed by :meth:`_name_clusters`);
+        * anything else maps to -1 (its tokens are re-initialised).
+        """
+        n_known = known.size
+        prev_classes = [str(c) for c in prev.classes_]
+        prev_known = set(prev_classes[: int(prev.n_known_)])
+        lookup = {c: i for i, c in enumerate(known)}
+        zmap = np.full(len(prev_classes), -1, dtype=np.int64)
+        for k_old, name in enumerate(prev_classes[: int(prev.n_known_)]):
+            zmap[k_old] = lookup.get(name, -1)
+        # previous assignment of the documents seeded with a label new to this fit
+        prev_pos = {d: i for i, d in enumerate(prev.doc_ids_.tolist())}
+        converted: list[tuple[str, str]] = []
+        taken: set[int] = set()
+        fresh_labels = [c for c in known if c not in prev_known]
+        votes = []
+        for c in fresh_labels:
+            rows = np.flatnonzero(codes == lookup[c])
+            old = [int(prev.labels_[prev_pos[d]]) for d in ids[rows].tolist() if d in prev_pos]
+            in_new = [k for k in old if k >= int(prev.n_known_)]
+            if in_new:
+                k_old, count = np.unique(in_new, return_counts=True)
+                j = int(np.argmax(count))
+                votes.append((int(count[j]), c, int(k_old[j]), len(old)))
+        for count, c, k_old, n_prev in sorted(votes, reverse=True):
+            # the majority of the label's seeds known to the previous fit were in k_old
+            if k_old not in taken and 2 * count > n_prev:
+                taken.add(k_old)
+                zmap[k_old] = lookup[c]
+                converted.append((prev_classes[k_old], c))
+        slot = n_known
+        for k_old in range(int(prev.n_known_), len(prev_classes)):
+            if k_old not in taken and slot < n_known + n_new:
+                zmap[k_old] = slot
+                slot += 1
+        return zmap, converted
+
+    def _transfer(self, prev: DLDA, ids: np.ndarray, doc_hash: np.ndarray, ptr: np.ndarray,
+                  col: np.ndarray, z: np.ndarray, yt: np.ndarray, zmap: np.ndarray) -> np.ndarray:
+        """Copy token states of unchanged documents; return the documents to fold in."""
+        prev_pos = {d: i for i, d in enumerate(prev.doc_ids_.tolist())}
+        old_idx = np.asarray([prev_pos.get(d, -1) for d in ids.tolist()], dtype=np.int64)
+        same = old_idx >= 0
+        same[same] = prev.doc_hash_[old_idx[same]] == doc_hash[same]
+        new_docs = np.flatnonzero(same)
+        gibbs.transfer_states(ptr, col, prev.doc_ptr_, prev.tok_col_, prev.tok_z_, prev.tok_y_,
+                              new_docs, old_idx[new_docs], zmap.astype(np.int64), z, yt)
+        return np.flatnonzero(~same)
+
+    def _fold_in_subset(self, docs: np.ndarray, ptr: np.ndarray, w: np.ndarray, z: np.ndarray,
+                        yt: np.ndarray, fixed: np.ndarray, pi: np.ndarray, phiT: np.ndarray,
+                        sweeps: int, seed: int) -> None:
+        """Fold-in (pi, phi fixed) the tokens of ``docs``, writing their z/y in place."""
+        lengths = np.diff(ptr)[docs]
+        sub_ptr = np.zeros(docs.size + 1, dtype=np.int64)
+        np.cumsum(lengths, out=sub_ptr[1:])
+        idx = np.concatenate([np.arange(ptr[d], ptr[d + 1]) for d in docs]) if docs.size else \
+            np.zeros(0, dtype=np.int64)
+        sz, sy = z[idx].copy(), yt[idx].copy()
+        gibbs.fold_in(sub_ptr, w[idx], sz, sy, fixed[docs], pi, phiT, float(self.alpha),
+                      sweeps, max(1, sweeps // 2), seed)
+        z[idx] = sz
+        yt[idx] = sy
+
+    def _name_clusters(self, prev: DLDA | None, ids: np.ndarray, labels: np.ndarray,
+                       n_known: int, n_new: int, next_id: int,
+                       converted: list[tuple[str, str]]) -> list[str]:
+        """Names of this fit's new-cluster slots (stable across refits)."""
+        names: list[str | None] = [None] * n_new
+        if prev is not None and n_new:
+            retired = {old for old, _ in converted}
+            prev_new = [str(c) for c in prev.classes_[int(prev.n_known_):] if str(c) not in retired]
+            if prev_new:
+                prev_pos = {d: i for i, d in enumerate(prev.doc_ids_.tolist())}
+                old_idx = np.asarray([prev_pos.get(d, -1) for d in ids.tolist()], dtype=np.int64)
+                common = np.flatnonzero(old_idx >= 0)
+                old_names = np.asarray(prev.classes_, dtype=str)[prev.labels_[old_idx[common]]]
+                col_of = {nm: j for j, nm in enumerate(prev_new)}
+                oc = np.asarray([col_of.get(nm, -1) for nm in old_names.tolist()], dtype=np.int64)
+                nc = labels[common] - n_known
+                both = (oc >= 0) & (nc >= 0)
+                overlap = np.zeros((n_new, len(prev_new)))
+                np.add.at(overlap, (nc[both], oc[both]), 1.0)
+                new_sizes = np.bincount(nc[nc >= 0], minlength=n_new).astype(float)
+                old_sizes = np.bincount(oc[oc >= 0], minlength=len(prev_new)).astype(float)
+                match = match_clusters(overlap, new_sizes, old_sizes,
+                                       float(self.cluster_match_threshold))
+                for r, c in enumerate(match):
+                    if c >= 0:
+                        names[r] = prev_new[c]
+        out = []
+        for r in range(n_new):
+            if names[r] is None:
+                names[r] = f"{NEW_CLUSTER_PREFIX}{next_id}"
+                next_id += 1
+            out.append(str(names[r]))
+        return out
+
+    # ------------------------------------------------------------------ prediction
+
+    def _phiT(self) -> np.ndarray:
+        cache = self.__dict__.get("_phiT_cache")
+        if cache is None or cache.shape != self.phi_.T.shape:
+            cache = np.ascontiguousarray(self.phi_.T)
+            self.__dict__["_phiT_cache"] = cache
+        return cache
+
+    def _fold_in_counts(self, X: Any) -> tuple[np.ndarray, np.ndarray]:
+        check_is_fitted(self, "pi_")
+        X = sp.csr_matrix(X, dtype=np.float64)
+        if X.shape[1] != int(self.n_features_in_):
+            raise ValueError(f"X has {X.shape[1]} features, the model was fit on {self.n_features_in_}")
+        if X.nnz and X.data.min() < 0:
+            raise DegenerateInputError("X must be non-negative term counts")
+        X.sum_duplicates()
+        X.sort_indices()
+        lookup = np.full(X.shape[1], -1, dtype=np.int64)
+        lookup[self.vocab_] = np.arange(self.vocab_.size)
+        ptr, w, _ = tokens_from_counts(X, lookup, int(self.max_doc_tokens))
+        T = int(ptr[-1])
+        z = np.full(T, -1, dtype=np.int16)
+        yt = np.full(T, -1, dtype=np.int16)
+        sweeps = int(self.fold_in_sweeps)
+        n_avg = max(1, sweeps // 2)
+        acc = gibbs.fold_in(ptr, w, z, yt, np.full(X.shape[0], -1, dtype=np.int64), self.pi_,
+                            self._phiT(), float(self.alpha), sweeps, n_avg, self._seed(4))
+        if sweeps:
+            acc /= n_avg
+        return acc, np.diff(ptr)
+
+    def predict_proba(self, X: Any) -> np.ndarray:
+        """theta of each row by fold-in: normalised (O_dk + alpha), O_dk averaged.
+
+        A row with no known word gets the uniform distribution.
+        """
+        acc, _ = self._fold_in_counts(X)
+        return class_proba(acc, float(self.alpha))
+
+    def decision_function(self, X: Any) -> np.ndarray:
+        """Score O_dk / document length of the fold-in (rows sum to 1, 0 for no known word)."""
+        acc, lengths = self._fold_in_counts(X)
+        return acc / np.maximum(lengths, 1)[:, None]
+
+    def predict(self, X: Any) -> np.ndarray:
+        """Class or new-cluster name of each row (Eq. 6 on the fold-in counts)."""
+        return self.classes_[self.predict_proba(X).argmax(axis=1)]
+
+    def class_word_weights(self) -> np.ndarray:
+        """p(word | class) = pi_k @ phi over the kept words (K x V)."""
+        check_is_fitted(self, "pi_")
+        return self.pi_ @ self.phi_
+
+    def explain(self, sketch: Any = None, top_n: int = 10) -> dict[str, list[str]]:
+        """Top words of each class / new cluster from ``pi_k @ phi``."""
+        W = self.class_word_weights()
+        K = W.shape[0]
+        cols = np.tile(self.vocab_, K)
+        rows = np.repeat(np.arange(K), self.vocab_.size)
+        full = sp.csr_matrix((W.ravel(), (rows, cols)), shape=(K, int(self.n_features_in_)))
+        return explain_weights(self.classes_, full, sketch, top_n)
+
+
+__all__ = ["DLDA", "estimate_pi", "estimate_phi", "class_proba", "prune_vocabulary",
+           "capped_counts", "tokens_from_counts", "match_clusters"]
