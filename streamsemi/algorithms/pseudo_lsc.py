@@ -583,14 +583,21 @@ class PseudoLSC(ClassifierMixin, BaseEstimator):
         return self.decide(P)
 
     def explain(self, sketch: Any = None, top_n: int = 10) -> dict[str, list[str]]:
-        """Top words per class: ``sum_l R_lc lambda_li (z_li - mean_i)_+`` where ``R_lc``
-        is the share of class c's seed mass in cluster l."""
+        """Top words per class: lift of the class's centroid over the mean document.
+
+        The class centroid is ``zbar_c = sum_l R_lc z_l`` with ``R_lc`` the share of
+        class c's (membership-weighted) seed mass held by cluster l; a feature's
+        score is ``(zbar_ci - mean_i)_+ / sqrt(mean_i + 1e-3)``, which favours words
+        frequent in the class and rare overall. (Dimension weights are not used:
+        they are largest on low-dispersion, mostly *absent* features, which make
+        poor descriptions.)
+        """
         check_is_fitted(self, "cluster_centers_")
         Q = self.cluster_label_dist_ * self.cluster_seed_mass_[:, None]       # k x p
         R = Q / np.maximum(Q.sum(axis=0, keepdims=True), _TINY)
         Zc = self.cluster_centers_
         mean = (self.memberships_.sum(axis=0) @ Zc) / self.memberships_.shape[0]
-        V = R.T @ (self.dimension_weights_ * np.maximum(Zc - mean[None, :], 0.0))   # p x m
+        V = np.maximum(R.T @ Zc - mean[None, :], 0.0) / np.sqrt(mean + 1e-3)[None, :]   # p x m
         out: dict[str, list[str]] = {}
         for c, name in enumerate(self.classes_):
             row = np.zeros((1, self.n_features_in_))
