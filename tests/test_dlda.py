@@ -1,0 +1,365 @@
+"""Tests of D-LDA (streamsemi.algorithms.dlda) and its compiled Gibbs kernels."""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from streamsemi.algorithms import _dlda_gibbs as gibbs
+from streamsemi.algorithms import make_estimator
+from streamsemi.algorithms.base import DegenerateInputError
+from streamsemi.algorithms.dlda import (
+    DLDA,
+    capped_counts,
+    match_clusters,
+    prune_vocabulary,
+    tokens_from_counts,
+)
+from streamsemi.evaluation.metrics import nmi
+
+# ----------------------------------------------------------------------------- generator
+
+
+def dlda_corpus(n_docs: int = 150, n_classes: int = 3, n_topics: int = 6, n_words: int = 60,
+                doc_len: int = 50, alpha: float = 0.05, delta: float = 0.1, beta: float = 0.05,
+                seed: int = 0, pi: np.ndarray | None = None, phi: np.ndarray | None = None):
+    """Draw a corpus from the D-LDA generative process (paper Section III).
+
+    pi_k ~ Dir(delta) over topics, phi_l ~ Dir(beta) over words, theta_d ~ Dir(alpha)
+    over classes; per token z ~ theta_d, y ~ pi_z, w ~ phi_y. The true class of a
+    document is its majority z. Returns (X counts, true class per doc, pi, phi).
+    """
+    rng = np.random.default_rng(seed)
+    if pi is None:
+        # each class draws its topics from its own pair of topics (well separated)
+        pi = np.zeros((n_classes, n_topics))
+        per = n_topics // n_classes
+        for k in range(n_classes):
+            pi[k, k * per:(k + 1) * per] = rng.dirichlet(np.full(per, 1.0))
+            pi[k] = 0.95 * pi[k] + 0.05 * rng.dirichlet(np.full(n_topics, delta))
+    if phi is None:
+        phi = rng.dirichlet(np.full(n_words, beta), size=n_topics)
+    rows, cols, true = [], [], []
+    for d in range(n_docs):
+        theta = rng.dirichlet(np.full(n_classes, alpha))
+        z = rng.choice(n_classes, size=doc_len, p=theta)
+        ys = np.array([rng.choice(n_topics, p=pi[k]) for k in z])
+        ws = np.array([rng.choice(n_words, p=phi[t]) for t in ys])
+        rows.extend([d] * doc_len)
+        cols.extend(ws.tolist())
+        true.append(int(np.bincount(z, minlength=n_classes).argmax()))
+    X = sp.csr_matrix((np.ones(len(rows)), (rows, cols)), shape=(n_docs, n_words))
+    X.sum_duplicates()
+    return X, np.array([f"c{k}" for k in true]), pi, phi
+
+
+def seed_labels(true: np.ndarray, known: list[str], ratio: float, seed: int = 0) -> list:
+    rng = np.random.default_rng(seed)
+    return [t if (t in known and rng.random() < ratio) else None for t in true]
+
+
+FAST = dict(n_topics=6, min_df=1, n_sweeps=60, warm_sweeps=15, n_average=5, fold_in_sweeps=10)
+
+
+@pytest.fixture(scope="module")
+def corpus():
+    X, true, pi, phi = dlda_corpus(n_docs=180, seed=1)
+    y = seed_labels(true, ["c0", "c1"], 0.3)
+    return X, true, y, pi, phi
+
+
+@pytest.fixture(scope="module")
+def fitted(corpus):
+    X, true, y, _, _ = corpus
+    ids = [f"d{i}" for i in range(X.shape[0])]
+    return DLDA(n_new_clusters=1, **FAST).fit(X, y, doc_ids=ids)
+
+
+# ----------------------------------------------------------------------------- kernels
+
+
+def _state(X, K=3, L=5, seed=0):
+    lookup = np.arange(X.shape[1])
+    ptr, w, _ = tokens_from_counts(sp.csr_matrix(X), lookup, 0)
+    T = int(ptr[-1])
+    z = np.full(T, -1, dtype=np.int16)
+    y = np.full(T, -1, dtype=np.int16)
+    fixed = np.full(X.shape[0], -1, dtype=np.int64)
+    fixed[:10] = np.arange(10) % K
+    gibbs.random_init(ptr, z, y, fixed, K, L, seed)
+    return ptr, w, z, y, fixed
+
+
+def test_counts_consistent_with_assignments_after_every_sweep(corpus):
+    X = corpus[0]
+    K, L, V = 3, 5, X.shape[1]
+    ptr, w, z, y, fixed = _state(X, K, L)
+    ndk, nkl, nk, nvl, nl = gibbs.build_counts(ptr, w, z, y, K, L, V)
+    acc = np.zeros((X.shape[0], K))
+    lengths = np.diff(ptr)
+    for sweep in range(4):
+        gibbs.gibbs_sweeps(ptr, w, z, y, (fixed < 0).astype(np.uint8), ndk, nkl, nk, nvl, nl,
+                           0.2, 0.01, 0.4, 1, 1, 100 + sweep, acc)
+        fresh = gibbs.build_counts(ptr, w, z, y, K, L, V)
+        for got, want in zip((ndk, nkl, nk, nvl, nl), fresh, strict=True):
+            np.testing.assert_array_equal(got, want)
+        # sum invariants: O_d. = |d|, O_k. = O_k, O_.l (over words) = O_l, total = T
+        np.testing.assert_array_equal(ndk.sum(axis=1), lengths)
+        np.testing.assert_array_equal(nkl.sum(axis=1), nk)
+        np.testing.assert_array_equal(nvl.sum(axis=0), nl)
+        np.testing.assert_array_equal(nkl.sum(axis=0), nl)
+        assert ndk.sum() == nk.sum() == nl.sum() == ptr[-1]
+        assert (ndk >= 0).all() and (nkl >= 0).all() and (nvl >= 0).all()
+    # acc holds the counts of the one averaged sweep of each call, summed
+    assert acc.sum() == pytest.approx(4 * ptr[-1])
+
+
+def test_seeded_tokens_never_change_class(corpus):
+    X = corpus[0]
+    K, L = 3, 5
+    ptr, w, z, y, fixed = _state(X, K, L)
+    counts = gibbs.build_counts(ptr, w, z, y, K, L, X.shape[1])
+    seeded = np.repeat(fixed >= 0, np.diff(ptr))
+    before_z, before_y = z.copy(), y.copy()
+    gibbs.gibbs_sweeps(ptr, w, z, y, (fixed < 0).astype(np.uint8), *counts, 0.2, 0.01, 0.4,
+                       5, 1, 7, np.zeros((X.shape[0], K)))
+    np.testing.assert_array_equal(z[seeded], before_z[seeded])
+    np.testing.assert_array_equal(z[seeded], np.repeat(fixed, np.diff(ptr))[seeded])
+    assert (z[~seeded] != before_z[~seeded]).any()  # free tokens do move
+    assert (y[seeded] != before_y[seeded]).any()  # y of seeded tokens is still sampled
+
+
+def test_fitted_seeded_documents_keep_their_class(corpus, fitted):
+    X, _, y, _, _ = corpus
+    codes = fitted.seed_codes_
+    tok_fixed = np.repeat(codes, np.diff(fitted.doc_ptr_))
+    seeded = tok_fixed >= 0
+    assert seeded.any()
+    np.testing.assert_array_equal(fitted.tok_z_[seeded], tok_fixed[seeded])
+    lab = fitted.classes_[fitted.labels_]
+    for i, v in enumerate(y):
+        if v is not None:
+            assert lab[i] == v
+
+
+# ----------------------------------------------------------------------------- quality
+
+
+def test_recovers_classes_and_unseeded_class_as_new_cluster(corpus, fitted):
+    _, true, y, _, _ = corpus
+    assert list(fitted.classes_) == ["c0", "c1", "new-0"]
+    assert fitted.new_clusters_ == ["new-0"]
+    pred = fitted.classes_[fitted.labels_]
+    unl = np.array([v is None for v in y])
+    # the unseeded class c2 is discovered as the new cluster
+    assert np.mean(pred[true == "c2"] == "new-0") >= 0.85
+    assert np.mean(pred[unl & (true != "c2")] == true[unl & (true != "c2")]) >= 0.85
+    assert nmi(true, pred, "arithmetic") >= 0.7
+    P = fitted.doc_class_proba_
+    np.testing.assert_allclose(P.sum(axis=1), 1.0)
+    assert fitted.scores_.min() >= 0 and fitted.scores_.max() <= 1
+
+
+def test_fold_in_of_training_document_lands_in_fitted_class(corpus, fitted):
+    X = corpus[0]
+    pred = fitted.predict(X)
+    agree = np.mean(pred == fitted.classes_[fitted.labels_])
+    assert agree >= 0.9
+    P = fitted.predict_proba(X)
+    assert P.shape == (X.shape[0], 3)
+    np.testing.assert_allclose(P.sum(axis=1), 1.0)
+    S = fitted.decision_function(X)
+    np.testing.assert_allclose(S.sum(axis=1), 1.0)
+    # a document with no known word: uniform
+    empty = sp.csr_matrix((1, X.shape[1]))
+    np.testing.assert_allclose(fitted.predict_proba(empty), 1.0 / 3)
+
+
+def test_deterministic_and_batch_independent_fold_in(corpus, fitted):
+    X, _, y, _, _ = corpus
+    again = DLDA(n_new_clusters=1, **FAST).fit(X, y, doc_ids=[f"d{i}" for i in range(X.shape[0])])
+    np.testing.assert_array_equal(again.labels_, fitted.labels_)
+    np.testing.assert_array_equal(again.tok_y_, fitted.tok_y_)
+    np.testing.assert_array_equal(again.pi_, fitted.pi_)
+    P = fitted.predict_proba(X[:20])
+    np.testing.assert_array_equal(P, fitted.predict_proba(X[:20]))
+    np.testing.assert_array_equal(P[7:8], fitted.predict_proba(X[7:8]))
+    other = DLDA(n_new_clusters=1, **{**FAST, "n_sweeps": 5}, random_state=5).fit(X, y)
+    assert not np.array_equal(other.tok_y_, fitted.tok_y_)
+
+
+# ----------------------------------------------------------------------------- warm start
+
+
+def _next_window(corpus, fitted, drop=30, add=30, seed=2):
+    """Slide the window: drop the first ``drop`` docs, append ``add`` new ones."""
+    X, true, y, pi, phi = corpus
+    Xn, tn, _, _ = dlda_corpus(n_docs=add, seed=seed, pi=pi, phi=phi)
+    yn = seed_labels(tn, ["c0", "c1"], 0.3, seed=seed)
+    X2 = sp.vstack([X[drop:], Xn]).tocsr()
+    t2 = np.concatenate([true[drop:], tn])
+    y2 = list(y[drop:]) + yn
+    ids2 = [f"d{i}" for i in range(drop, X.shape[0])] + [f"n{seed}-{i}" for i in range(add)]
+    return X2, t2, y2, ids2
+
+
+def test_warm_start_keeps_quality_and_cluster_names(corpus, fitted):
+    X2, t2, y2, ids2 = _next_window(corpus, fitted)
+    warm = DLDA(n_new_clusters=1, **FAST).fit(X2, y2, doc_ids=ids2, warm_start_from=fitted)
+    cold = DLDA(n_new_clusters=1, **FAST).fit(X2, y2, doc_ids=ids2)
+    assert warm.warm_started_ and not cold.warm_started_
+    assert warm.n_sweeps_run_ == FAST["warm_sweeps"]
+    pw = warm.classes_[warm.labels_]
+    pc = cold.classes_[cold.labels_]
+    assert nmi(t2, pw, "arithmetic") >= nmi(t2, pc, "arithmetic") - 0.05
+    assert warm.new_clusters_ == ["new-0"]
+    assert np.mean(pw[t2 == "c2"] == "new-0") >= 0.85
+    # unchanged documents kept their state: most of their tokens are where they were
+    prev_pos = {d: i for i, d in enumerate(fitted.doc_ids_)}
+    d_new, d_old = 5, prev_pos[ids2[5]]
+    a = warm.tok_y_[warm.doc_ptr_[d_new]:warm.doc_ptr_[d_new + 1]]
+    b = fitted.tok_y_[fitted.doc_ptr_[d_old]:fitted.doc_ptr_[d_old + 1]]
+    assert a.size == b.size and np.mean(a == b) > 0.3
+
+
+def test_zero_warm_sweeps_reuses_states_exactly(corpus, fitted):
+    X, _, y, _, _ = corpus
+    ids = [f"d{i}" for i in range(X.shape[0])]
+    same = DLDA(n_new_clusters=1, **{**FAST, "warm_sweeps": 0}).fit(
+        X, y, doc_ids=ids, warm_start_from=fitted)
+    np.testing.assert_array_equal(same.tok_z_, fitted.tok_z_)
+    np.testing.assert_array_equal(same.tok_y_, fitted.tok_y_)
+    np.testing.assert_array_equal(same.classes_, fitted.classes_)
+
+
+def test_seeded_new_cluster_becomes_known_class_and_names_never_reused(corpus, fitted):
+    X2, t2, y2, ids2 = _next_window(corpus, fitted)
+    # a person looked at new-0, named it "c2" and sent seeds for some of its documents
+    pred_prev = dict(zip(fitted.doc_ids_, fitted.classes_[fitted.labels_], strict=True))
+    y3 = list(y2)
+    picked = 0
+    for i, d in enumerate(ids2):
+        if pred_prev.get(d) == "new-0" and t2[i] == "c2" and picked < 15:
+            y3[i] = "c2"
+            picked += 1
+    assert picked == 15
+    m = DLDA(n_new_clusters=1, **FAST).fit(X2, y3, doc_ids=ids2, warm_start_from=fitted)
+    assert list(m.classes_) == ["c0", "c1", "c2", "new-1"]
+    assert m.converted_clusters_.tolist() == [["new-0", "c2"]]
+    pred = m.classes_[m.labels_]
+    assert np.mean(pred[t2 == "c2"] == "c2") >= 0.85
+    assert m.next_cluster_id_ == 2
+
+
+def test_cluster_names_follow_document_overlap(corpus, fitted):
+    """A cold refit with swapped slots still gets the old names via Hungarian matching."""
+    X, _, y, _, _ = corpus
+    ids = [f"d{i}" for i in range(X.shape[0])]
+    m2 = DLDA(n_new_clusters=2, **FAST).fit(X, y, doc_ids=ids)
+    m3 = DLDA(n_new_clusters=2, **{**FAST, "warm_sweeps": 10}).fit(
+        X, y, doc_ids=ids, warm_start_from=m2)
+    assert m3.new_clusters_ == m2.new_clusters_
+    # the matching itself: rows = new clusters, columns = old clusters
+    overlap = np.array([[2.0, 40.0, 0.0], [30.0, 1.0, 0.0], [0.0, 0.0, 1.0]])
+    match = match_clusters(overlap, np.array([42.0, 31.0, 20.0]), np.array([32.0, 41.0, 10.0]),
+                           0.3)
+    np.testing.assert_array_equal(match, [1, 0, -1])  # 1/10 < 0.3: not the same cluster
+
+
+def test_state_is_checkpointable_with_savez(corpus, fitted):
+    X2, _, y2, ids2 = _next_window(corpus, fitted)
+    state = {k: v for k, v in vars(fitted).items() if k.endswith("_") and not k.startswith("_")}
+    buf = io.BytesIO()
+    np.savez(buf, **state, allow_pickle=False)
+    buf.seek(0)
+    loaded = np.load(buf, allow_pickle=False)
+    restored = DLDA(n_new_clusters=1, **FAST)
+    for k in loaded.files:
+        v = loaded[k]
+        setattr(restored, k, v.tolist() if k == "new_clusters_" else (v.item() if v.ndim == 0 else v))
+    np.testing.assert_array_equal(restored.predict(X2[:30]), fitted.predict(X2[:30]))
+    a = DLDA(n_new_clusters=1, **FAST).fit(X2, y2, doc_ids=ids2, warm_start_from=restored)
+    b = DLDA(n_new_clusters=1, **FAST).fit(X2, y2, doc_ids=ids2, warm_start_from=fitted)
+    np.testing.assert_array_equal(a.labels_, b.labels_)
+
+
+# ----------------------------------------------------------------------------- preprocessing
+
+
+def test_vocabulary_pruning_and_length_cap():
+    X = sp.csr_matrix(np.array([[3, 0, 1, 0], [1, 0, 0, 0], [2000, 1, 0, 2], [1, 0, 1, 0]],
+                               dtype=float))
+    np.testing.assert_array_equal(prune_vocabulary(X, 2), [0, 2])
+    np.testing.assert_array_equal(prune_vocabulary(X, 0.75), [0])
+    c = capped_counts(X, 100)
+    # row 2 (2003 tokens) is scaled by 100/2003, keeping at least one token per word
+    np.testing.assert_array_equal(c, [3, 1, 1, 99, 1, 1, 1, 1])
+    ptr, w, col = tokens_from_counts(X, np.array([0, -1, 1, -1]), 100)
+    np.testing.assert_array_equal(ptr, [0, 4, 5, 105, 107])
+    np.testing.assert_array_equal(col[:4], [0, 0, 0, 2])
+    np.testing.assert_array_equal(w[:4], [0, 0, 0, 1])
+
+
+# ----------------------------------------------------------------------------- errors
+
+
+def test_degenerate_inputs_raise(corpus):
+    X, true, y, _, _ = corpus
+    with pytest.raises(DegenerateInputError, match="no seed labels"):
+        DLDA(**FAST).fit(X, [None] * X.shape[0])
+    with pytest.raises(DegenerateInputError, match="only 1 seeded class"):
+        DLDA(n_new_clusters=0, **FAST).fit(X, ["c0"] + [None] * (X.shape[0] - 1))
+    with pytest.raises(DegenerateInputError, match="empty document"):
+        Xe = sp.vstack([X, sp.csr_matrix((1, X.shape[1]))]).tocsr()
+        DLDA(**FAST).fit(Xe, list(y) + [None])
+    with pytest.raises(DegenerateInputError, match="all zero"):
+        DLDA(**FAST).fit(sp.csr_matrix((3, 5)), ["a", "b", None])
+    with pytest.raises(DegenerateInputError, match="larger than the number of documents"):
+        DLDA(n_new_clusters=5, **FAST).fit(X[:3], ["c0", "c1", None])
+    with pytest.raises(DegenerateInputError, match="min_df"):
+        DLDA(**{**FAST, "min_df": 10_000}).fit(X, y)
+    with pytest.raises(DegenerateInputError, match="duplicate"):
+        DLDA(**FAST).fit(X, y, doc_ids=["a"] * X.shape[0])
+    fitted = DLDA(**{**FAST, "n_sweeps": 2}).fit(X, y)
+    with pytest.raises(ValueError, match="needs doc_ids"):
+        DLDA(**FAST).fit(X, y, warm_start_from=fitted)
+    with pytest.raises(ValueError, match="alpha must be > 0"):
+        DLDA(alpha=0).fit(X, y)
+    with pytest.raises(ValueError, match="features"):
+        fitted.predict(sp.csr_matrix((1, 7)))
+
+
+def test_one_known_class_with_new_clusters_is_allowed(corpus):
+    X, true, _, _, _ = corpus
+    y = seed_labels(true, ["c0"], 0.5)
+    m = DLDA(n_new_clusters=2, **FAST).fit(X, y)
+    assert list(m.classes_) == ["c0", "new-0", "new-1"]
+
+
+# ----------------------------------------------------------------------------- real corpus
+
+
+def test_real_corpus_subset_discovers_unseeded_group():
+    from streamsemi import datasets
+    from streamsemi.features import TextFeaturizer
+
+    ds = datasets.load("20newsgroups")
+    labels = np.asarray(ds.labels)
+    groups = ["rec.sport.hockey", "sci.space", "talk.politics.mideast"]
+    idx = np.concatenate([np.flatnonzero(labels == g)[:120] for g in groups])
+    feat = TextFeaturizer(n_features=2**16)
+    X = feat.transform([ds.texts[i] for i in idx])
+    true = labels[idx]
+    y = seed_labels(true, groups[:2], 0.4, seed=3)
+    m = make_estimator("d-lda", n_new_clusters=1, n_topics=32, min_df=3, n_sweeps=60,
+                       n_average=10, random_state=0).fit(X, y)
+    pred = m.classes_[m.labels_]
+    assert np.mean(pred[true == groups[2]] == "new-0") >= 0.8
+    assert nmi(true, pred, "arithmetic") >= 0.6
+    words = m.explain(feat.sketch, top_n=15)
+    assert set(words) == {*groups[:2], "new-0"}
+    assert {"israel", "israeli", "jews", "arab", "armenian", "armenians"} & set(words["new-0"])
+    assert {"space", "nasa", "orbit"} & set(words["sci.space"])
