@@ -41,7 +41,7 @@ from streamsemi.algorithms.base import (
     new_cluster_names,
     softmax_rows,
 )
-from streamsemi.algorithms.constrained_kmeans import farthest_point_centroids
+from streamsemi.algorithms.constrained_kmeans import farthest_point_centroids, seed_means
 from streamsemi.features import idf_weights, l2_normalize_rows, tfidf
 
 WEIGHTINGS = ("tfidf", "tf-l2", "counts")
@@ -80,7 +80,7 @@ def seed_topic_init(Xl1: sp.csr_matrix, codes: np.ndarray, n_classes: int,
 
 
 def plsa_e_step(X: sp.csr_matrix, log_theta: np.ndarray, log_pz: np.ndarray,
-                codes: np.ndarray) -> tuple[np.ndarray, float]:
+                codes: np.ndarray, unlabeled_weight: float = 1.0) -> tuple[np.ndarray, float]:
     """E-step (Eq. 4) in log space with the seeds clamped (Algorithm 1, lines 7-9).
 
     Returns
@@ -90,26 +90,30 @@ def plsa_e_step(X: sp.csr_matrix, log_theta: np.ndarray, log_pz: np.ndarray,
     loglik : float
         The log-likelihood of the current parameters under the same constraint:
         ``sum_unlabeled log sum_k P(z_k) P(x_i|z_k) + sum_seeds log P(z_y) P(x_i|z_y)``
-        (the multinomial coefficient, constant in the parameters, is dropped).
+        (the multinomial coefficient, constant in the parameters, is dropped); the
+        unlabeled part is multiplied by ``unlabeled_weight`` (Nigam et al.'s EM-lambda).
     """
     L = np.asarray(X @ log_theta.T) + log_pz[None, :]      # ln P(z_k) + sum_j n_ij ln Theta_kj
     norm = logsumexp(L, axis=1)
     Q = np.exp(L - norm[:, None])
     seeds = np.flatnonzero(codes >= 0)
     unl = codes < 0
-    loglik = float(norm[unl].sum() + L[seeds, codes[seeds]].sum())
+    loglik = float(unlabeled_weight * norm[unl].sum() + L[seeds, codes[seeds]].sum())
     Q[seeds] = 0.0
     Q[seeds, codes[seeds]] = 1.0
     return Q, loglik
 
 
-def plsa_m_step(X: sp.csr_matrix, Q: np.ndarray, alpha: float,
-                beta: float) -> tuple[np.ndarray, np.ndarray]:
+def plsa_m_step(X: sp.csr_matrix, Q: np.ndarray, alpha: float, beta: float,
+                row_weight: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """M-step (Eq. 5, 6) with additive smoothing (MAP under Dirichlet priors).
 
-    ``P(z_k) ∝ sum_i Q_ik + beta`` and ``Theta_kj ∝ sum_i Q_ik n(x_i, w_j) + alpha``.
+    ``P(z_k) ∝ sum_i r_i Q_ik + beta`` and ``Theta_kj ∝ sum_i r_i Q_ik n(x_i, w_j) + alpha``
+    with row weights ``r`` (1 for the paper; ``unlabeled_weight`` on unlabeled rows).
     Returns ``(log_theta, log_pz)``.
     """
+    if row_weight is not None:
+        Q = Q * row_weight[:, None]
     T = np.asarray((sp.csr_matrix(Q.T) @ X).todense()) + alpha      # Eq. 6 numerator
     T /= T.sum(axis=1, keepdims=True)
     pz = Q.sum(axis=0) + beta                                        # Eq. 5 numerator
@@ -159,16 +163,25 @@ def randomized_pca(X: sp.csr_matrix, n_components: int, rng: np.random.Generator
         return np.asarray(XT @ C) - np.outer(mean, C.sum(axis=0))
 
     Y = xc(rng.standard_normal((M, ell)))
+    for _ in range(n_iter):                          # power iterations, LU-renormalised
+        Y = scipy.linalg.lu(Y, permute_l=True, check_finite=False)[0]
+        Y = xc(xct(Y))
     Qy, _ = np.linalg.qr(Y)
-    for _ in range(n_iter):                          # power iterations, re-orthonormalised
-        Z, _ = np.linalg.qr(xct(Qy))
-        Qy, _ = np.linalg.qr(xc(Z))
     Bt = xct(Qy)                                     # (Q^T Xc)^T, M x l
-    Vb, s, Ut = np.linalg.svd(Bt, full_matrices=False)
+    # SVD of the small factor through its l x l Gram matrix (cheaper than an M x l SVD)
+    evals, Ub = np.linalg.eigh(Bt.T @ Bt)
+    order = np.argsort(-evals, kind="stable")
+    evals = np.maximum(evals[order], 0.0)
+    s = np.sqrt(evals)
+    keep = s > s[0] * 1e-6 if s[0] > 0 else np.zeros(s.size, dtype=bool)
+    k = int(min(k, keep.sum()))
+    if k < 1:
+        raise DegenerateInputError("PCA found no variance: all documents are identical")
+    V = Bt @ (Ub[:, order[:k]] / s[:k])
     # deterministic signs: largest-magnitude loading of each component positive
-    signs = np.sign(Vb[np.abs(Vb).argmax(axis=0), np.arange(Vb.shape[1])])
+    signs = np.sign(V[np.abs(V).argmax(axis=0), np.arange(k)])
     signs[signs == 0] = 1.0
-    V = Vb[:, :k] * signs[:k]
+    V = V * signs
     return mean, V, s[:k] ** 2, total
 
 
@@ -309,9 +322,16 @@ class ConstrainedPLSA(ClassifierMixin, BaseEstimator):
         Cap on EM iterations.
     min_df : int, default=1
         Terms occurring in fewer training documents are ignored.
+    unlabeled_weight : float, default=1.0
+        Weight of unlabeled documents in the likelihood (1 = the paper; < 1 is
+        Nigam et al.'s EM-lambda, limiting how far unlabeled data pull the topics).
+    tf : {"raw", "log1p"}, default="raw"
+        Term frequencies the multinomials see: raw counts (the paper) or
+        ``ln(1 + n)`` (dampens burstiness, Rennie et al. 2003).
     n_new_clusters : int, default=0
-        Extra unseeded topics, initialised farthest-first among unlabeled
-        documents (tf-idf cosine); reported as ``new-0``, ...
+        Extra unseeded topics, initialised from the unlabeled documents least
+        similar to every seeded class (see ``_new_topic_init``); reported as
+        ``new-0``, ...
     random_state : int or None
         Tie-breaking seed for the extra topics' initialisation.
 
@@ -338,8 +358,11 @@ class ConstrainedPLSA(ClassifierMixin, BaseEstimator):
 
     def __init__(self, alpha: float = 0.01, beta: float = 1.0, init_mix: float = 0.5,
                  tol: float = 1e-5, max_iter: int = 100, min_df: int = 1,
+                 unlabeled_weight: float = 1.0, tf: str = "raw",
                  n_new_clusters: int = 0, random_state: int | None = 0) -> None:
         self.alpha = alpha
+        self.unlabeled_weight = unlabeled_weight
+        self.tf = tf
         self.beta = beta
         self.init_mix = init_mix
         self.tol = tol
@@ -359,11 +382,15 @@ class ConstrainedPLSA(ClassifierMixin, BaseEstimator):
             raise ValueError("alpha must be > 0 (an unsmoothed M-step gives ln 0)")
         if not 0 < self.init_mix <= 1:
             raise ValueError("init_mix must be in (0, 1]")
+        if self.tf not in ("raw", "log1p"):
+            raise ValueError(f"unknown tf {self.tf!r}; choose 'raw' or 'log1p'")
+        if not 0 < self.unlabeled_weight <= 1:
+            raise ValueError("unlabeled_weight must be in (0, 1]")
         rng = np.random.default_rng(self.random_state)
         cols = observed_columns(X, self.min_df)
         if cols.size == 0:
             raise DegenerateInputError(f"no term occurs in at least min_df={self.min_df} documents")
-        Xs = sp.csr_matrix(X[:, cols])
+        Xs = self._tf(sp.csr_matrix(X[:, cols]))
         n_known = classes.size
         n_new = int(self.n_new_clusters)
         K = n_known + n_new
@@ -375,23 +402,18 @@ class ConstrainedPLSA(ClassifierMixin, BaseEstimator):
             raise DegenerateInputError("a seed document has no term in the modelled vocabulary")
         theta = seed_topic_init(Xl1, codes, n_known, bg, float(self.init_mix))
         if n_new:
-            idf = idf_weights(Xs)
-            Xn = tfidf(Xs, idf)
-            from streamsemi.algorithms.constrained_kmeans import seed_means
-            C = seed_means(Xn, codes, n_known)
-            C = farthest_point_centroids(Xn, C, np.flatnonzero(codes < 0), n_new, rng)[n_known:]
-            C = C / C.sum(axis=1, keepdims=True)
-            theta = np.vstack([theta, (1.0 - self.init_mix) * C + self.init_mix * bg[None, :]])
+            theta = np.vstack([theta, self._new_topic_init(Xs, Xl1, codes, n_known, n_new, bg, rng)])
         log_theta = np.log(theta)
         log_pz = np.full(K, -np.log(K))                  # P(z_k) = 1/K (Algorithm 1, line 4)
-        alpha, beta = float(self.alpha), float(self.beta)
+        alpha, beta, lam = float(self.alpha), float(self.beta), float(self.unlabeled_weight)
+        row_weight = None if lam == 1.0 else np.where(codes < 0, lam, 1.0)
         objective: list[float] = []
         loglik_hist: list[float] = []
         converged = False
         n_iter = 0
         Q = None
         for n_iter in range(1, int(self.max_iter) + 1):  # noqa: B007
-            Q, ll = plsa_e_step(Xs, log_theta, log_pz, codes)
+            Q, ll = plsa_e_step(Xs, log_theta, log_pz, codes, lam)
             obj = ll + (plsa_log_prior(log_theta, log_pz, alpha, beta) if n_iter > 1 else 0.0)
             if n_iter > 1:  # the first parameters are the initial guess, not an M-step result
                 loglik_hist.append(ll)
@@ -399,7 +421,7 @@ class ConstrainedPLSA(ClassifierMixin, BaseEstimator):
                 if len(objective) >= 2 and (objective[-1] - objective[-2]) <= self.tol * abs(objective[-2]):
                     converged = True
                     break
-            log_theta, log_pz = plsa_m_step(Xs, Q, alpha, beta)
+            log_theta, log_pz = plsa_m_step(Xs, Q, alpha, beta, row_weight)
         self.columns_ = cols
         self.log_theta_ = log_theta
         self.log_pz_ = log_pz
@@ -415,13 +437,45 @@ class ConstrainedPLSA(ClassifierMixin, BaseEstimator):
         self.new_clusters_ = new_cluster_names(n_new)
         self.classes_ = np.array(list(classes) + self.new_clusters_, dtype=object)
 
+    def _new_topic_init(self, Xs: sp.csr_matrix, Xl1: sp.csr_matrix, codes: np.ndarray,
+                        n_known: int, n_new: int, bg: np.ndarray,
+                        rng: np.random.Generator) -> np.ndarray:
+        """Initial Theta rows of the unseeded topics.
+
+        The unlabeled documents least similar (tf-idf cosine) to every seeded class
+        mean, as many as an average class (``N_unlabeled / K``), are the candidates;
+        ``n_new`` anchors are picked farthest-first among them, each candidate joins
+        its most similar anchor, and a topic starts at its group's mean l1 row.
+        """
+        Xn = tfidf(Xs, idf_weights(Xs))
+        C = seed_means(Xn, codes, n_known)
+        unl = np.flatnonzero(codes < 0)
+        best = np.asarray(Xn[unl] @ C.T).max(axis=1)
+        n_cand = max(n_new, unl.size // (n_known + n_new))
+        cand = unl[np.argsort(best, kind="stable")[:n_cand]]
+        anchors = farthest_point_centroids(Xn, C, cand, n_new, rng)[n_known:]
+        group = np.asarray(Xn[cand] @ anchors.T).argmax(axis=1)
+        out = np.empty((n_new, Xs.shape[1]))
+        for k in range(n_new):
+            rows = cand[group == k]
+            mean = np.asarray(Xl1[rows].mean(axis=0)).ravel() if rows.size else anchors[k] / anchors[k].sum()
+            out[k] = (1.0 - self.init_mix) * mean + self.init_mix * bg
+        return out
+
+    def _tf(self, X: sp.csr_matrix) -> sp.csr_matrix:
+        if self.tf == "log1p":
+            X = X.copy()
+            np.log1p(X.data, out=X.data)
+        return X
+
     def _log_joint(self, X: Any) -> np.ndarray:
         check_is_fitted(self, "log_theta_")
         X = sp.csr_matrix(X, dtype=np.float64)
         if X.shape[1] != self.n_features_in_:
             raise ValueError(f"X has {X.shape[1]} features, the model was fitted on {self.n_features_in_}")
         # terms outside the fitting vocabulary are ignored (equal for every topic)
-        return np.asarray(X[:, self.columns_] @ self.log_theta_.T) + self.log_pz_[None, :]
+        Xs = self._tf(sp.csr_matrix(X[:, self.columns_]))
+        return np.asarray(Xs @ self.log_theta_.T) + self.log_pz_[None, :]
 
     def predict_proba(self, X: Any) -> np.ndarray:
         """Topic posterior ``P(z | x)`` (Eq. 4) for any documents, no clamping."""
@@ -478,6 +532,11 @@ class SemiLDC(ClassifierMixin, BaseEstimator):
     plsa_alpha, plsa_beta, plsa_init_mix, plsa_tol, plsa_max_iter :
         Parameters of the :class:`ConstrainedPLSA` that produces the soft labels.
     kmeans_max_iter : int, default=100
+    n_refine : int, default=3
+        Extra LDA/k-means rounds (an extension, not in the paper): soft LDA is refitted
+        on the previous round's cluster assignment (hard labels, seeds fixed) and
+        constrained k-means re-run in the new space. 0 gives the paper's Algorithm 2;
+        stops early when the assignment no longer changes.
     n_new_clusters : int, default=0
         Extra clusters for classes nobody seeded (extra PLSA topics, LDA uses them
         as classes, k-means starts them at their soft means).
@@ -505,16 +564,20 @@ class SemiLDC(ClassifierMixin, BaseEstimator):
     sigma2_ : float
         Per-dimension variance of the shared Gaussian behind ``predict_proba``.
     n_iter_ : int
-        Constrained k-means iterations.
+        Constrained k-means iterations (last round).
+    n_refine_done_ : int
+        Refinement rounds actually run.
     """
 
     def __init__(self, weighting: str = "tfidf", pca_variance: float = 0.9,
                  max_components: int = 300, pca_min_df: int = 2, pca_n_iter: int = 4,
                  mu: float = 1.0, normalize_projection: bool = True,
-                 plsa_alpha: float = 0.01, plsa_beta: float = 1.0, plsa_init_mix: float = 0.5,
+                 plsa_alpha: float = 0.01, plsa_beta: float = 1.0, plsa_init_mix: float = 0.9,
                  plsa_tol: float = 1e-5, plsa_max_iter: int = 100, kmeans_max_iter: int = 100,
-                 n_new_clusters: int = 0, random_state: int | None = 0) -> None:
+                 n_refine: int = 3, n_new_clusters: int = 0,
+                 random_state: int | None = 0) -> None:
         self.weighting = weighting
+        self.n_refine = n_refine
         self.pca_variance = pca_variance
         self.max_components = max_components
         self.pca_min_df = pca_min_df
@@ -565,18 +628,26 @@ class SemiLDC(ClassifierMixin, BaseEstimator):
         V = V[:, :d]
         Z = np.asarray(Ws @ V) - (mean @ V)[None, :]
 
-        # 3. soft LDA (lines 4-8, Eq. 8-14)
-        Sb, Sw = soft_scatter_matrices(Z, Q)
-        A, evals = soft_lda_projection(Sb, Sw, float(self.mu), K - 1)
-
-        # 4. project (line 9) and constrained k-means (line 10)
+        labels = None
+        self.n_refine_done_ = 0
+        for round_ in range(int(self.n_refine) + 1):
+            if round_ > 0:  # refinement: LDA on the previous assignment (extension)
+                Q = np.eye(K)[labels]
+            # 3. soft LDA (lines 4-8, Eq. 8-14)
+            Sb, Sw = soft_scatter_matrices(Z, Q)
+            A, evals = soft_lda_projection(Sb, Sw, float(self.mu), K - 1)
+            # 4. project (line 9) and constrained k-means (line 10)
+            self.offset_ = (mean @ V) @ A
+            Y = self._embed_weighted(Z @ A + self.offset_[None, :])
+            C0 = self._initial_centroids(Y, codes, Q, n_known)
+            previous = labels
+            labels, C, n_iter = constrained_kmeans_dense(Y, codes, C0, int(self.kmeans_max_iter))
+            self.n_refine_done_ = round_
+            if previous is not None and np.array_equal(previous, labels):
+                break
         P = np.zeros((X.shape[1], A.shape[1]))
         P[cols] = V @ A
         self.projection_ = P
-        self.offset_ = mean @ V @ A
-        Y = self._embed_weighted(Ws @ (V @ A))
-        C0 = self._initial_centroids(Y, codes, Q, n_known)
-        labels, C, n_iter = constrained_kmeans_dense(Y, codes, C0, int(self.kmeans_max_iter))
 
         d2 = _sq_distances(Y, C)[np.arange(Y.shape[0]), labels]
         self.sigma2_ = max(float(d2.mean()) / Y.shape[1], 1e-12)
