@@ -1,0 +1,562 @@
+"""Constrained Laplacian Eigenmap (CLE; Chen, Zhang, Bu, Wang & Chen, Neurocomputing 2010).
+
+CLE embeds every document on ``r`` lines, one per seeded class. Map ``k`` is a
+Laplacian eigenmap of the kNN document graph whose solution space is restricted
+so that all seeds of class ``k`` share one value and all other seeds share
+another (the paper's subspace trick, Eq. 8-9), after the label-driven weight
+changes of section 3.2.1. The ``r`` maps side by side give an ``N x r``
+embedding. Documents are then assigned either by k-means started at the seed
+means (the paper's clustering step, ``assign="kmeans"``) or, by default, by the
+prior-calibrated one-vs-rest rule: each map is shifted by its ``1 - prior``
+quantile and the highest shifted map wins (measured better on Reuters, see the
+design notes).
+
+Implementation choices (details and measurements in ``docs/algorithms/cle.md``):
+
+* Graph: symmetric kNN (``i in kNN(j) or j in kNN(i)``) with dot-product weights
+  on unit-length rows, computed in row blocks of the sparse product
+  ``Xn[block] @ Xn.T`` with a top-k per row by ``argpartition``; never a dense
+  ``N x N`` matrix. Zero-similarity neighbours are not edges.
+* Subspace trick as graph contraction: ``y = P_k z`` with the paper's ``P_k``
+  spans the same space as the 0/1 incidence matrix ``P`` that sends class-``k``
+  seeds to node 0, other seeds to node 1 and every unlabeled document to its own
+  node. Eq. 9 is therefore ``L_c z = lambda D_c z`` on ``W_c = P^T W_k P`` with
+  ``D_c = P^T D_k P`` (the contracted nodes keep their internal, self-loop,
+  weight in the degree).
+* Disconnected graphs are solved per component: the component holding the seed
+  nodes gets the eigenvector; components without any seed carry no label
+  information and get the neutral value 0 (the ``D``-weighted mean of every
+  map, since the eigenvector is ``D``-orthogonal to the constant); if the two
+  seed nodes fall into different components the exact solution is the
+  two-valued component indicator (eigenvalue 0).
+* ``seed_link`` (default 1000, paper 1) is the weight 3.2.1 gives every pair of
+  same-side seeds; the larger mass of the seed nodes makes each map close to the
+  harmonic (label-propagation) solution between them.
+* Out-of-sample extension (Nystrom, Eq. 5): ``y(x) = sum_j w(x, x_j) y_j /
+  ((1 - lambda) sum_j w(x, x_j))`` over the ``n_neighbors`` most similar window
+  documents; a document with no positive similarity gets the neutral value.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+import scipy.linalg as sla
+import scipy.sparse as sp
+import scipy.sparse.csgraph as csgraph
+import scipy.sparse.linalg as spla
+from scipy.optimize import minimize_scalar
+from sklearn.base import BaseEstimator, ClassifierMixin
+from sklearn.utils.validation import check_is_fitted
+
+from streamsemi.algorithms.base import (
+    DegenerateInputError,
+    check_count_matrix,
+    check_n_clusters,
+    encode_single_labels,
+    explain_weights,
+    new_cluster_names,
+    softmax_rows,
+)
+from streamsemi.features import idf_weights, l2_normalize_rows, tfidf
+
+WEIGHTINGS = ("tf", "tfidf")
+MAP_SCALINGS = ("seeds", "none")
+ASSIGNS = ("calibrated", "kmeans")
+DENSE_EIGEN_MAX = 400  # components up to this size are solved with dense eigh
+
+
+# ----------------------------------------------------------------------------- representation
+
+def unit_rows(X: sp.csr_matrix, weighting: str, idf: np.ndarray | None) -> sp.csr_matrix:
+    """Unit-length document vectors: raw term frequencies (paper 4.1) or sublinear tf-idf."""
+    if weighting == "tf":
+        return l2_normalize_rows(X)
+    if weighting == "tfidf":
+        return tfidf(X, idf)
+    raise ValueError(f"unknown weighting {weighting!r}; expected one of {WEIGHTINGS}")
+
+
+def _block_rows(n_rows: int, n_cols: int, block_memory_mb: float) -> int:
+    """Rows per block so that one dense block of similarities stays within the budget."""
+    return int(max(1, min(n_rows, (block_memory_mb * 2**20) // (8 * max(n_cols, 1)))))
+
+
+def top_k_similar(Q: sp.csr_matrix, R: sp.csr_matrix, RT: sp.csr_matrix, n_neighbors: int,
+                  exclude_self_offset: int | None = None,
+                  block_memory_mb: float = 64.0) -> tuple[np.ndarray, np.ndarray]:
+    """The ``n_neighbors`` rows of ``R`` most similar (dot product) to each row of ``Q``.
+
+    Computed in row blocks of the sparse product ``Q[block] @ R.T`` (``RT`` is
+    ``R.T`` in CSR), each densified only as ``block x len(R)``.
+
+    Parameters
+    ----------
+    exclude_self_offset : int, optional
+        When ``Q`` is ``R[offset:]``, row ``i`` of ``Q`` is not its own neighbour.
+
+    Returns
+    -------
+    idx : ndarray of int, shape (len(Q), k)
+    sim : ndarray of float, shape (len(Q), k)
+        Similarities (0 where fewer than ``k`` rows have a positive similarity).
+    """
+    n_q, n_r = Q.shape[0], R.shape[0]
+    k = min(n_neighbors, n_r - (1 if exclude_self_offset is not None else 0))
+    idx = np.zeros((n_q, max(k, 0)), dtype=np.int64)
+    sim = np.zeros((n_q, max(k, 0)))
+    if k <= 0:
+        return idx, sim
+    step = _block_rows(n_q, n_r, block_memory_mb)
+    for start in range(0, n_q, step):
+        stop = min(n_q, start + step)
+        S = (Q[start:stop] @ RT).toarray()
+        if exclude_self_offset is not None:
+            rows = np.arange(stop - start)
+            S[rows, exclude_self_offset + start + rows] = -np.inf
+        if k < n_r:
+            part = np.argpartition(-S, k - 1, axis=1)[:, :k]
+        else:
+            part = np.tile(np.arange(n_r), (stop - start, 1))
+        vals = np.take_along_axis(S, part, axis=1)
+        order = np.argsort(-vals, axis=1, kind="stable")
+        idx[start:stop] = np.take_along_axis(part, order, axis=1)
+        sim[start:stop] = np.maximum(np.take_along_axis(vals, order, axis=1), 0.0)
+    return idx, sim
+
+
+def knn_graph(Xn: sp.csr_matrix, n_neighbors: int = 15, block_memory_mb: float = 64.0,
+              XnT: sp.csr_matrix | None = None) -> sp.csr_matrix:
+    """Symmetric kNN graph with dot-product weights (paper 3.3 steps 1-2, "k nearest neighbors").
+
+    ``i ~ j`` if ``j`` is among the ``n_neighbors`` most similar rows of ``i`` or
+    vice versa, with ``W_ij = x_i . x_j``; pairs with zero similarity are not edges.
+    """
+    XnT = sp.csr_matrix(Xn.T) if XnT is None else XnT
+    idx, sim = top_k_similar(Xn, Xn, XnT, n_neighbors, exclude_self_offset=0,
+                             block_memory_mb=block_memory_mb)
+    return graph_from_neighbors(idx, sim)
+
+
+def graph_from_neighbors(idx: np.ndarray, sim: np.ndarray) -> sp.csr_matrix:
+    """Symmetrise directed neighbour lists (``W = max(A, A^T)``), dropping zero weights."""
+    n = idx.shape[0]
+    rows = np.repeat(np.arange(n), idx.shape[1])
+    A = sp.csr_matrix((sim.ravel(), (rows, idx.ravel())), shape=(n, n))
+    A.eliminate_zeros()
+    return sp.csr_matrix(A.maximum(A.T))
+
+
+def nystrom(raw_fit: np.ndarray, idx: np.ndarray, sim: np.ndarray, lams: np.ndarray) -> np.ndarray:
+    """Out-of-sample raw maps: ``y(x) = sum_j w_j y_j / ((1 - lambda) sum_j w_j)`` (Eq. 5 row).
+
+    Rows without any positive similarity get the neutral value 0.
+    """
+    out = np.zeros((idx.shape[0], raw_fit.shape[1]))
+    if idx.shape[1] == 0:
+        return out
+    total = sim.sum(axis=1)
+    ok = total > 0
+    num = np.einsum("nk,nkr->nr", sim[ok], raw_fit[idx[ok]])
+    out[ok] = num / total[ok, None] / (1.0 - np.minimum(lams, 0.5))
+    return out
+
+
+# ----------------------------------------------------------------------------- one map
+
+def contraction_matrix(codes: np.ndarray, k: int) -> tuple[sp.csr_matrix, np.ndarray]:
+    """0/1 incidence ``P`` (N x (2 + #unlabeled)) of the subspace trick for class ``k``.
+
+    Node 0 = all seeds of class ``k``, node 1 = all other seeds, nodes 2.. = the
+    unlabeled documents in order. ``span(P)`` equals ``span(P_k)`` of Eq. 8.
+    """
+    node = np.empty(codes.size, dtype=np.int64)
+    unl = codes < 0
+    node[codes == k] = 0
+    node[(codes >= 0) & (codes != k)] = 1
+    node[unl] = 2 + np.arange(int(unl.sum()))
+    P = sp.csr_matrix((np.ones(codes.size), (np.arange(codes.size), node)),
+                      shape=(codes.size, 2 + int(unl.sum())))
+    return P, node
+
+
+def contracted_graph(W_unseeded: sp.csr_matrix, codes: np.ndarray, k: int,
+                     seed_link: float = 1.0) -> tuple[sp.csr_matrix, np.ndarray]:
+    """``W_c = P^T W_k P`` for map ``k`` (3.2.1 weight changes + Eq. 8-9 contraction).
+
+    ``W_unseeded`` is the kNN graph with every seed-seed entry removed. Section 3.2.1
+    sets every pair of class-``k`` seeds (``i = j`` included) and every pair of other
+    seeds to ``seed_link`` (the maximum similarity, 1) and class-``k``/other pairs to
+    0; after contraction these become the self-loops ``m_k^2`` and ``m_o^2`` of nodes
+    0 and 1, and no edge between them.
+    """
+    P, node = contraction_matrix(codes, k)
+    m_k = float(np.sum(codes == k))
+    m_o = float(np.sum((codes >= 0) & (codes != k)))
+    n = P.shape[1]
+    loops = sp.csr_matrix(([seed_link * m_k * m_k, seed_link * m_o * m_o], ([0, 1], [0, 1])),
+                          shape=(n, n))
+    return sp.csr_matrix(P.T @ W_unseeded @ P + loops), node
+
+
+def _second_eigvec_connected(W: sp.csr_matrix, v0: np.ndarray, tol: float) -> tuple[np.ndarray, float]:
+    """Second-smallest generalized eigenpair of ``L y = lambda D y`` (Eq. 5/9) on a connected graph.
+
+    Solved as the largest eigenpair of ``A = D^-1/2 W D^-1/2`` restricted to the
+    complement of its known top eigenvector ``D^1/2 1`` (eigenvalue 1, the constant
+    ``y`` of Proposition 1); ``lambda = 1 - mu``, ``y = D^-1/2 u``.
+    """
+    d = np.asarray(W.sum(axis=1)).ravel()
+    n = d.size
+    inv_sqrt = 1.0 / np.sqrt(d)
+    A = sp.csr_matrix(sp.diags(inv_sqrt) @ W @ sp.diags(inv_sqrt))
+    u0 = np.sqrt(d) / np.sqrt(d.sum())
+    if n <= DENSE_EIGEN_MAX:
+        L = sp.diags(d) - W
+        vals, vecs = sla.eigh(L.toarray(), np.diag(d))
+        return vecs[:, 1], float(max(vals[1], 0.0))
+
+    def matvec(v: np.ndarray) -> np.ndarray:
+        v = np.asarray(v).ravel()
+        v = v - u0 * (u0 @ v)
+        out = A @ v
+        return out - u0 * (u0 @ out)
+
+    op = spla.LinearOperator((n, n), matvec=matvec, dtype=np.float64)
+    start = v0 * np.sqrt(d)
+    start = start - u0 * (u0 @ start)
+    mu, u = spla.eigsh(op, k=1, which="LA", v0=start, tol=tol, maxiter=max(2000, 20 * n))
+    return u[:, 0] * inv_sqrt, float(max(1.0 - mu[0], 0.0))
+
+
+def solve_map(Wc: sp.csr_matrix, tol: float = 1e-8) -> tuple[np.ndarray, float]:
+    """Second-smallest generalized eigenvector of the contracted graph (Eq. 9), per component.
+
+    Returns ``(z, lambda)`` with ``z`` over the contracted nodes, oriented so that
+    ``z[0] > z[1]`` (class-``k`` seeds above the other seeds). Nodes in components
+    without a seed node get 0; if nodes 0 and 1 are disconnected from each other the
+    solution is the ``D``-orthogonal two-valued component indicator (lambda 0).
+    """
+    n = Wc.shape[0]
+    _, comp = csgraph.connected_components(Wc, directed=False)
+    z = np.zeros(n)
+    d = np.asarray(Wc.sum(axis=1)).ravel()
+    if comp[0] != comp[1]:
+        a, b = comp == comp[0], comp == comp[1]
+        va, vb = d[a].sum(), d[b].sum()
+        z[a], z[b] = 1.0 / va, -1.0 / vb
+        z /= np.sqrt(np.sum(d * z * z))
+        return z, 0.0
+    members = np.flatnonzero(comp == comp[0])
+    sub = sp.csr_matrix(Wc[members][:, members])
+    v0 = np.zeros(members.size)
+    v0[0], v0[1] = 1.0, -1.0  # members is sorted, so nodes 0 and 1 come first
+    y, lam = _second_eigvec_connected(sub, v0, tol)
+    if y[0] < y[1]:
+        y = -y
+    z[members] = y
+    return z, lam
+
+
+# ----------------------------------------------------------------------------- final clustering
+
+def kmeans_fixed_seeds(Y: np.ndarray, C0: np.ndarray, codes: np.ndarray, constrained: bool,
+                       max_iter: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """Lloyd k-means in the embedding from centroids ``C0`` (seed means).
+
+    With ``constrained`` seeds keep their class in every assignment step.
+    """
+    C = C0.copy()
+    seeds = np.flatnonzero(codes >= 0)
+    labels = np.full(Y.shape[0], -1)
+    n_iter = 0
+    for n_iter in range(1, max_iter + 1):  # noqa: B007
+        new = sq_distances(Y, C).argmin(axis=1)
+        if constrained:
+            new[seeds] = codes[seeds]
+        if np.array_equal(new, labels):
+            break
+        labels = new
+        for c in range(C.shape[0]):
+            mask = labels == c
+            if mask.any():  # an emptied cluster keeps its previous centroid
+                C[c] = Y[mask].mean(axis=0)
+    return C, labels, n_iter
+
+
+def sq_distances(Y: np.ndarray, C: np.ndarray) -> np.ndarray:
+    """Squared Euclidean distances between rows of ``Y`` and rows of ``C``."""
+    D = (Y * Y).sum(axis=1)[:, None] - 2.0 * Y @ C.T + (C * C).sum(axis=1)[None, :]
+    return np.maximum(D, 0.0)
+
+
+def farthest_first(Y: np.ndarray, C: np.ndarray, candidates: np.ndarray, n_new: int,
+                   rng: np.random.Generator) -> np.ndarray:
+    """Add ``n_new`` centroids at the candidates farthest from all centroids so far."""
+    best = sq_distances(Y[candidates], C).min(axis=1) - 1e-12 * rng.random(candidates.size)
+    out = [C]
+    for _ in range(n_new):
+        j = int(np.argmax(best))
+        out.append(Y[candidates[j]][None, :])
+        best = np.minimum(best, sq_distances(Y[candidates], out[-1]).ravel())
+        best[j] = -np.inf
+    return np.vstack(out)
+
+
+def prior_thresholds(Y: np.ndarray, prior: np.ndarray) -> np.ndarray:
+    """Per-map threshold: the ``1 - prior_k`` quantile of map ``k`` over the window.
+
+    Shifting map ``k`` by it makes roughly a ``prior_k`` fraction of documents score
+    above 0 on it, so one-vs-rest maps with very different seed counts become
+    comparable (the role class mass normalisation plays for harmonic functions).
+    """
+    return np.array([np.quantile(Y[:, k], 1.0 - prior[k]) for k in range(Y.shape[1])])
+
+
+def fit_temperature(S: np.ndarray, target: np.ndarray) -> float:
+    """Softmax temperature maximising the likelihood of ``target`` under ``softmax(S / T)``."""
+    spread = float(np.std(S)) or 1.0
+    if S.shape[0] == 0:
+        return spread
+
+    def nll(log_t: float) -> float:
+        P = softmax_rows(S, float(np.exp(log_t)))
+        return -float(np.mean(np.log(P[np.arange(target.size), target] + 1e-300)))
+
+    res = minimize_scalar(nll, bounds=(np.log(spread * 1e-3), np.log(spread * 1e2)), method="bounded")
+    return float(np.exp(res.x))
+
+
+# ----------------------------------------------------------------------------- estimator
+
+class CLE(ClassifierMixin, BaseEstimator):
+    """Constrained Laplacian Eigenmap, then an assignment in the r-dimensional embedding.
+
+    Parameters
+    ----------
+    n_neighbors : int, default=15
+        k of the symmetric kNN graph (paper: 15); also the number of window
+        documents averaged by the out-of-sample extension.
+    weighting : {"tf", "tfidf"}, default="tf"
+        Unit-length raw term frequencies (the paper) or sublinear tf-idf; see
+        ``docs/algorithms/cle.md`` for the measurement behind the default.
+    seed_link : float, default=1000.0
+        Weight given to every pair of same-side seeds by the 3.2.1 modification
+        (the paper sets it to the maximum similarity, 1; larger values give the
+        seed nodes more mass so the map follows the labels more closely).
+    assign : {"calibrated", "kmeans"}, default="calibrated"
+        "kmeans": k-means in the embedding started at the seed means (the paper's
+        clustering step); "calibrated": each map is shifted by its ``1 - prior``
+        quantile (prior = the class's share of the seeds) and a document goes to
+        the class with the highest shifted map.
+    map_scaling : {"seeds", "none"}, default="seeds"
+        "seeds": affinely rescale each map so that its class seeds sit at 1 and all
+        other seeds at 0 (the embedding then approximates the indicator matrix of
+        paper 3.1); "none": the raw ``D``-normalised eigenvectors.
+    constrained : bool, default=True
+        Seeds keep their class in the training assignment.
+    n_new_clusters : int, default=0
+        Extra k-means clusters for classes nobody seeded (farthest-first in the
+        embedding among unlabeled documents), reported as ``new-0``, ...; needs
+        ``assign="kmeans"``.
+    max_iter : int, default=100
+        k-means iterations.
+    eigen_tol : float, default=1e-8
+        Tolerance of the sparse eigensolver.
+    block_memory_mb : float, default=64
+        Size of one dense block of similarities while building the graph.
+    random_state : int or None, default=0
+        Tie-breaking for the extra clusters' initialisation.
+
+    Attributes
+    ----------
+    classes_ : ndarray of str
+    new_clusters_ : list of str
+    embedding_ : ndarray of shape (N, r)
+        The CLE coordinates of the training documents.
+    eigenvalues_ : ndarray of shape (r,)
+        Second-smallest eigenvalue of each map.
+    map_offset_, map_scale_ : ndarray of shape (r,)
+        ``embedding = (raw - offset) / scale`` per map.
+    thresholds_ : ndarray of shape (r,)
+        Per-map shift of the calibrated assignment (zeros for k-means).
+    cluster_centers_ : ndarray of shape (n_clusters, r)
+        Mean embedding of each class/cluster.
+    labels_ : ndarray of int
+        Index into ``classes_`` of each training document.
+    temperature_ : float
+        Softmax temperature of ``predict_proba``, fitted on the seeds' out-of-sample
+        (leave-one-out) embeddings.
+    graph_ : csr_matrix
+        Symmetric kNN graph of the training documents.
+    fit_times_ : dict
+        Seconds spent in "graph", "eigen" and "assign".
+    """
+
+    def __init__(self, n_neighbors: int = 15, weighting: str = "tf", seed_link: float = 1000.0,
+                 assign: str = "calibrated", map_scaling: str = "seeds", constrained: bool = True,
+                 n_new_clusters: int = 0, max_iter: int = 100, eigen_tol: float = 1e-8,
+                 block_memory_mb: float = 64.0, random_state: int | None = 0) -> None:
+        self.n_neighbors = n_neighbors
+        self.weighting = weighting
+        self.seed_link = seed_link
+        self.assign = assign
+        self.map_scaling = map_scaling
+        self.constrained = constrained
+        self.n_new_clusters = n_new_clusters
+        self.max_iter = max_iter
+        self.eigen_tol = eigen_tol
+        self.block_memory_mb = block_memory_mb
+        self.random_state = random_state
+
+    def _check_params(self) -> None:
+        if int(self.n_neighbors) < 1:
+            raise ValueError(f"n_neighbors must be >= 1, got {self.n_neighbors}")
+        if self.weighting not in WEIGHTINGS:
+            raise ValueError(f"unknown weighting {self.weighting!r}; expected one of {WEIGHTINGS}")
+        if self.map_scaling not in MAP_SCALINGS:
+            raise ValueError(f"unknown map_scaling {self.map_scaling!r}; expected one of {MAP_SCALINGS}")
+        if self.assign not in ASSIGNS:
+            raise ValueError(f"unknown assign {self.assign!r}; expected one of {ASSIGNS}")
+        if not float(self.seed_link) > 0:
+            raise ValueError(f"seed_link must be > 0, got {self.seed_link}")
+        if int(self.n_new_clusters) < 0:
+            raise ValueError("n_new_clusters must be >= 0")
+        if int(self.n_new_clusters) > 0 and self.assign != "kmeans":
+            raise ValueError("n_new_clusters > 0 needs assign='kmeans' (calibrated maps only score seeded classes)")
+
+    def fit(self, X: Any, y: Any) -> CLE:
+        """Fit on counts ``X`` with seed labels ``y`` (None/-1/"" = unlabeled)."""
+        self._check_params()
+        X = check_count_matrix(X)
+        codes, classes = encode_single_labels(y, X.shape[0])
+        r = classes.size
+        n_clusters = r + int(self.n_new_clusters)
+        check_n_clusters(n_clusters, X.shape[0])
+        rng = np.random.default_rng(self.random_state)
+        times = {}
+
+        t0 = time.perf_counter()
+        self.idf_ = idf_weights(X)
+        Xn = unit_rows(X, self.weighting, self.idf_)
+        XnT = sp.csr_matrix(Xn.T)
+        nn_idx, nn_sim = top_k_similar(Xn, Xn, XnT, int(self.n_neighbors), exclude_self_offset=0,
+                                       block_memory_mb=self.block_memory_mb)
+        W = graph_from_neighbors(nn_idx, nn_sim)
+        times["graph"] = time.perf_counter() - t0
+
+        t0 = time.perf_counter()
+        seed = (codes >= 0).astype(np.float64)
+        W_unseeded = sp.csr_matrix(W - sp.diags(seed) @ W @ sp.diags(seed))  # seed pairs are reset
+        W_unseeded.eliminate_zeros()
+        raw = np.empty((X.shape[0], r))
+        lams = np.empty(r)
+        offset, scale = np.zeros(r), np.ones(r)
+        for k in range(r):
+            Wc, node = contracted_graph(W_unseeded, codes, k, float(self.seed_link))
+            z, lams[k] = solve_map(Wc, float(self.eigen_tol))
+            raw[:, k] = z[node]  # y = P z: expand back to all documents
+            if self.map_scaling == "seeds":
+                offset[k], scale[k] = z[1], z[0] - z[1]
+        times["eigen"] = time.perf_counter() - t0
+
+        t0 = time.perf_counter()
+        Y = (raw - offset) / scale
+        seeds = np.flatnonzero(codes >= 0)
+        H = sp.csr_matrix((np.ones(seeds.size), (codes[seeds], seeds)), shape=(r, X.shape[0]))
+        C = np.asarray(H @ Y) / np.asarray(H.sum(axis=1))
+        thresholds = np.zeros(r)
+        if self.assign == "kmeans":
+            if self.n_new_clusters:
+                unl = np.flatnonzero(codes < 0)
+                if unl.size < self.n_new_clusters:
+                    raise DegenerateInputError("fewer unlabeled documents than n_new_clusters")
+                C = farthest_first(Y, C, unl, int(self.n_new_clusters), rng)
+            C, labels, n_iter = kmeans_fixed_seeds(Y, C, codes, bool(self.constrained), int(self.max_iter))
+        else:
+            prior = np.bincount(codes[seeds], minlength=r) / seeds.size
+            thresholds = prior_thresholds(Y, prior)
+            labels = (Y - thresholds).argmax(axis=1)
+            if self.constrained:
+                labels[seeds] = codes[seeds]
+            n_iter = 0
+            Hl = sp.csr_matrix((np.ones(labels.size), (labels, np.arange(labels.size))),
+                               shape=(r, X.shape[0]))
+            filled = np.asarray(Hl.sum(axis=1)).ravel()
+            C = np.where(filled[:, None] > 0, np.asarray(Hl @ Y) / np.maximum(filled, 1)[:, None], C)
+        self.thresholds_ = thresholds
+        self.map_offset_, self.map_scale_ = offset, scale
+        self.eigenvalues_ = lams
+        self.cluster_centers_ = C
+        # temperature from the seeds' leave-one-out out-of-sample embedding
+        loo = (nystrom(raw, nn_idx[seeds], nn_sim[seeds], lams) - offset) / scale
+        self.temperature_ = fit_temperature(self._scores_from_embedding(loo), codes[seeds])
+        times["assign"] = time.perf_counter() - t0
+
+        Xt = tfidf(X, self.idf_)
+        Hl = sp.csr_matrix((np.ones(labels.size), (labels, np.arange(labels.size))),
+                           shape=(n_clusters, X.shape[0]))
+        counts = np.maximum(np.asarray(Hl.sum(axis=1)).ravel(), 1.0)
+        self.class_term_weights_ = sp.csr_matrix(sp.diags(1.0 / counts) @ Hl @ Xt)
+
+        self.X_fit_ = Xn
+        self.X_fit_T_ = XnT
+        self.graph_ = W
+        self.embedding_ = Y
+        self.labels_ = labels
+        self.n_iter_ = n_iter
+        self.fit_times_ = times
+        self.new_clusters_ = new_cluster_names(int(self.n_new_clusters))
+        self.classes_ = np.array(list(classes) + self.new_clusters_, dtype=object)
+        return self
+
+    def transform(self, X: Any) -> np.ndarray:
+        """Out-of-sample CLE coordinates of new documents (Nystrom extension).
+
+        ``y(x) = sum_j w(x, x_j) y_j / ((1 - lambda) sum_j w(x, x_j))`` over the
+        ``n_neighbors`` most similar training documents (raw maps, then the same
+        rescaling as in fit); no positive similarity -> the neutral raw value 0.
+        """
+        check_is_fitted(self, "embedding_")
+        X = sp.csr_matrix(X, dtype=np.float64)
+        if X.shape[1] != self.X_fit_.shape[1]:
+            raise ValueError(f"X has {X.shape[1]} features, the model was fitted with {self.X_fit_.shape[1]}")
+        if X.nnz and X.data.min() < 0:
+            raise ValueError("X must be non-negative term counts")
+        Q = unit_rows(X, self.weighting, self.idf_)
+        idx, sim = top_k_similar(Q, self.X_fit_, self.X_fit_T_, int(self.n_neighbors),
+                                 block_memory_mb=self.block_memory_mb)
+        raw_fit = self.embedding_ * self.map_scale_ + self.map_offset_
+        return (nystrom(raw_fit, idx, sim, self.eigenvalues_) - self.map_offset_) / self.map_scale_
+
+    def _scores_from_embedding(self, Y: np.ndarray) -> np.ndarray:
+        if self.assign == "kmeans":
+            return -sq_distances(Y, self.cluster_centers_)
+        return Y - self.thresholds_
+
+    def decision_function(self, X: Any) -> np.ndarray:
+        """Per-class scores (shifted maps, or minus squared centroid distances for k-means)."""
+        return self._scores_from_embedding(self.transform(X))
+
+    def predict_proba(self, X: Any) -> np.ndarray:
+        """``softmax(decision_function / temperature_)`` (columns follow ``classes_``).
+
+        The temperature maximises the likelihood of the seed labels given the
+        seeds' leave-one-out out-of-sample scores, so the probabilities reflect how
+        reliably a document's neighbourhood predicts its class.
+        """
+        return softmax_rows(self.decision_function(X), self.temperature_)
+
+    def predict(self, X: Any) -> np.ndarray:
+        """Class (or ``new-N`` cluster) with the highest score."""
+        return self.classes_[self.decision_function(X).argmax(axis=1)]
+
+    def explain(self, sketch: Any = None, top_n: int = 10) -> dict[str, list[str]]:
+        """Top words of each class/cluster by the mean tf-idf of its members."""
+        check_is_fitted(self, "class_term_weights_")
+        return explain_weights(self.classes_, self.class_term_weights_, sketch, top_n)
+
+
+__all__ = ["CLE", "knn_graph", "graph_from_neighbors", "nystrom", "contracted_graph", "solve_map", "top_k_similar", "unit_rows"]
