@@ -81,7 +81,7 @@ Interpretations (the paper is loose; each choice and why)
   nearest class centre in the learned space (centres = normalised mean of the
   sample members and labeled documents of the class), which is more robust than
   the single nearest exemplar. AP itself is our own vectorised implementation of
-  Frey & Dueck's message passing (damping 0.9), which, unlike scikit-learn's,
+  Frey & Dueck's message passing (damping 0.8), which, unlike scikit-learn's,
   still returns the exemplars when it hits ``ap_max_iter`` without converging.
 * **Eq. 11.** ``P`` and ``Q`` are the min and max off-diagonal similarity among
   the unlabeled sample documents; unlabeled preference ``P - phi (Q - P)``;
@@ -275,6 +275,8 @@ def select_trust_samples(score: np.ndarray, labels: np.ndarray, eligible: np.nda
         Row index of each cluster's trust sample, -1 when it has no eligible member.
     """
     out = np.full(n_clusters, -1, dtype=np.int64)
+    if len(labels) == 0:
+        return out
     s = np.where(eligible, np.asarray(score, dtype=np.float64), -np.inf)
     for k in range(n_clusters):
         masked = np.where(labels == k, s, -np.inf)
@@ -313,12 +315,15 @@ def ap_preferences(S_offdiag_unlabeled: np.ndarray, labeled: np.ndarray, phi: fl
     return pref, P, Q
 
 
-def affinity_propagation(S: np.ndarray, damping: float = 0.9, max_iter: int = 200,
-                         convergence_iter: int = 15) -> tuple[np.ndarray, np.ndarray, int]:
+def affinity_propagation(S: np.ndarray, damping: float = 0.8, max_iter: int = 300,
+                         convergence_iter: int = 30) -> tuple[np.ndarray, np.ndarray, int]:
     """Affinity propagation (Frey & Dueck 2007), vectorised, minimising Eq. 9.
 
     ``S`` holds the preferences on its diagonal. Unlike scikit-learn's version it
-    returns the current exemplars when ``max_iter`` is reached.
+    returns the current exemplars when ``max_iter`` is reached. It stops once the
+    exemplar set has been the same for ``convergence_iter`` rounds; scikit-learn's
+    15 rounds with damping 0.9 stop before messages have travelled (a well
+    separated blob without a labeled point is missed), hence 30 rounds and 0.8.
 
     Returns
     -------
@@ -447,8 +452,10 @@ class FSL(ClassifierMixin, BaseEstimator):
         Assignment/update rounds of each inner k-means run.
     ap_sample : int, default=1000
         Maximum number of documents on which the AP variants run AP.
-    ap_max_iter : int, default=200
-    ap_damping : float, default=0.9
+    ap_max_iter : int, default=300
+        Maximum AP message-passing rounds per FSL iteration.
+    ap_damping : float, default=0.8
+        AP damping factor.
     phi : float, default=0.5
         Adaptive factor of Eq. 11 (unlabeled preference ``P - phi (Q - P)``).
     alpha, beta, gamma : float, default=(1.0, 0.5, 0.5)
@@ -482,7 +489,7 @@ class FSL(ClassifierMixin, BaseEstimator):
     def __init__(self, variant: str = "ck", feature_learning: bool = True, max_iter: int = 10,
                  patience: int = 2, eta: float = 1.0, mu: float = 1.0, feature_gain: float = 1.0,
                  n_new_clusters: int = 0, kmeans_max_iter: int = 30, ap_sample: int = 1000,
-                 ap_max_iter: int = 200, ap_damping: float = 0.9, phi: float = 0.5,
+                 ap_max_iter: int = 300, ap_damping: float = 0.8, phi: float = 0.5,
                  alpha: float = 1.0, beta: float = 0.5, gamma: float = 0.5,
                  rif_values: str = "tfidf", trust_new_clusters: bool = True, temperature: float = 0.05,
                  random_state: int | None = 0) -> None:
@@ -694,7 +701,7 @@ class FSL(ClassifierMixin, BaseEstimator):
             sample_labels[lab >= 0] = lab[lab >= 0]
             stable = stable + 1 if prev is not None and np.array_equal(sample_labels, prev) else 0
             prev = sample_labels
-            if stable >= int(self.patience) or t == T:
+            if stable >= int(self.patience) or t == T or unl_idx.size == 0:
                 break
             # Eq. 10: best s(i, e) + s(e, e) among the unlabeled members of each class
             score = S[np.arange(S.shape[0]), exemplars[ex_lab]] + pref[exemplars[ex_lab]]

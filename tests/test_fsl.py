@@ -1,0 +1,269 @@
+"""Tests for FSL (feature space learning): the paper's equations and the four variants."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from streamsemi.algorithms import DegenerateInputError, make_estimator
+from streamsemi.algorithms.constrained_kmeans import ConstrainedKMeans
+from streamsemi.algorithms.fsl import (
+    FSL,
+    affinity_propagation,
+    ap_preferences,
+    bursty_features,
+    confidence,
+    cumulative_confidence,
+    rich_information_features,
+    select_trust_samples,
+    significant_cluster_features,
+    triset_similarity,
+    update_rif_weights,
+    weighted_cosine,
+)
+from streamsemi.evaluation.metrics import accuracy_hungarian
+
+VARIANTS = ["sk", "ck", "ap", "sap"]
+
+
+# ------------------------------------------------------------------ the equations, by hand
+
+def test_rif_selection_matches_definition_2():
+    # trust sample d*: features 0..3 with counts 1, 1, 4, 6 -> mean count 3
+    feats = np.array([0, 1, 2, 3])
+    counts = np.array([1.0, 1.0, 4.0, 6.0])
+    # cluster frequencies; features with m > 0: 0, 2, 3, 5 -> mean (10 + 2 + 8 + 5) / 4 = 6.25
+    m = np.array([10.0, 0.0, 2.0, 8.0, 0.0, 5.0])
+    # eta = mu = 1: bursty in d* = {2, 3}; frequent in cluster = {0, 3} -> RIF = {3}
+    assert rich_information_features(feats, counts, m, 1.0, 1.0).tolist() == [3]
+    # eta = 0.5 (n >= 1.5): {2, 3}; mu = 0.3 (m >= 1.875): {0, 2, 3, 5} -> {2, 3}
+    assert rich_information_features(feats, counts, m, 0.5, 0.3).tolist() == [2, 3]
+    # a feature of the cluster that d* lacks (5) is never an RIF of d*
+    assert 5 not in rich_information_features(feats, counts, m, 0.0, 0.0).tolist()
+    # eta large: nothing is bursty enough
+    assert rich_information_features(feats, counts, m, 3.0, 0.0).size == 0
+
+
+def test_confidence_eq3_and_eq4():
+    assert confidence(1, 10) == pytest.approx(0.9)
+    assert confidence(10, 10) == 0.0
+    for t in range(1, 11):
+        assert cumulative_confidence(t, 10) == pytest.approx(sum(confidence(i, 10) for i in range(1, t + 1)))
+
+
+def test_weights_follow_eq5():
+    T = 10
+    w0 = np.array([0.5, 0.0, 0.0, 7.0])
+    # t = 1: conf_1 / conf_T = 0.9 / 0.9 = 1 -> w = w + n on the RIFs, others unchanged
+    w1 = update_rif_weights(w0, np.array([0, 2]), np.array([2.0, 3.0]), 1, T)
+    np.testing.assert_allclose(w1, [2.5, 0.0, 3.0, 7.0])
+    # t = 2: conf_2 = 0.8, conf_T = 0.9 + 0.8 = 1.7
+    w2 = update_rif_weights(w1, np.array([0, 1]), np.array([1.0, 4.0]), 2, T)
+    r = 0.8 / 1.7
+    np.testing.assert_allclose(w2, [r * 2.5 + r * 1.0, r * 4.0, 3.0, 7.0])
+    np.testing.assert_allclose(w0, [0.5, 0.0, 0.0, 7.0])  # input not modified
+    # t = T: zero confidence, the RIFs get weight 0
+    np.testing.assert_allclose(update_rif_weights(w1, np.array([0]), np.array([5.0]), T, T),
+                               [0.0, 0.0, 3.0, 7.0])
+
+
+def test_trust_samples_are_members_with_best_membership():
+    score = np.array([0.9, 0.5, 0.7, 0.95, 0.2, 0.6, 0.99])
+    labels = np.array([0, 0, 0, 1, 1, 1, 2])
+    eligible = np.array([False, True, True, True, True, True, False])
+    trust = select_trust_samples(score, labels, eligible, 4)
+    # cluster 0: row 0 is labeled already, best eligible is row 2 (0.7 > 0.5)
+    # cluster 1: row 3; cluster 2: only member not eligible; cluster 3: empty
+    assert trust.tolist() == [2, 3, -1, -1]
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        score = rng.random(50)
+        labels = rng.integers(0, 5, 50)
+        eligible = rng.random(50) > 0.3
+        trust = select_trust_samples(score, labels, eligible, 5)
+        for k, row in enumerate(trust):
+            members = np.flatnonzero((labels == k) & eligible)
+            if members.size == 0:
+                assert row == -1
+            else:
+                assert labels[row] == k and eligible[row]
+                assert score[row] == score[members].max()
+
+
+def test_significant_cluster_features_eq16():
+    m = np.array([5.0, 1.0, 3.0, 9.0])
+    assert significant_cluster_features(np.array([0, 1]), m, np.zeros(0, dtype=int)).tolist() == [0, 1]
+    # mean over SFC = {2, 3} is 6: only feature 3 (9) and not 0 (5) qualify
+    assert significant_cluster_features(np.array([0, 3]), m, np.array([2, 3])).tolist() == [3]
+
+
+def test_weighted_cosine():
+    X = sp.csr_matrix(np.array([[3.0, 4.0, 0.0], [0.0, 0.0, 2.0]]))
+    Xn = sp.csr_matrix(X / np.linalg.norm(X.toarray(), axis=1, keepdims=True))
+    C = np.array([[1.0, 0.0, 0.0], [0.0, 1.0, 1.0]]) / np.array([[1.0], [np.sqrt(2)]])
+    G1 = np.ones_like(C)
+    np.testing.assert_allclose(weighted_cosine(Xn, Xn.multiply(Xn).tocsr(), C, G1), Xn.toarray() @ C.T)
+    # scaling feature 0 by 2 in cluster 0's space: doc 0 -> (6, 4, 0), cos to (1,0,0) = 6 / sqrt(52)
+    G = G1.copy()
+    G[0, 0] = 2.0
+    S = weighted_cosine(Xn, Xn.multiply(Xn).tocsr(), C, G)
+    assert S[0, 0] == pytest.approx(6 / np.sqrt(52))
+    assert S[0, 1] == pytest.approx((Xn.toarray() @ C.T)[0, 1])
+
+
+def test_triset_similarity_by_hand():
+    # i has features {0, 1}, j has {1, 2}; l1 values
+    U = sp.csr_matrix(np.array([[0.5, 0.5, 0.0], [0.0, 0.25, 0.75]]))
+    B = sp.csr_matrix((U.toarray() > 0).astype(float))
+    SF = sp.csr_matrix(np.array([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]]))
+    S = triset_similarity(U, B, U, B, SF, 1.0, 2.0, 3.0)
+    # s(0, 1): CFS = {1} -> u_1^1 = 0.25; SCS = F_0 & SF_1 = {1} -> 0.25; UFS = {0} -> u_0^0 = 0.5
+    assert S[0, 1] == pytest.approx(1 * 0.25 + 2 * 0.25 - 3 * 0.5)
+    # s(1, 0): CFS = {1} -> u_0^1 = 0.5; SCS = F_1 & SF_0 = {} ; UFS = {2} -> 0.75
+    assert S[1, 0] == pytest.approx(0.5 - 3 * 0.75)
+    # self: all shared, no unilateral features
+    assert S[0, 0] == pytest.approx(1.0 + 2 * 0.5)
+
+
+def test_bursty_features():
+    X = sp.csr_matrix(np.array([[1.0, 1.0, 4.0, 0.0], [2.0, 0.0, 0.0, 2.0]]))
+    assert bursty_features(X, 1.0).toarray().tolist() == [[0, 0, 1, 0], [1, 0, 0, 1]]
+
+
+def test_ap_preferences_eq11_and_labeled_points_are_exemplars():
+    rng = np.random.default_rng(1)
+    pts = np.vstack([rng.normal(0, 0.1, (10, 2)), rng.normal(5, 0.1, (10, 2)), rng.normal((0, 5), 0.1, (10, 2))])
+    S = -((pts[:, None, :] - pts[None, :, :]) ** 2).sum(-1)
+    labeled = np.zeros(30, dtype=bool)
+    labeled[[0, 1, 10]] = True
+    off = S[np.ix_(~labeled, ~labeled)][~np.eye(27, dtype=bool)]
+    pref, P, Q = ap_preferences(off, labeled, 0.5)
+    assert P == off.min() and Q == off.max()
+    assert pref[2] == pytest.approx(P - 0.5 * (Q - P))
+    assert pref[0] == pytest.approx(Q + 2 * (Q - P))
+    S2 = S.copy()
+    np.fill_diagonal(S2, np.where(labeled, pref, -2.0))
+    exemplars, labels, _ = affinity_propagation(S2)
+    assert {0, 1, 10} <= set(exemplars.tolist())
+    # the third blob, with no labeled point, still gets its own exemplar
+    groups = exemplars[labels]
+    assert set(groups[20:]).isdisjoint(set(groups[:20]))
+    assert len(set(groups[:10])) <= 2 and len(set(groups[10:20])) == 1
+
+
+# ------------------------------------------------------------------ real-corpus subset
+
+@pytest.fixture(scope="module")
+def corpus():
+    from streamsemi import datasets
+    from streamsemi.features import TextFeaturizer
+
+    d = datasets.load("20newsgroups")
+    groups = ["rec.sport.hockey", "sci.space", "talk.politics.mideast", "comp.graphics"]
+    rng = np.random.default_rng(0)
+    idx = np.array([i for i, lab in enumerate(d.labels) if lab in groups])
+    idx = rng.choice(idx, 360, replace=False)
+    f = TextFeaturizer(n_features=2**16)
+    X = f.transform([d.texts[i] for i in idx])
+    y = np.array([d.labels[i] for i in idx], dtype=object)
+    keep = np.diff(X.indptr) > 0
+    X, y = X[keep], y[keep]
+    train, test = np.arange(X.shape[0]) < 240, np.arange(X.shape[0]) >= 240
+    seeds = np.full(int(train.sum()), None, dtype=object)
+    seeds[:40] = y[train][:40]
+    return X[train], seeds, y[train], X[test], y[test], f.sketch
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_variants_fit_predict_beat_chance(corpus, variant):
+    Xtr, seeds, ytr, Xte, yte, sketch = corpus
+    m = make_estimator(f"fsl-{variant}", max_iter=5).fit(Xtr, seeds)
+    assert isinstance(m, FSL) and m.variant == variant
+    assert sorted(m.classes_) == sorted(set(seeds[seeds != None]))  # noqa: E711
+    assert m.new_clusters_ == []
+    pred_tr = m.classes_[m.labels_]
+    assert accuracy_hungarian(ytr, pred_tr) > 0.6  # chance is 0.25 with 4 groups
+    P = m.predict_proba(Xte)
+    assert P.shape == (Xte.shape[0], m.classes_.size)
+    np.testing.assert_allclose(P.sum(axis=1), 1.0)
+    pred = m.predict(Xte)
+    assert (pred == m.classes_[P.argmax(axis=1)]).all()
+    assert np.mean(pred == yte) > 0.6
+    words = m.explain(sketch, top_n=5)
+    assert set(words) == set(m.classes_) and all(len(v) == 5 for v in words.values())
+    # learned feature space: weights only on features of the window, some learned
+    assert m.feature_weights_.shape == m.cluster_centers_.shape
+    assert (m.feature_weights_ >= 0).all() and (m.feature_weights_ > 0).any()
+    assert len(m.trust_samples_) >= 1
+
+
+def test_explain_shows_topic_words(corpus):
+    Xtr, seeds, *_, sketch = corpus
+    words = FSL(variant="ck", max_iter=5).fit(Xtr, seeds).explain(sketch, top_n=15)
+    assert {"space", "nasa", "launch", "orbit", "shuttle"} & set(words["sci.space"])
+    assert {"hockey", "game", "team", "nhl", "season", "play"} & set(words["rec.sport.hockey"])
+
+
+def test_fsck_seeds_and_trust_samples_stay_in_their_class(corpus):
+    Xtr, seeds, *_ = corpus
+    m = FSL(variant="ck", max_iter=6).fit(Xtr, seeds)
+    lab = np.flatnonzero(seeds != None)  # noqa: E711
+    assert (m.classes_[m.labels_[lab]] == seeds[lab]).all()
+    # each trust sample keeps the cluster it had when it was chosen
+    assert m.trust_samples_
+    first = m.trust_samples_[0]
+    again = FSL(variant="ck", max_iter=2).fit(Xtr, seeds)
+    assert (m.labels_[first] == again.labels_[first]).all()
+
+
+def test_without_feature_learning_matches_constrained_kmeans(corpus):
+    Xtr, seeds, *_ = corpus
+    a = FSL(variant="ck", feature_learning=False).fit(Xtr, seeds)
+    b = ConstrainedKMeans().fit(Xtr, seeds)
+    assert (a.classes_[a.labels_] == b.classes_[b.labels_]).all()
+    assert not a.feature_weights_.any() and a.trust_samples_ == []
+    s = FSL(variant="sk", feature_learning=False).fit(Xtr, seeds)
+    t = ConstrainedKMeans(constrained=False).fit(Xtr, seeds)
+    assert (s.classes_[s.labels_] == t.classes_[t.labels_]).all()
+
+
+@pytest.mark.parametrize("variant", ["ck", "sap"])
+def test_deterministic(corpus, variant):
+    Xtr, seeds, _, Xte, *_ = corpus
+    a = FSL(variant=variant, max_iter=4, ap_sample=150, random_state=3).fit(Xtr, seeds)
+    b = FSL(variant=variant, max_iter=4, ap_sample=150, random_state=3).fit(Xtr, seeds)
+    assert (a.labels_ == b.labels_).all()
+    np.testing.assert_array_equal(a.predict_proba(Xte), b.predict_proba(Xte))
+    np.testing.assert_array_equal(a.feature_weights_, b.feature_weights_)
+
+
+def test_ap_sample_bound_and_new_clusters(corpus):
+    Xtr, seeds, *_ = corpus
+    m = FSL(variant="ap", ap_sample=100, max_iter=3, n_new_clusters=1).fit(Xtr, seeds)
+    assert m.labels_.shape == (Xtr.shape[0],)
+    assert len(m.new_clusters_) <= 1
+    assert list(m.classes_[: m.classes_.size - len(m.new_clusters_)]) == sorted(set(seeds[:40]))
+    k = FSL(variant="ck", max_iter=3, n_new_clusters=2).fit(Xtr, seeds)
+    assert k.new_clusters_ == ["new-0", "new-1"] and k.classes_[-1] == "new-1"
+
+
+def test_degenerate_inputs():
+    X = sp.csr_matrix(np.array([[1.0, 2.0, 0.0], [0.0, 1.0, 3.0], [2.0, 0.0, 1.0]]))
+    with pytest.raises(DegenerateInputError, match="no seed labels"):
+        FSL().fit(X, [None, None, None])
+    with pytest.raises(DegenerateInputError, match="only 1 seeded class"):
+        FSL().fit(X, ["a", "a", None])
+    with pytest.raises(DegenerateInputError, match="empty document"):
+        FSL().fit(sp.csr_matrix(np.array([[1.0, 0.0], [0.0, 0.0], [0.0, 2.0]])), ["a", "b", None])
+    with pytest.raises(DegenerateInputError, match="all zero"):
+        FSL().fit(sp.csr_matrix((3, 4)), ["a", "b", None])
+    with pytest.raises(DegenerateInputError, match="larger than the number of documents"):
+        FSL(n_new_clusters=2).fit(X, ["a", "b", None])
+    with pytest.raises(DegenerateInputError, match="elements but X has"):
+        FSL().fit(X, ["a", "b"])
+    with pytest.raises(ValueError, match="variant must be one of"):
+        FSL(variant="xx").fit(X, ["a", "b", None])
+    m = FSL(variant="ap").fit(X, ["a", "b", None])
+    with pytest.raises(ValueError, match="features"):
+        m.predict(sp.csr_matrix((1, 5)))
