@@ -265,3 +265,12 @@ def test_invalid_parameters():
         SemiLDC(mu=0).fit(X, y)
     with pytest.raises(ValueError, match="alpha must be > 0"):
         ConstrainedPLSA(alpha=0).fit(X, y)
+
+
+def test_fast_tfidf_matches_features_tfidf(corpus):
+    from streamsemi.algorithms.semi_ldc import sublinear_tfidf_rows
+    from streamsemi.features import idf_weights, tfidf
+
+    X = corpus[0]
+    idf = idf_weights(X)
+    assert abs(sublinear_tfidf_rows(X, idf) - tfidf(X, idf)).max() < 1e-12

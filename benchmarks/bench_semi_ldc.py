@@ -1,0 +1,186 @@
+"""Speed benchmark: Semi-LDC fit/predict vs ConstrainedKMeans on 20 Newsgroups windows.
+
+Run on demand (not a test)::
+
+    OMP_NUM_THREADS=1 python benchmarks/bench_semi_ldc.py [--sizes 2000,10000,50000]
+
+For every window size N the 20NG posts are hashed (2^18 features, the daemon's
+featurizer), N documents are drawn (seed 0) with 5% stratified seed labels, and each
+algorithm is fitted in a fresh subprocess so that its peak resident memory
+(``ru_maxrss``) is its own. Windows larger than the corpus (18,821 posts) are built by
+*replication with binomial thinning*: copy ``r`` of the corpus keeps each term
+occurrence with probability 0.9 (numpy seed ``r``), so copies are near-duplicates
+rather than identical rows; empty rows are dropped. Predict throughput is measured on
+5,000 documents outside the window (for windows covering the corpus: thinned copies
+with another seed), best of 3 repetitions.
+
+Writes ``benchmarks/results/semi_ldc.json`` (and prints a table): fit seconds, predict
+docs/s, peak RSS, and each as a ratio to ConstrainedKMeans in the same run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import scipy.sparse as sp
+
+RESULTS = Path(__file__).resolve().parent / "results" / "semi_ldc.json"
+N_PREDICT = 5000
+SEED_FRACTION = 0.05
+
+
+def thinned_copy(X: sp.csr_matrix, seed: int, keep: float = 0.9) -> tuple[sp.csr_matrix, np.ndarray]:
+    """Binomially thin every count (each occurrence kept with probability ``keep``).
+
+    Returns the thinned matrix without its empty rows, and the mask of kept rows.
+    """
+    rng = np.random.default_rng(seed)
+    Y = X.copy()
+    Y.data = rng.binomial(Y.data.astype(np.int64), keep).astype(np.float64)
+    Y.eliminate_zeros()
+    nonempty = np.diff(Y.indptr) > 0
+    return sp.csr_matrix(Y[nonempty]), nonempty
+
+
+def build_corpus(path: Path) -> None:
+    """Hash 20NG once and save counts + labels for the subprocesses."""
+    from streamsemi import datasets
+    from streamsemi.features import TextFeaturizer
+
+    ds = datasets.load("20newsgroups")
+    X = TextFeaturizer().transform(ds.texts, update_sketch=False)
+    y = np.array(ds.labels, dtype=object)
+    keep = np.diff(X.indptr) > 0
+    sp.save_npz(path / "X.npz", sp.csr_matrix(X[keep]))
+    np.save(path / "y.npy", y[keep], allow_pickle=True)
+
+
+def window(X: sp.csr_matrix, y: np.ndarray, n: int) -> tuple[sp.csr_matrix, np.ndarray, sp.csr_matrix]:
+    """(window counts, labels, predict batch) of size ``n`` (see module docstring)."""
+    rng = np.random.default_rng(0)
+    if n < X.shape[0] - N_PREDICT:
+        order = rng.permutation(X.shape[0])
+        return X[order[:n]], y[order[:n]], X[order[n:n + N_PREDICT]]
+    blocks, labels, r = [X], [y], 1
+    while sum(b.shape[0] for b in blocks) < n:
+        Xr, kept = thinned_copy(X, r)
+        blocks.append(Xr)
+        labels.append(y[kept])
+        r += 1
+    Xw = sp.vstack(blocks).tocsr()
+    yw = np.concatenate(labels)
+    order = rng.permutation(Xw.shape[0])[:n]
+    pred = thinned_copy(X, 1000)[0][:N_PREDICT]
+    return Xw[order], yw[order], pred
+
+
+def seeds_for(y: np.ndarray) -> np.ndarray:
+    """5% stratified seeds, at least one per class (seed 0)."""
+    rng = np.random.default_rng(0)
+    out = np.full(y.size, None, dtype=object)
+    for c in np.unique(y):
+        idx = np.flatnonzero(y == c)
+        out[rng.choice(idx, max(1, int(round(SEED_FRACTION * idx.size))), replace=False)] = c
+    return out
+
+
+def rss_mb() -> float:
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024.0
+    return float("nan")
+
+
+def child(data: Path, algo: str, n: int) -> dict:
+    """Fit and time one algorithm on one window (runs in its own process)."""
+    from streamsemi.algorithms import make_estimator
+
+    X = sp.load_npz(data / "X.npz").tocsr()
+    y = np.load(data / "y.npy", allow_pickle=True)
+    Xw, yw, Xp = window(X, y, n)
+    del X
+    seeds = seeds_for(yw)
+    rss_before = rss_mb()
+    est = make_estimator(algo, random_state=0)
+    t0 = time.perf_counter()
+    est.fit(Xw, seeds)
+    fit_s = time.perf_counter() - t0
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+    times = []
+    for _ in range(3):
+        t0 = time.perf_counter()
+        est.predict_proba(Xp)
+        est.predict(Xp)
+        times.append(time.perf_counter() - t0)
+    # predict() and predict_proba() are both timed; throughput counts one call's worth
+    t0 = time.perf_counter()
+    for _ in range(3):
+        est.predict(Xp)
+    pred_s = (time.perf_counter() - t0) / 3
+    return {"algorithm": algo, "n_docs": int(Xw.shape[0]), "nnz": int(Xw.nnz),
+            "n_features": int(Xw.shape[1]), "fit_s": fit_s,
+            "predict_docs_per_s": Xp.shape[0] / pred_s,
+            "predict_and_proba_docs_per_s": Xp.shape[0] / min(times),
+            "peak_rss_mb": peak, "rss_before_fit_mb": rss_before,
+            "peak_rss_over_baseline_mb": peak - rss_before}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", default="2000,10000,50000")
+    ap.add_argument("--algorithms", default="semi-ldc,constrained-kmeans")
+    ap.add_argument("--child", nargs=3, metavar=("DATA", "ALGO", "N"), help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        print(json.dumps(child(Path(args.child[0]), args.child[1], int(args.child[2]))))
+        return
+    sizes = [int(s) for s in args.sizes.split(",")]
+    algos = args.algorithms.split(",")
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        build_corpus(Path(tmp))
+        for n in sizes:
+            for algo in algos:
+                out = subprocess.run([sys.executable, __file__, "--child", tmp, algo, str(n)],
+                                     check=True, capture_output=True, text=True)
+                row = json.loads(out.stdout.strip().splitlines()[-1])
+                rows.append(row)
+                print(f"N={row['n_docs']:>6} {algo:<20} fit {row['fit_s']:7.2f}s  "
+                      f"predict {row['predict_docs_per_s']:9.0f} docs/s  "
+                      f"peak RSS {row['peak_rss_mb']:7.0f} MB (+{row['peak_rss_over_baseline_mb']:.0f})",
+                      flush=True)
+    base = {r["n_docs"]: r for r in rows if r["algorithm"] == "constrained-kmeans"}
+    for r in rows:
+        b = base.get(r["n_docs"])
+        if b and r["algorithm"] != "constrained-kmeans":
+            r["fit_ratio_vs_ckm"] = r["fit_s"] / b["fit_s"]
+            r["predict_ratio_vs_ckm"] = r["predict_docs_per_s"] / b["predict_docs_per_s"]
+            r["peak_rss_ratio_vs_ckm"] = r["peak_rss_mb"] / b["peak_rss_mb"]
+    result = {
+        "benchmark": "bench_semi_ldc",
+        "command": "OMP_NUM_THREADS=1 python benchmarks/bench_semi_ldc.py --sizes " + args.sizes,
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
+                    "omp_num_threads": os.environ.get("OMP_NUM_THREADS")},
+        "targets": {"fit_10k_s": 30, "predict_docs_per_s": 20000, "peak_rss_50k_mb": 2048},
+        "window_method": "random draw from 20NG (seed 0); beyond the corpus, replicated copies "
+                         "with binomial thinning p=0.9 (seed = copy index); 5% stratified seeds",
+        "rows": rows,
+    }
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"wrote {RESULTS}")
+
+
+if __name__ == "__main__":
+    main()
