@@ -148,11 +148,11 @@ def test_each_map_puts_class_seeds_on_one_value_and_other_seeds_on_another(r8_su
 def test_two_class_toy_embedding_separates_classes():
     X = toy_counts([(30, list(range(10))), (30, list(range(10, 20)))], seed=1)
     # a few bridging documents that share words with both groups
-    bridge = sp.csr_matrix(np.r_[np.zeros(8), np.ones(4), np.zeros(52)][None, :].repeat(2, axis=0))
+    bridge = np.r_[np.zeros(8), np.ones(4), np.zeros(52)][None, :].repeat(2, axis=0)
     bridge[1, 9] = 0
-    X = sp.vstack([X, bridge]).tocsr()
-    X[60, 12] = 1
-    X[61, 11] = 2
+    bridge[0, 12] = 1
+    bridge[1, 11] = 2
+    X = sp.vstack([X, sp.csr_matrix(bridge)]).tocsr()
     y = np.full(62, None, dtype=object)
     y[[0, 5]] = "a"
     y[[30, 40]] = "b"

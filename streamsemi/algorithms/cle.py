@@ -6,10 +6,10 @@ so that all seeds of class ``k`` share one value and all other seeds share
 another (the paper's subspace trick, Eq. 8-9), after the label-driven weight
 changes of section 3.2.1. The ``r`` maps side by side give an ``N x r``
 embedding. Documents are then assigned either by k-means started at the seed
-means (the paper's clustering step, ``assign="kmeans"``) or, by default, by the
-prior-calibrated one-vs-rest rule: each map is shifted by its ``1 - prior``
-quantile and the highest shifted map wins (measured better on Reuters, see the
-design notes).
+means (the paper's clustering step, ``assign="kmeans"``) or, by default, by a
+calibrated one-vs-rest rule: each map is rescaled so that the seeds'
+leave-one-out values of its class sit at 1 and those of other classes at 0, and
+the highest map wins (measured better on Reuters, see the design notes).
 
 Implementation choices (details and measurements in ``docs/algorithms/cle.md``):
 
@@ -64,7 +64,7 @@ from streamsemi.features import idf_weights, l2_normalize_rows, tfidf
 
 WEIGHTINGS = ("tf", "tfidf")
 MAP_SCALINGS = ("seeds", "none")
-ASSIGNS = ("calibrated", "kmeans")
+ASSIGNS = ("calibrated", "prior", "kmeans")
 DENSE_EIGEN_MAX = 400  # components up to this size are solved with dense eigh
 
 
@@ -315,6 +315,24 @@ def prior_thresholds(Y: np.ndarray, prior: np.ndarray) -> np.ndarray:
     return np.array([np.quantile(Y[:, k], 1.0 - prior[k]) for k in range(Y.shape[1])])
 
 
+def loo_calibration(loo: np.ndarray, seed_codes: np.ndarray, r: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per-map affine calibration from the seeds' leave-one-out (out-of-sample) maps.
+
+    Map ``k`` becomes ``(y - m_o) / (m_k - m_o)`` with ``m_k`` / ``m_o`` the median
+    leave-one-out value of class-``k`` seeds / other seeds: 1 is where a typical
+    class member lands, 0 a typical non-member, whatever the class's seed count.
+    An uninformative map (``m_k <= m_o``) keeps the seed scaling (offset 0, scale 1).
+    """
+    offset, scale = np.zeros(r), np.ones(r)
+    for k in range(r):
+        mine, other = loo[seed_codes == k, k], loo[seed_codes != k, k]
+        if mine.size and other.size:
+            m_k, m_o = float(np.median(mine)), float(np.median(other))
+            if m_k - m_o > 1e-9:
+                offset[k], scale[k] = m_o, m_k - m_o
+    return offset, scale
+
+
 def fit_temperature(S: np.ndarray, target: np.ndarray) -> float:
     """Softmax temperature maximising the likelihood of ``target`` under ``softmax(S / T)``."""
     spread = float(np.std(S)) or 1.0
@@ -346,11 +364,13 @@ class CLE(ClassifierMixin, BaseEstimator):
         Weight given to every pair of same-side seeds by the 3.2.1 modification
         (the paper sets it to the maximum similarity, 1; larger values give the
         seed nodes more mass so the map follows the labels more closely).
-    assign : {"calibrated", "kmeans"}, default="calibrated"
+    assign : {"calibrated", "prior", "kmeans"}, default="calibrated"
         "kmeans": k-means in the embedding started at the seed means (the paper's
-        clustering step); "calibrated": each map is shifted by its ``1 - prior``
-        quantile (prior = the class's share of the seeds) and a document goes to
-        the class with the highest shifted map.
+        clustering step); "calibrated": each map is rescaled so that the seeds'
+        leave-one-out (out-of-sample) values of its class sit at 1 and of the other
+        classes at 0 (medians), and the highest rescaled map wins; "prior": each map
+        is shifted by its ``1 - prior`` quantile (prior = the class's share of the
+        seeds; only sensible when seeds are drawn in proportion to class sizes).
     map_scaling : {"seeds", "none"}, default="seeds"
         "seeds": affinely rescale each map so that its class seeds sit at 1 and all
         other seeds at 0 (the embedding then approximates the indicator matrix of
@@ -380,8 +400,9 @@ class CLE(ClassifierMixin, BaseEstimator):
         Second-smallest eigenvalue of each map.
     map_offset_, map_scale_ : ndarray of shape (r,)
         ``embedding = (raw - offset) / scale`` per map.
-    thresholds_ : ndarray of shape (r,)
-        Per-map shift of the calibrated assignment (zeros for k-means).
+    calib_offset_, calib_scale_ : ndarray of shape (r,)
+        Per-map calibration of the "calibrated"/"prior" rules: scores are
+        ``(embedding - calib_offset_) / calib_scale_`` (0 and 1 for k-means).
     cluster_centers_ : ndarray of shape (n_clusters, r)
         Mean embedding of each class/cluster.
     labels_ : ndarray of int
@@ -467,7 +488,9 @@ class CLE(ClassifierMixin, BaseEstimator):
         seeds = np.flatnonzero(codes >= 0)
         H = sp.csr_matrix((np.ones(seeds.size), (codes[seeds], seeds)), shape=(r, X.shape[0]))
         C = np.asarray(H @ Y) / np.asarray(H.sum(axis=1))
-        thresholds = np.zeros(r)
+        calib_offset, calib_scale = np.zeros(r), np.ones(r)
+        raw_loo = nystrom(raw, nn_idx[seeds], nn_sim[seeds], lams)  # seeds' leave-one-out maps
+        loo = (raw_loo - offset) / scale
         if self.assign == "kmeans":
             if self.n_new_clusters:
                 unl = np.flatnonzero(codes < 0)
@@ -476,9 +499,12 @@ class CLE(ClassifierMixin, BaseEstimator):
                 C = farthest_first(Y, C, unl, int(self.n_new_clusters), rng)
             C, labels, n_iter = kmeans_fixed_seeds(Y, C, codes, bool(self.constrained), int(self.max_iter))
         else:
-            prior = np.bincount(codes[seeds], minlength=r) / seeds.size
-            thresholds = prior_thresholds(Y, prior)
-            labels = (Y - thresholds).argmax(axis=1)
+            if self.assign == "prior":
+                prior = np.bincount(codes[seeds], minlength=r) / seeds.size
+                calib_offset = prior_thresholds(Y, prior)
+            else:
+                calib_offset, calib_scale = loo_calibration(loo, codes[seeds], r)
+            labels = ((Y - calib_offset) / calib_scale).argmax(axis=1)
             if self.constrained:
                 labels[seeds] = codes[seeds]
             n_iter = 0
@@ -486,12 +512,10 @@ class CLE(ClassifierMixin, BaseEstimator):
                                shape=(r, X.shape[0]))
             filled = np.asarray(Hl.sum(axis=1)).ravel()
             C = np.where(filled[:, None] > 0, np.asarray(Hl @ Y) / np.maximum(filled, 1)[:, None], C)
-        self.thresholds_ = thresholds
+        self.calib_offset_, self.calib_scale_ = calib_offset, calib_scale
         self.map_offset_, self.map_scale_ = offset, scale
         self.eigenvalues_ = lams
         self.cluster_centers_ = C
-        # temperature from the seeds' leave-one-out out-of-sample embedding
-        loo = (nystrom(raw, nn_idx[seeds], nn_sim[seeds], lams) - offset) / scale
         self.temperature_ = fit_temperature(self._scores_from_embedding(loo), codes[seeds])
         times["assign"] = time.perf_counter() - t0
 
@@ -534,7 +558,7 @@ class CLE(ClassifierMixin, BaseEstimator):
     def _scores_from_embedding(self, Y: np.ndarray) -> np.ndarray:
         if self.assign == "kmeans":
             return -sq_distances(Y, self.cluster_centers_)
-        return Y - self.thresholds_
+        return (Y - self.calib_offset_) / self.calib_scale_
 
     def decision_function(self, X: Any) -> np.ndarray:
         """Per-class scores (shifted maps, or minus squared centroid distances for k-means)."""
@@ -559,4 +583,4 @@ class CLE(ClassifierMixin, BaseEstimator):
         return explain_weights(self.classes_, self.class_term_weights_, sketch, top_n)
 
 
-__all__ = ["CLE", "knn_graph", "graph_from_neighbors", "nystrom", "contracted_graph", "solve_map", "top_k_similar", "unit_rows"]
+__all__ = ["CLE", "loo_calibration", "prior_thresholds", "knn_graph", "graph_from_neighbors", "nystrom", "contracted_graph", "solve_map", "top_k_similar", "unit_rows"]
