@@ -2,9 +2,12 @@
 
 Run on demand (not part of the test suite)::
 
-    OMP_NUM_THREADS=1 python benchmarks/bench_pseudo_lsc.py speed     # -> results/pseudo_lsc.json
-    OMP_NUM_THREADS=1 python benchmarks/bench_pseudo_lsc.py quality   # -> results/pseudo_lsc_quality.json
-    OMP_NUM_THREADS=1 python benchmarks/bench_pseudo_lsc.py stream    # -> results/pseudo_lsc_stream.json
+    OMP_NUM_THREADS=1 python benchmarks/bench_pseudo_lsc.py speed
+    OMP_NUM_THREADS=1 python benchmarks/bench_pseudo_lsc.py quality
+    OMP_NUM_THREADS=1 python benchmarks/bench_pseudo_lsc.py stream
+
+Each mode stores its section ("speed", "quality", "stream") in
+``benchmarks/results/pseudo_lsc.json``, keeping the other sections.
 
 ``speed``: fit time of :class:`PseudoLSC` and :class:`ConstrainedKMeans` on the same
 2k / 10k / 50k documents (10% seeds), each measurement in a fresh subprocess so that
@@ -263,6 +266,16 @@ def run_stream(window: int = 5000, step: int = 1000, frac: float = 0.10) -> dict
             "n_predicted": int(Y.shape[0]), "macro_auc": res}
 
 
+def save_section(name: str, res: dict[str, Any]) -> None:
+    """Write ``res`` under ``name`` in results/pseudo_lsc.json, keeping other sections."""
+    path = RESULTS / "pseudo_lsc.json"
+    data = json.loads(path.read_text()) if path.exists() else {}
+    if "speed" not in data and "summary" in data:  # an older file holding only the speed run
+        data = {"speed": data}
+    data[name] = res
+    path.write_text(json.dumps(data, indent=2))
+
+
 def main(argv: list[str]) -> None:
     RESULTS.mkdir(exist_ok=True)
     if argv[0] == "_speed_worker":
@@ -270,13 +283,13 @@ def main(argv: list[str]) -> None:
     elif argv[0] == "speed":
         sizes = [int(s) for s in argv[1:]] or [2000, 10_000, 50_000]
         res = run_speed(sizes)
-        (RESULTS / "pseudo_lsc.json").write_text(json.dumps(res, indent=2))
+        save_section("speed", res)
     elif argv[0] == "quality":
         res = run_quality([0.01, 0.05, 0.10, 0.5], [0, 1, 2])
-        (RESULTS / "pseudo_lsc_quality.json").write_text(json.dumps(res, indent=2))
+        save_section("quality", res)
     elif argv[0] == "stream":
         res = run_stream()
-        (RESULTS / "pseudo_lsc_stream.json").write_text(json.dumps(res, indent=2))
+        save_section("stream", res)
     else:
         raise SystemExit(f"unknown mode {argv[0]!r}: speed | quality | stream")
 
