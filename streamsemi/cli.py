@@ -85,7 +85,8 @@ def cmd_produce(args: argparse.Namespace) -> int:
 
     settings = _client_settings(args)
     ds = datasets.load(args.corpus)
-    order = replay_order(ds, args.order, args.seed, args.limit)
+    order = replay_order(ds, args.order, args.seed)
+    order = order[args.skip: None if args.limit is None else args.skip + args.limit]
     seeds = stratified_seeds(ds, order, args.seed_fraction, args.seed)
     ensure_topics(settings)
     producer = _producer(settings)
@@ -251,7 +252,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("produce", help="replay a corpus into the documents topic (and seeds into the control topic)")
     _add_client_flags(p)
     p.add_argument("--corpus", required=True)
-    p.add_argument("--limit", type=int, default=None)
+    p.add_argument("--limit", type=int, default=None, help="documents to send")
+    p.add_argument("--skip", type=int, default=0, help="skip this many documents of the replay order first")
     p.add_argument("--rate", type=float, default=None, help="documents per second (default: as fast as possible)")
     p.add_argument("--seed-fraction", type=float, default=0.0)
     p.add_argument("--seed", type=int, default=0)

@@ -1,0 +1,219 @@
+"""Helpers for tests against the real embedded broker: topics, worker processes, reading topics."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kafka import KafkaProducer, TopicPartition
+
+from streamsemi.broker import EmbeddedBroker, free_port
+from streamsemi.config import resolve
+from streamsemi.kafka_io import assign_all, ensure_topics, make_reader
+
+
+@dataclass
+class BrokerHandle:
+    broker: EmbeddedBroker
+
+    @property
+    def bootstrap(self) -> str:
+        return self.broker.bootstrap_servers
+
+
+@dataclass
+class Topics:
+    """Unique topic names and group for one test."""
+
+    prefix: str = field(default_factory=lambda: "t" + uuid.uuid4().hex[:10])
+
+    @property
+    def documents(self) -> str:
+        return f"{self.prefix}.documents"
+
+    @property
+    def control(self) -> str:
+        return f"{self.prefix}.control"
+
+    @property
+    def assignments(self) -> str:
+        return f"{self.prefix}.assignments"
+
+    @property
+    def deadletter(self) -> str:
+        return f"{self.prefix}.deadletter"
+
+    @property
+    def group(self) -> str:
+        return f"{self.prefix}-group"
+
+    def flags(self) -> list[str]:
+        return ["--documents-topic", self.documents, "--control-topic", self.control,
+                "--assignments-topic", self.assignments, "--deadletter-topic", self.deadletter]
+
+    def settings(self, bootstrap: str) -> Any:
+        return resolve({"bootstrap_servers": bootstrap, "documents_topic": self.documents,
+                        "control_topic": self.control, "assignments_topic": self.assignments,
+                        "deadletter_topic": self.deadletter})
+
+    def create(self, bootstrap: str) -> None:
+        ensure_topics(self.settings(bootstrap))
+
+
+def producer(bootstrap: str) -> KafkaProducer:
+    return KafkaProducer(bootstrap_servers=bootstrap, linger_ms=5, acks="all")
+
+
+def send_json(p: KafkaProducer, topic: str, obj: Any, key: str | None = None) -> None:
+    p.send(topic, key=key.encode() if key else None, value=json.dumps(obj).encode())
+
+
+def read_topic(bootstrap: str, topic: str, expect: int | None = None, timeout: float = 60.0,
+               idle: float = 3.0) -> list[Any]:
+    """All records of ``topic`` from the beginning: stop at ``expect`` records, ``timeout``, or ``idle`` quiet seconds (when expect is None)."""
+    settings = resolve({"bootstrap_servers": bootstrap})
+    c = make_reader(settings)
+    assign_all(c, topic)
+    out: list[Any] = []
+    t0 = last = time.monotonic()
+    try:
+        while time.monotonic() - t0 < timeout:
+            batch = c.poll(timeout_ms=300)
+            for records in batch.values():
+                out.extend(records)
+                last = time.monotonic()
+            if expect is not None and len(out) >= expect:
+                break
+            if expect is None and time.monotonic() - last > idle:
+                break
+    finally:
+        c.close()
+    return out
+
+
+def committed_offsets(bootstrap: str, topic: str, group: str) -> dict[int, int | None]:
+    from kafka import KafkaConsumer
+
+    c = KafkaConsumer(bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False)
+    try:
+        parts = c.partitions_for_topic(topic) or set()
+        return {p: c.committed(TopicPartition(topic, p)) for p in sorted(parts)}
+    finally:
+        c.close()
+
+
+class WorkerProcess:
+    """``streamsemi run`` as a separate process."""
+
+    def __init__(self, bootstrap: str, topics: Topics, extra: list[str] | None = None, log_dir: Path | None = None,
+                 env: dict[str, str] | None = None) -> None:
+        self.metrics_port = free_port()
+        self.cmd = [sys.executable, "-m", "streamsemi", "run", "--bootstrap-servers", bootstrap,
+                    "--group-id", topics.group, *topics.flags(), "--metrics-port", str(self.metrics_port),
+                    "--session-timeout-ms", "6000", "--heartbeat-interval-ms", "1000", *(extra or [])]
+        self.log_path = (log_dir or Path("/tmp")) / f"worker-{uuid.uuid4().hex[:6]}.log"
+        self.env = {**os.environ, **(env or {})}
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> WorkerProcess:
+        self.log = open(self.log_path, "ab")  # noqa: SIM115
+        self.proc = subprocess.Popen(self.cmd, stdout=self.log, stderr=self.log, env=self.env)
+        return self
+
+    def get(self, path: str) -> tuple[int, str]:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}{path}", timeout=2) as r:
+                return r.status, r.read().decode()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read().decode()
+
+    def metric(self, name: str, labels: dict[str, str] | None = None) -> float | None:
+        """Sum of the samples called ``name`` whose labels include ``labels`` (None if absent)."""
+        from prometheus_client.parser import text_string_to_metric_families
+
+        try:
+            _, body = self.get("/metrics")
+        except OSError:
+            return None
+        total = None
+        for fam in text_string_to_metric_families(body):
+            for s in fam.samples:
+                if s.name == name and all(s.labels.get(k) == v for k, v in (labels or {}).items()):
+                    total = (total or 0.0) + s.value
+        return total
+
+    def wait_ready(self, timeout: float = 60.0) -> bool:
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < timeout:
+            try:
+                code, _ = self.get("/readyz")
+                if code == 200:
+                    return True
+            except OSError:
+                pass
+            if self.proc is not None and self.proc.poll() is not None:
+                return False
+            time.sleep(0.3)
+        return False
+
+    def wait_assigned(self, timeout: float = 60.0) -> bool:
+        """Wait until the worker's consumer has partitions (from /readyz details)."""
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < timeout:
+            try:
+                _, body = self.get("/readyz")
+                if json.loads(body).get("partitions_assigned"):
+                    return True
+            except (OSError, ValueError):
+                pass
+            if self.proc is not None and self.proc.poll() is not None:
+                return False
+            time.sleep(0.3)
+        return False
+
+    def wait_metric(self, name: str, at_least: float, timeout: float = 60.0,
+                    labels: dict[str, str] | None = None) -> float | None:
+        t0 = time.monotonic()
+        value = None
+        while time.monotonic() - t0 < timeout:
+            value = self.metric(name, labels)
+            if value is not None and value >= at_least:
+                return value
+            time.sleep(0.3)
+        return value
+
+    def terminate(self, timeout: float = 30.0) -> int | None:
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+        return self.proc.returncode
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def logs(self) -> list[dict]:
+        out = []
+        for line in self.log_path.read_text(errors="replace").splitlines():
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                out.append({"raw": line})
+        return out
