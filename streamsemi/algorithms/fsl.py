@@ -227,7 +227,8 @@ def significant_cluster_features(rif: np.ndarray, cluster_freq: np.ndarray, sfc:
     return rif[cluster_freq[rif] >= cluster_freq[sfc].mean()]
 
 
-def weighted_cosine(Xn: sp.csr_matrix, Xn_sq: sp.csr_matrix, C: np.ndarray, G: np.ndarray) -> np.ndarray:
+def weighted_cosine(Xn: sp.csr_matrix, Xn_sq: sp.csr_matrix, C: np.ndarray, G: np.ndarray,
+                    doc_norms: np.ndarray | None = None) -> np.ndarray:
     """Cosine of every row to every cluster centre, each in its cluster's weighted space.
 
     ``S[i, k] = <x_i * g_k, c_k * g_k> / (||x_i * g_k|| ||c_k * g_k||)``; with
@@ -243,15 +244,21 @@ def weighted_cosine(Xn: sp.csr_matrix, Xn_sq: sp.csr_matrix, C: np.ndarray, G: n
         Cluster centres.
     G : ndarray (K x m)
         Per-cluster feature scales ``g_k``.
+    doc_norms : ndarray (n x K), optional
+        ``||x_i * g_k||`` (:func:`weighted_doc_norms`), when already known.
     """
-    G2 = G * G
-    num = np.asarray(Xn @ (C * G2).T)
-    den_doc = np.sqrt(np.maximum(np.asarray(Xn_sq @ G2.T), 0.0))
-    den_c = np.linalg.norm(C * G, axis=1)
-    den = den_doc * den_c[None, :]
+    if doc_norms is None:
+        doc_norms = weighted_doc_norms(Xn_sq, G)
+    num = np.asarray(Xn @ (C * (G * G)).T)
+    den = doc_norms * np.linalg.norm(C * G, axis=1)[None, :]
     out = np.zeros_like(num)
     np.divide(num, den, out=out, where=den > 0)
     return out
+
+
+def weighted_doc_norms(Xn_sq: sp.csr_matrix, G: np.ndarray) -> np.ndarray:
+    """``||x_i * g_k||`` for every row ``i`` and cluster ``k`` (n x K)."""
+    return np.sqrt(np.maximum(np.asarray(Xn_sq @ (G * G).T), 0.0))
 
 
 def select_trust_samples(score: np.ndarray, labels: np.ndarray, eligible: np.ndarray,
@@ -446,6 +453,9 @@ class FSL(ClassifierMixin, BaseEstimator):
         l2-normalised tf-idf values (default) or raw term counts.
     trust_new_clusters : bool, default=True
         Also pick trust samples for the discovered ``new-i`` clusters.
+    warm_start : bool, default=False
+        k-means variants: start each outer iteration's k-means from the previous
+        centres (False: re-initialise from the labeled set, seeds + trust samples).
     n_new_clusters : int, default=0
         Extra clusters for classes nobody seeded (``new-0``...).
     kmeans_max_iter : int, default=30
@@ -491,7 +501,8 @@ class FSL(ClassifierMixin, BaseEstimator):
                  n_new_clusters: int = 0, kmeans_max_iter: int = 30, ap_sample: int = 1000,
                  ap_max_iter: int = 300, ap_damping: float = 0.8, phi: float = 0.5,
                  alpha: float = 1.0, beta: float = 0.5, gamma: float = 0.5,
-                 rif_values: str = "tfidf", trust_new_clusters: bool = True, temperature: float = 0.05,
+                 rif_values: str = "tfidf", trust_new_clusters: bool = True,
+                 warm_start: bool = False, temperature: float = 0.05,
                  random_state: int | None = 0) -> None:
         self.variant = variant
         self.feature_learning = feature_learning
@@ -511,6 +522,7 @@ class FSL(ClassifierMixin, BaseEstimator):
         self.gamma = gamma
         self.rif_values = rif_values
         self.trust_new_clusters = trust_new_clusters
+        self.warm_start = warm_start
         self.temperature = temperature
         self.random_state = random_state
 
@@ -599,14 +611,17 @@ class FSL(ClassifierMixin, BaseEstimator):
         t = 0
         for t in range(1, T + 1):  # noqa: B007
             G = 1.0 + float(self.feature_gain) * W
-            # step 1 / step 6: centres from the labeled set (same-class pairs merged)
-            n_lab = np.bincount(lab[lab >= 0], minlength=K)
-            C = _normalize_rows(_class_sums(Xn, lab, K))
             if C_prev is None:
+                # step 1 / step 6: centres from the labeled set (same-class pairs merged)
+                C = _normalize_rows(_class_sums(Xn, lab, K))
                 if n_new:
                     C[n_known:] = farthest_point_centroids(
                         Xn, C[:n_known], np.flatnonzero(codes < 0), n_new, rng)[n_known:]
+            elif self.warm_start:
+                C = C_prev
             else:
+                n_lab = np.bincount(lab[lab >= 0], minlength=K)
+                C = _normalize_rows(_class_sums(Xn, lab, K))
                 C[n_lab == 0] = C_prev[n_lab == 0]
             fixed = np.flatnonzero(lab >= 0) if self.variant == "ck" else np.zeros(0, dtype=np.int64)
             new_labels, C, sim = _spherical_kmeans(Xn, Xn_sq, C, G, fixed, lab[fixed],
@@ -829,7 +844,8 @@ def _spherical_kmeans(Xn: sp.csr_matrix, Xn_sq: sp.csr_matrix, C: np.ndarray, G:
     """Spherical k-means in the per-cluster weighted spaces; ``fixed`` rows keep their label."""
     K = C.shape[0]
     labels = np.full(Xn.shape[0], -1)
-    sim = weighted_cosine(Xn, Xn_sq, C, G)
+    norms = weighted_doc_norms(Xn_sq, G)  # G is constant during one clustering
+    sim = weighted_cosine(Xn, Xn_sq, C, G, norms)
     for _ in range(max_iter):
         new = sim.argmax(axis=1)
         new[fixed] = fixed_labels
@@ -840,7 +856,7 @@ def _spherical_kmeans(Xn: sp.csr_matrix, Xn_sq: sp.csr_matrix, C: np.ndarray, G:
         empty = np.bincount(labels, minlength=K) == 0
         sums[empty] = C[empty]  # an emptied cluster keeps its previous centre
         C = _normalize_rows(sums)
-        sim = weighted_cosine(Xn, Xn_sq, C, G)
+        sim = weighted_cosine(Xn, Xn_sq, C, G, norms)
     return labels, C, sim
 
 
@@ -864,5 +880,6 @@ def _scale_rows_l1(X: sp.csr_matrix, g: np.ndarray | None) -> sp.csr_matrix:
 
 __all__ = ["FSL", "VARIANTS", "confidence", "cumulative_confidence", "update_rif_weights",
            "rich_information_features", "significant_cluster_features", "weighted_cosine",
+           "weighted_doc_norms",
            "select_trust_samples", "ap_preferences", "affinity_propagation", "triset_similarity",
            "bursty_features"]
