@@ -10,7 +10,7 @@ from __future__ import annotations
 import platform
 import threading
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
 
 from streamsemi import __version__
 
@@ -34,6 +34,8 @@ class Telemetry:
         self._classes: set[str] = set()
         self._lock = threading.Lock()
         r = self.registry
+        if registry is None:
+            ProcessCollector(registry=r)  # process_* (CPU, resident memory, start time) for this worker
         self.build_info = Gauge("streamsemi_build_info", "Build information (always 1)", ["version", "python"], registry=r)
         self.build_info.labels(__version__, platform.python_version()).set(1)
         self.consumed = Counter("streamsemi_documents_consumed", "Document messages read from the documents topic", registry=r)

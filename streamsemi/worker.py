@@ -205,6 +205,7 @@ class Worker:
             event(log, "flush_failed", logging.WARNING, error=f"{type(exc).__name__}: {exc}")
         self._update_flow_control()
         self._update_lag()
+        self.readiness()  # keeps streamsemi_ready current without anyone polling /readyz
 
     def _apply_control(self) -> None:
         if self.control is None:
