@@ -101,7 +101,7 @@ def test_counts_consistent_with_assignments_after_every_sweep(corpus):
     acc = np.zeros((X.shape[0], K))
     lengths = np.diff(ptr)
     for sweep in range(4):
-        gibbs.gibbs_sweeps(ptr, w, z, y, (fixed < 0).astype(np.uint8), ndk, nkl, nk, nvl, nl,
+        gibbs.gibbs_sweeps_sparse(ptr, w, z, y, (fixed < 0).astype(np.uint8), ndk, nkl, nk, nvl, nl,
                            0.2, 0.01, 0.4, 1, 1, 100 + sweep, acc)
         fresh = gibbs.build_counts(ptr, w, z, y, K, L, V)
         for got, want in zip((ndk, nkl, nk, nvl, nl), fresh, strict=True):
@@ -115,6 +115,65 @@ def test_counts_consistent_with_assignments_after_every_sweep(corpus):
         assert (ndk >= 0).all() and (nkl >= 0).all() and (nvl >= 0).all()
     # acc holds the counts of the one averaged sweep of each call, summed
     assert acc.sum() == pytest.approx(4 * ptr[-1])
+
+
+def _exact_marginals(ptr, w, fixed, K, L, V, alpha, beta, delta):
+    """p(z_i = k), p(y_i = l) under the collapsed D-LDA posterior, by enumeration."""
+    from itertools import product
+
+    from scipy.special import gammaln
+
+    T = int(ptr[-1])
+    doc = np.repeat(np.arange(ptr.size - 1), np.diff(ptr))
+    free_tok = [i for i in range(T) if fixed[doc[i]] < 0]
+    pz, py, total = np.zeros((T, K)), np.zeros((T, L)), 0.0
+    for zs in product(range(K), repeat=len(free_tok)):
+        z = np.array([fixed[doc[i]] for i in range(T)])
+        z[free_tok] = zs
+        for ys in product(range(L), repeat=T):
+            y = np.array(ys)
+            ndk = np.zeros((ptr.size - 1, K))
+            nkl = np.zeros((K, L))
+            nlv = np.zeros((L, V))
+            np.add.at(ndk, (doc, z), 1)
+            np.add.at(nkl, (z, y), 1)
+            np.add.at(nlv, (y, w), 1)
+            # log p(z | d, alpha) p(y | z, delta) p(w | y, beta), appendix Eq. (14)
+            lp = (gammaln(ndk + alpha).sum() - gammaln(ndk.sum(1) + K * alpha).sum()
+                  + gammaln(nkl + delta).sum() - gammaln(nkl.sum(1) + L * delta).sum()
+                  + gammaln(nlv + beta).sum() - gammaln(nlv.sum(1) + V * beta).sum())
+            p = np.exp(lp)
+            total += p
+            pz[np.arange(T), z] += p
+            py[np.arange(T), y] += p
+    return pz / total, py / total
+
+
+@pytest.mark.parametrize("kernel", ["gibbs_sweeps", "gibbs_sweeps_sparse"])
+def test_sampler_targets_the_exact_collapsed_posterior(kernel):
+    """Long-run token marginals of the two-step chain match the enumerated posterior."""
+    K, L, V, alpha, beta, delta = 2, 3, 3, 0.5, 0.3, 0.4
+    # doc 0 is seeded with class 0; docs 1 and 2 are free
+    ptr = np.array([0, 2, 4, 5], dtype=np.int64)
+    w = np.array([0, 1, 0, 2, 2], dtype=np.int32)
+    fixed = np.array([0, -1, -1], dtype=np.int64)
+    pz, py = _exact_marginals(ptr, w, fixed, K, L, V, alpha, beta, delta)
+    z = np.zeros(5, dtype=np.int16)
+    y = np.zeros(5, dtype=np.int16)
+    gibbs.random_init(ptr, z, y, fixed, K, L, 3)
+    counts = gibbs.build_counts(ptr, w, z, y, K, L, V)
+    free = (fixed < 0).astype(np.uint8)
+    run = getattr(gibbs, kernel)
+    n = 20_000
+    hz, hy = np.zeros((5, K)), np.zeros((5, L))
+    acc = np.zeros((3, K))
+    for s in range(n):
+        run(ptr, w, z, y, free, *counts, alpha, beta, delta, 1, 0, s, acc)
+        hz[np.arange(5), z] += 1
+        hy[np.arange(5), y] += 1
+    np.testing.assert_allclose(hz / n, pz, atol=0.02)
+    np.testing.assert_allclose(hy / n, py, atol=0.02)
+    assert pz[0, 0] == 1.0 and (hz[:2, 0] == n).all()  # the seeded document's tokens
 
 
 def test_seeded_tokens_never_change_class(corpus):

@@ -361,3 +361,146 @@ def random_init(ptr: np.ndarray, z: np.ndarray, y: np.ndarray, fixed_class: np.n
         for i in range(ptr[d], ptr[d + 1]):
             y[i] = _randint(st, L)
             z[i] = fixed if fixed >= 0 else _randint(st, K)
+
+
+@njit(cache=True)
+def _nz_lists(nvl: np.ndarray, freq: np.ndarray):
+    """Per-word lists of the topics with O_lv > 0 (capacity min(L, frequency of v))."""
+    V, L = nvl.shape
+    off = np.zeros(V + 1, dtype=np.int64)
+    for v in range(V):
+        off[v + 1] = off[v] + min(L, freq[v])
+    top = np.zeros(off[V], dtype=np.int16)
+    cnt = np.zeros(V, dtype=np.int64)
+    for v in range(V):
+        for l_ in range(L):
+            if nvl[v, l_] > 0:
+                top[off[v] + cnt[v]] = l_
+                cnt[v] += 1
+    return off, top, cnt
+
+
+@njit(cache=True, fastmath=True)
+def gibbs_sweeps_sparse(ptr: np.ndarray, w: np.ndarray, z: np.ndarray, y: np.ndarray,
+                        free_doc: np.ndarray, ndk: np.ndarray, nkl: np.ndarray, nk: np.ndarray,
+                        nvl: np.ndarray, nl: np.ndarray, alpha: float, beta: float, delta: float,
+                        n_sweeps: int, n_average: int, seed: int, acc: np.ndarray) -> None:
+    """Same chain as :func:`gibbs_sweeps` (same conditionals), with a sparse y step.
+
+    Eq. (5) splits as ``(O_kl + delta) / (O_l + V beta) * (O_lv + beta)`` =
+    ``beta * A_kl`` (smoothing bucket, total ``beta * Q_k`` with
+    ``Q_k = sum_l A_kl`` maintained incrementally) + ``O_lv * A_kl`` (non-zero only
+    for the topics that word v currently has, walked through per-word topic
+    lists), as in SparseLDA (Yao, Mimno & McCallum, KDD 2009). The draw is exact:
+    the smoothing bucket (probability ``beta Q_k / (beta Q_k + R)``, small) falls
+    back to a dense walk over the L topics.
+    """
+    st = np.array([np.uint64(seed)], dtype=np.uint64)
+    N = ptr.size - 1
+    K = nkl.shape[0]
+    L = nkl.shape[1]
+    V = nvl.shape[0]
+    vbeta = V * beta
+    ldelta = L * delta
+    freq = np.zeros(V, dtype=np.int64)
+    for i in range(w.size):
+        freq[w[i]] += 1
+    off, top, cnt = _nz_lists(nvl, freq)
+    inv_nl = np.empty(L)
+    inv_nk = np.empty(K)
+    Q = np.zeros(K)
+    cz = np.empty(K)
+    buf = np.empty(L)
+    for s in range(n_sweeps):
+        # exact recomputation once per sweep (no drift of the incremental updates)
+        for l_ in range(L):
+            inv_nl[l_] = 1.0 / (nl[l_] + vbeta)
+        for k in range(K):
+            inv_nk[k] = 1.0 / (nk[k] + ldelta)
+            q = 0.0
+            for l_ in range(L):
+                q += (nkl[k, l_] + delta) * inv_nl[l_]
+            Q[k] = q
+        for d in range(N):
+            free = free_doc[d] != 0
+            for i in range(ptr[d], ptr[d + 1]):
+                v = w[i]
+                k = np.int64(z[i])
+                l_ = np.int64(y[i])
+                # ---- remove token i
+                ndk[d, k] -= 1
+                nkl[k, l_] -= 1
+                Q[k] -= inv_nl[l_]
+                nk[k] -= 1
+                inv_nk[k] = 1.0 / (nk[k] + ldelta)
+                nl[l_] -= 1
+                b = 1.0 / (nl[l_] + vbeta)
+                dif = b - inv_nl[l_]
+                for kk in range(K):
+                    Q[kk] += (nkl[kk, l_] + delta) * dif
+                inv_nl[l_] = b
+                nvl[v, l_] -= 1
+                if nvl[v, l_] == 0:
+                    o = off[v]
+                    c = cnt[v] - 1
+                    for j in range(o, o + c + 1):
+                        if top[j] == l_:
+                            top[j] = top[o + c]
+                            break
+                    cnt[v] = c
+                # ---- Eq. (4): z_i given y_i
+                if free:
+                    tot = 0.0
+                    for kk in range(K):
+                        tot += (ndk[d, kk] + alpha) * (nkl[kk, l_] + delta) * inv_nk[kk]
+                        cz[kk] = tot
+                    k = _draw(cz, K, st)
+                    z[i] = k
+                # ---- Eq. (5): y_i given z_i, sparse + smoothing buckets
+                o = off[v]
+                c = cnt[v]
+                nkl_k = nkl[k]
+                nvl_v = nvl[v]
+                R = 0.0
+                for j in range(c):
+                    t = top[o + j]
+                    r = nvl_v[t] * (nkl_k[t] + delta) * inv_nl[t]
+                    buf[j] = r
+                    R += r
+                S = beta * Q[k]
+                u = _uniform(st) * (S + R)
+                if u < R and c > 0:
+                    j = 0
+                    while j < c - 1 and u >= buf[j]:
+                        u -= buf[j]
+                        j += 1
+                    l_ = np.int64(top[o + j])
+                else:
+                    u = max(u - R, 0.0)
+                    l_ = L - 1
+                    for t in range(L):
+                        u -= beta * (nkl_k[t] + delta) * inv_nl[t]
+                        if u < 0.0:
+                            l_ = t
+                            break
+                y[i] = l_
+                # ---- add token i back
+                ndk[d, k] += 1
+                nkl[k, l_] += 1
+                Q[k] += inv_nl[l_]
+                nk[k] += 1
+                inv_nk[k] = 1.0 / (nk[k] + ldelta)
+                nl[l_] += 1
+                b = 1.0 / (nl[l_] + vbeta)
+                dif = b - inv_nl[l_]
+                for kk in range(K):
+                    Q[kk] += (nkl[kk, l_] + delta) * dif
+                inv_nl[l_] = b
+                if nvl[v, l_] == 0:
+                    top[off[v] + cnt[v]] = l_
+                    cnt[v] += 1
+                nvl[v, l_] += 1
+        if s >= n_sweeps - n_average:
+            for d in range(N):
+                for k in range(K):
+                    acc[d, k] += ndk[d, k]
