@@ -274,3 +274,12 @@ def test_fast_tfidf_matches_features_tfidf(corpus):
     X = corpus[0]
     idf = idf_weights(X)
     assert abs(sublinear_tfidf_rows(X, idf) - tfidf(X, idf)).max() < 1e-12
+
+
+def test_calibrate_temperature_flattens_only_when_seeds_disagree():
+    from streamsemi.algorithms.semi_ldc import calibrate_temperature
+
+    D2 = np.array([[0.1, 2.0], [2.0, 0.1], [0.2, 1.5], [0.3, 1.0]])
+    assert calibrate_temperature(D2, np.array([0, 1, 0, -1]), 0.5) == pytest.approx(0.5)
+    wrong = calibrate_temperature(D2, np.array([0, 1, 1, 0]), 0.5)  # one seed nearer class 0
+    assert 0.5 < wrong <= 50.0

@@ -271,6 +271,32 @@ def constrained_kmeans_dense(Z: np.ndarray, codes: np.ndarray, C0: np.ndarray,
     return labels, C, n_iter
 
 
+def calibrate_temperature(D2: np.ndarray, codes: np.ndarray, t0: float,
+                          max_factor: float = 100.0) -> float:
+    """Softmax temperature for ``p(k|x) ∝ exp(-D2_k / T)``, fitted on the seeds.
+
+    ``T`` minimises the cross-entropy of the seeds' classes (the only labels there
+    are) over ``[t0, max_factor * t0]``, where ``t0 = 2 sigma^2`` is the shared
+    isotropic Gaussian's value. When the seeds are all nearest to their own centroid
+    the optimum is the lower bound, i.e. the Gaussian posterior.
+    """
+    from scipy.optimize import minimize_scalar
+
+    seeds = np.flatnonzero(codes >= 0)
+    if seeds.size == 0 or t0 <= 0:
+        return float(max(t0, 1e-12))
+    Ds = D2[seeds]
+
+    def nll(log_t: float) -> float:
+        L = -Ds / np.exp(log_t)
+        return float(-(L[np.arange(seeds.size), codes[seeds]] - logsumexp(L, axis=1)).mean())
+
+    lo, hi = np.log(t0), np.log(t0 * max_factor)
+    res = minimize_scalar(nll, bounds=(lo, hi), method="bounded", options={"xatol": 1e-3})
+    best = float(res.x) if nll(float(res.x)) < nll(lo) else lo
+    return float(np.exp(best))
+
+
 def _check_common(X: Any, y: Any, n_new_clusters: int) -> tuple[sp.csr_matrix, np.ndarray, np.ndarray]:
     X = check_count_matrix(X)
     codes, classes = encode_single_labels(y, X.shape[0])
@@ -580,7 +606,9 @@ class SemiLDC(ClassifierMixin, BaseEstimator):
     labels_ : ndarray of int
         Cluster index of each training row (seeds: their class).
     sigma2_ : float
-        Per-dimension variance of the shared Gaussian behind ``predict_proba``.
+        Per-dimension variance of the training documents around their centroid.
+    temperature_ : float
+        Softmax temperature of ``predict_proba`` (see :func:`calibrate_temperature`).
     n_iter_ : int
         Constrained k-means iterations (last round).
     n_refine_done_ : int
@@ -669,6 +697,7 @@ class SemiLDC(ClassifierMixin, BaseEstimator):
 
         d2 = _sq_distances(Y, C)[np.arange(Y.shape[0]), labels]
         self.sigma2_ = max(float(d2.mean()) / Y.shape[1], 1e-12)
+        self.temperature_ = calibrate_temperature(_sq_distances(Y, C), codes, 2.0 * self.sigma2_)
         self.plsa_ = plsa
         self.n_components_ = d
         self.explained_variance_ratio_ = float(explained[:d].sum() / total) if total > 0 else 1.0
@@ -713,14 +742,15 @@ class SemiLDC(ClassifierMixin, BaseEstimator):
         return self._embed_weighted(_weight(X, self.weighting, self.idf_) @ self.projection_)
 
     def predict_proba(self, X: Any) -> np.ndarray:
-        """Posterior of a shared isotropic Gaussian per cluster (columns follow ``classes_``).
+        """Calibrated cluster scores (columns follow ``classes_``).
 
-        ``p(k | x) ∝ exp(-||y - c_k||^2 / (2 sigma^2))`` with ``sigma^2`` the mean squared
-        distance of training documents to their centroid per dimension; its argmax is the
-        nearest centroid, i.e. :meth:`predict`.
+        ``p(k | x) ∝ exp(-||y - c_k||^2 / T)`` with ``T = temperature_``: the posterior of
+        a shared isotropic Gaussian per cluster, flattened where the seeds show that
+        nearest-centroid assignment is less certain than the Gaussian claims. Its argmax
+        is the nearest centroid, i.e. :meth:`predict`.
         """
         D2 = _sq_distances(self.transform(X), self.cluster_centers_)
-        return softmax_rows(-D2, 2.0 * self.sigma2_)
+        return softmax_rows(-D2, self.temperature_)
 
     def predict(self, X: Any) -> np.ndarray:
         """Nearest-centroid class (or ``new-N`` cluster) of each row."""
