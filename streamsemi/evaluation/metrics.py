@@ -50,6 +50,23 @@ def macro_f1(y_true: Sequence[Any], y_pred: Sequence[Any]) -> float:
     return float(f1_score(yt, yp, labels=np.unique(yt), average="macro", zero_division=0))
 
 
+def macro_f1_known(y_true: Sequence[Any], y_pred: Sequence[Any], known: Sequence[Any]) -> float:
+    """Macro-F1 over the ``known`` classes only, predictions taken as they are (D-LDA).
+
+    Per known class ``k``: precision over all documents predicted ``k`` (of any
+    true class), recall over all documents of class ``k``; a document of a known
+    class put into a new cluster counts as missed. No cluster mapping is done.
+    """
+    yt = np.asarray([str(v) for v in y_true], dtype=object)
+    yp = np.asarray([str(v) for v in y_pred], dtype=object)
+    if yt.shape != yp.shape:
+        raise ValueError(f"y_true has {yt.size} elements, y_pred has {yp.size}")
+    labels = np.asarray(sorted({str(k) for k in known}), dtype=object)
+    if labels.size == 0:
+        raise ValueError("no known class to score")
+    return float(f1_score(yt, yp, labels=labels, average="macro", zero_division=0))
+
+
 def accuracy_hungarian(y_true: Sequence[Any], y_pred: Sequence[Any]) -> float:
     """Accuracy under the best one-to-one class/cluster matching (Kuhn-Munkres)."""
     C, _, _ = contingency(y_true, y_pred)
