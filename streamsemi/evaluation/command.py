@@ -1,0 +1,192 @@
+"""``streamsemi evaluate``: argument parsing and the evaluation driver.
+
+Usage::
+
+    streamsemi evaluate --protocol P [--algorithm A,B,...] [--datasets D,...] [--labels 1,5]
+                        [--runs R] [--stream] [--json FILE] [--plot FILE] [--jobs J]
+                        [--max-docs N] [--seed S]
+    streamsemi evaluate --results-page docs/results.md [--quick]
+
+See ``docs/evaluation.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any, TextIO
+
+from streamsemi.evaluation import report
+from streamsemi.evaluation.baselines import method_available
+from streamsemi.evaluation.protocols import DATASETS, PROTOCOLS, Protocol, prepare
+from streamsemi.evaluation.runner import aggregate, failures, run_batch
+from streamsemi.evaluation.stream import StreamSettings, run_stream_job, split_mode, stream_methods
+
+
+def _csv(value: str) -> list[str]:
+    return [v.strip() for v in value.split(",") if v.strip()]
+
+
+def _floats(value: str) -> list[float]:
+    try:
+        return [float(v) for v in _csv(value)]
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"expected numbers separated by commas, got {value!r}") from exc
+
+
+def configure_parser(parser: argparse.ArgumentParser) -> None:
+    """Add the ``evaluate`` options to ``parser``."""
+    parser.add_argument("--protocol", choices=sorted(PROTOCOLS),
+                        help="the paper protocol to run (required unless --results-page)")
+    parser.add_argument("--algorithm", type=_csv, default=None,
+                        help="algorithms by registry name, comma-separated (default: the protocol's "
+                             "own algorithm); the protocol's baselines always run too")
+    parser.add_argument("--datasets", type=_csv, default=None,
+                        help=f"dataset ids (default: the protocol's); known: {', '.join(DATASETS)}")
+    parser.add_argument("--labels", type=_floats, default=None,
+                        help="label amounts: percent of the documents (1,5 = 1%% and 5%%); for the "
+                             "fsl protocol, numbers of labeled documents")
+    parser.add_argument("--runs", type=int, default=None, help="runs (seed draws) per label amount")
+    parser.add_argument("--stream", action="store_true",
+                        help="also replay each draw as a stream through the engine (prequential "
+                             "and end-of-stream figures, River MultinomialNB baseline)")
+    parser.add_argument("--json", metavar="FILE", help="write the result records as JSON")
+    parser.add_argument("--plot", metavar="FILE", help="write metric vs label fraction as PNG")
+    parser.add_argument("--jobs", type=int, default=1, help="parallel worker processes")
+    parser.add_argument("--max-docs", type=int, default=None,
+                        help="subsample every dataset to at most N documents (stratified): quick runs")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the draws and subsamples")
+    parser.add_argument("--no-baselines", action="store_true",
+                        help="run only the requested algorithms (default: baselines always run)")
+    parser.add_argument("--refit-every", type=int, default=500,
+                        help="stream mode: refit after this many documents")
+    parser.add_argument("--window", type=int, default=10000, help="stream mode: window size (documents)")
+    parser.add_argument("--stream-batch", type=int, default=20,
+                        help="stream mode: documents per Engine.process call")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument("--results-page", metavar="FILE",
+                        help="regenerate the results page (every protocol, every available "
+                             "algorithm, against the baselines) into FILE")
+    parser.add_argument("--quick", action="store_true",
+                        help="with --results-page: reduced settings (subsampled documents, fewer "
+                             "runs and label amounts)")
+
+
+def resolve_methods(protocol: Protocol, algorithms: Sequence[str] | None, baselines: bool = True,
+                    out: TextIO = sys.stderr) -> list[str]:
+    """Available requested algorithms followed by the protocol's baselines.
+
+    Prints one ``algorithm 'X' is not available: ...`` line per name that cannot
+    be loaded.
+    """
+    names = list(algorithms) if algorithms else [protocol.default_algorithm]
+    methods: list[str] = []
+    for name in names:
+        ok, why = method_available(name)
+        if ok:
+            methods.append(name)
+        else:
+            print(f"algorithm {name!r} is not available: {why}", file=out)
+    if baselines:
+        methods += [b for b in protocol.baselines if b not in methods]
+    return list(dict.fromkeys(methods))
+
+
+def evaluate(protocol: Protocol, methods: Sequence[str], datasets: Sequence[str] | None = None,
+             labels: Sequence[float] | None = None, runs: int | None = None, stream: bool = False,
+             jobs: int = 1, max_docs: int | None = None, seed: int = 0,
+             stream_settings: StreamSettings | None = None, progress: bool = True,
+             out: TextIO = sys.stderr, batch: bool = True) -> list[dict[str, Any]]:
+    """Run ``protocol`` for ``methods``; return the aggregated records (batch, then stream).
+
+    ``batch=False`` with ``stream=True`` runs only the stream replays.
+    """
+    datasets = list(datasets or protocol.datasets)
+    labels = list(labels or protocol.labels)
+    runs = int(runs or protocol.runs)
+    t0 = time.perf_counter()
+    data = prepare(datasets, max_docs=max_docs, seed=seed)
+    print(f"{protocol.name}: {', '.join(f'{d} ({len(v)} docs)' for d, v in data.items())} "
+          f"vectorised in {time.perf_counter() - t0:.1f}s; methods: {', '.join(methods)}; "
+          f"labels {', '.join(f'{v:g}' for v in labels)}"
+          f"{'%' if protocol.label_unit == 'percent' else ' labeled docs'}; {runs} run(s)", file=out)
+    records: list[dict[str, Any]] = []
+    if batch:
+        outcomes = run_batch(protocol, data, methods, labels, runs, jobs=jobs, seed=seed,
+                             progress=progress)
+        for line in failures(outcomes):
+            print(line, file=out)
+        records = aggregate(protocol, outcomes, "batch")
+    if stream:
+        smethods = stream_methods(methods)
+        if protocol.name == "pseudo-lsc":
+            smethods = [m for m in smethods if m != "river-mnb"]
+            print("stream mode: the River baseline is single-label; not run for pseudo-lsc", file=out)
+        souts = run_batch(protocol, data, smethods, labels, runs, jobs=jobs, seed=seed,
+                          progress=progress, job_fn=run_stream_job, desc="stream",
+                          extra_state={"stream_settings": stream_settings or StreamSettings()})
+        for line in failures(souts):
+            print(f"stream: {line}", file=out)
+        for mode, group in split_mode(souts).items():
+            records += aggregate(protocol, group, mode)
+    return records
+
+
+def run(args: argparse.Namespace) -> int:
+    """Execute ``streamsemi evaluate``; returns the exit status."""
+    if getattr(args, "results_page", None):
+        from streamsemi.evaluation import results_page
+
+        return results_page.generate_from_args(args)
+    if not args.protocol:
+        print("streamsemi evaluate: --protocol is required (or --results-page FILE)", file=sys.stderr)
+        return 2
+    protocol = PROTOCOLS[args.protocol]
+    if args.datasets:
+        unknown = [d for d in args.datasets if d not in DATASETS]
+        if unknown:
+            print(f"unknown dataset id(s): {', '.join(unknown)}; known: {', '.join(DATASETS)}",
+                  file=sys.stderr)
+            return 2
+        wrong = [d for d in args.datasets if (DATASETS[d].kind == "multi") != (protocol.name == "pseudo-lsc")]
+        if wrong:
+            print(f"dataset(s) {', '.join(wrong)} do not fit protocol {protocol.name} "
+                  f"(multi-label datasets go with pseudo-lsc only)", file=sys.stderr)
+            return 2
+    if args.runs is not None and args.runs < 1:
+        print("--runs must be >= 1", file=sys.stderr)
+        return 2
+    methods = resolve_methods(protocol, args.algorithm, baselines=not args.no_baselines)
+    if not methods:
+        print("nothing to run: no requested algorithm is available and --no-baselines was given",
+              file=sys.stderr)
+        return 1
+    settings = StreamSettings(batch_size=args.stream_batch, refit_every_docs=args.refit_every,
+                              window_max_docs=args.window)
+    records = evaluate(protocol, methods, args.datasets, args.labels, args.runs, args.stream,
+                       args.jobs, args.max_docs, args.seed, settings, not args.no_progress)
+    print(report.format_table(records))
+    if args.json:
+        report.write_json(records, args.json)
+        print(f"wrote {len(records)} records to {args.json}", file=sys.stderr)
+    if args.plot:
+        if records:
+            report.plot(records, args.plot)
+            print(f"wrote plot {args.plot}", file=sys.stderr)
+        else:
+            print("no results to plot", file=sys.stderr)
+    return 0 if records else 1
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m streamsemi.evaluation.command``: the same as ``streamsemi evaluate``."""
+    parser = argparse.ArgumentParser(prog="streamsemi evaluate", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    configure_parser(parser)
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

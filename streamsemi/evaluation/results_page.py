@@ -1,0 +1,204 @@
+"""Regenerate ``docs/results.md``: every protocol, its algorithms against the baselines.
+
+One command (either form)::
+
+    streamsemi evaluate --results-page docs/results.md [--quick] [--jobs 2] [--algorithm A,B]
+    python -m streamsemi.evaluation.results_page [--out docs/results.md] [--quick] [--jobs 2]
+
+Full mode uses each protocol's own settings (labels, runs, all documents) and
+replays the semi-ldc datasets as streams; ``--quick`` subsamples documents and
+uses fewer runs and label amounts (minutes instead of hours). The page states
+the settings it was made with, and puts the papers' own figures beside ours.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import platform
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from streamsemi.evaluation import report
+from streamsemi.evaluation.protocols import PROTOCOLS
+from streamsemi.evaluation.stream import StreamSettings
+
+#: Algorithms run under each protocol by default (besides the protocol's baselines).
+PAGE_ALGORITHMS: dict[str, tuple[str, ...]] = {
+    "semi-ldc": ("semi-ldc", "cle", "fsl-ck"),
+    "cle": ("cle",),
+    "d-lda": ("d-lda",),
+    "fsl": ("fsl-sk", "fsl-ck", "fsl-ap", "fsl-sap"),
+    "pseudo-lsc": ("pseudo-lsc",),
+}
+
+
+def page_settings(quick: bool) -> dict[str, dict[str, Any]]:
+    """Per-protocol settings of the page: ``datasets, labels, runs, max_docs, stream``.
+
+    ``stream`` is ``(datasets, labels)`` replayed as streams, or None.
+    """
+    if not quick:
+        out = {p: {"datasets": None, "labels": None, "runs": None, "max_docs": None, "stream": None}
+               for p in PROTOCOLS}
+        out["semi-ldc"]["stream"] = (["20ng-comp5", "20ng-talk4", "reuters-top10"], [1, 5])
+        return out
+    return {
+        "semi-ldc": {"datasets": None, "labels": [1, 5], "runs": 2, "max_docs": 1500,
+                     "stream": (["20ng-comp5", "reuters-top10"], [5])},
+        "cle": {"datasets": ["reuters-top30-r2", "reuters-top30-r4", "reuters-top30-r6"],
+                "labels": [3, 9], "runs": 3, "max_docs": 2000, "stream": None},
+        "d-lda": {"datasets": ["20ng-easy1", "20ng-difficult1"], "labels": [10, 40], "runs": 1,
+                  "max_docs": 800, "stream": None},
+        "fsl": {"datasets": None, "labels": [20, 100, 400], "runs": 2, "max_docs": None, "stream": None},
+        "pseudo-lsc": {"datasets": None, "labels": None, "runs": 1, "max_docs": 2000, "stream": None},
+    }
+
+
+def _git_commit() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                              check=False, cwd=Path(__file__).resolve().parent).stdout.strip() or "?"
+    except OSError:
+        return "?"
+
+
+def _describe(settings: dict[str, Any], protocol: str) -> str:
+    p = PROTOCOLS[protocol]
+    labels = settings["labels"] or list(p.labels)
+    unit = "%" if p.label_unit == "percent" else " labeled"
+    parts = [f"datasets: {', '.join(settings['datasets'] or p.datasets)}",
+             f"labels: {', '.join(f'{v:g}{unit}' for v in labels)}",
+             f"runs: {settings['runs'] or p.runs}",
+             f"documents: {'all' if settings['max_docs'] is None else 'at most ' + str(settings['max_docs']) + ' per dataset (stratified subsample)'}"]
+    if settings["stream"]:
+        ds, lab = settings["stream"]
+        parts.append(f"stream replay: {', '.join(ds)} at {', '.join(f'{v:g}%' for v in lab)}")
+    return "; ".join(parts)
+
+
+def generate(out_path: str | Path, quick: bool = False, protocols: Sequence[str] | None = None,
+             algorithms: Sequence[str] | None = None, jobs: int = 1, seed: int = 0,
+             progress: bool = True, json_path: str | Path | None = None,
+             settings_override: dict[str, dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """Run the protocols and write the markdown page; return all records.
+
+    Parameters
+    ----------
+    out_path : path
+        Markdown file to write.
+    quick : bool
+        Reduced settings (:func:`page_settings`).
+    protocols : sequence of str, optional
+        Subset of protocols (default: all five).
+    algorithms : sequence of str, optional
+        Algorithms for every protocol (default: :data:`PAGE_ALGORITHMS`).
+    jobs : int
+        Worker processes.
+    json_path : path, optional
+        Also write the records as JSON.
+    settings_override : dict, optional
+        Per-protocol settings replacing :func:`page_settings` entries (tests).
+    """
+    from streamsemi.evaluation.command import evaluate, resolve_methods
+
+    settings = page_settings(quick)
+    for k, v in (settings_override or {}).items():
+        settings[k] = {**settings.get(k, {}), **v}
+    names = list(protocols or PROTOCOLS)
+    records: list[dict[str, Any]] = []
+    notes: list[str] = []
+    timings: dict[str, float] = {}
+    for name in names:
+        p = PROTOCOLS[name]
+        s = settings[name]
+        t0 = time.perf_counter()
+        methods = resolve_methods(p, algorithms or PAGE_ALGORITHMS[name])
+        wanted = list(algorithms or PAGE_ALGORITHMS[name])
+        missing = [a for a in wanted if a not in methods]
+        if missing:
+            notes.append(f"{name}: not available: {', '.join(missing)}")
+        records += evaluate(p, methods, s["datasets"], s["labels"], s["runs"], False, jobs,
+                            s["max_docs"], seed, progress=progress)
+        if s.get("stream"):
+            ds, lab = s["stream"]
+            records += evaluate(p, methods, ds, lab, s["runs"], True, jobs, s["max_docs"], seed,
+                                StreamSettings(), progress=progress, batch=False)
+        timings[name] = time.perf_counter() - t0
+    if json_path:
+        report.write_json(records, json_path)
+    Path(out_path).write_text(render(records, names, settings, quick, timings, notes), encoding="utf-8")
+    return records
+
+
+def render(records: Sequence[dict[str, Any]], protocols: Sequence[str], settings: dict[str, dict[str, Any]],
+           quick: bool, timings: dict[str, float], notes: Sequence[str]) -> str:
+    """The markdown page."""
+    cmd = "streamsemi evaluate --results-page docs/results.md" + (" --quick" if quick else "")
+    lines = [
+        "# Results",
+        "",
+        f"Generated by `{cmd}` (see [evaluation.md](evaluation.md) for the protocols, metrics and "
+        "baselines). Do not edit by hand: regenerate it whenever an algorithm lands.",
+        "",
+        f"- mode: **{'quick (reduced settings, indicative only)' if quick else 'full'}**",
+        f"- generated: {_dt.datetime.now(_dt.UTC).strftime('%Y-%m-%d %H:%M UTC')}, commit "
+        f"{_git_commit()}, Python {platform.python_version()}, {platform.machine()}",
+        "- every score is computed on the documents that are NOT seeds; mean ± std (ddof=0) over runs",
+        "- `fit s`: mean seconds of one fit (batch) or of the whole replay including every refit "
+        "(stream)",
+        "- *italic rows*: the papers' own figures, from their tables (different preprocessing, "
+        "splits and implementations: a reference, not a like-for-like comparison)",
+        "- stream rows: `[stream-prequential]` each document scored by the model that existed when it "
+        "arrived; `[stream-final]` the model at the end of the stream on every document",
+        "",
+    ]
+    for n in notes:
+        lines.append(f"> {n}")
+    if notes:
+        lines.append("")
+    for name in protocols:
+        p = PROTOCOLS[name]
+        lines += [f"## {name}", "", f"{p.paper}. {p.description}", "",
+                  f"Settings: {_describe(settings[name], name)}. Wall time: {timings.get(name, 0):.0f} s.",
+                  ""]
+        tables = report.markdown_tables(records, name)
+        lines += tables if tables else ["(no results)", ""]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def generate_from_args(args: argparse.Namespace) -> int:
+    """Entry from ``streamsemi evaluate --results-page FILE``."""
+    generate(args.results_page, quick=bool(getattr(args, "quick", False)),
+             protocols=[args.protocol] if getattr(args, "protocol", None) else None,
+             algorithms=args.algorithm, jobs=args.jobs, seed=args.seed,
+             progress=not args.no_progress, json_path=args.json)
+    print(f"wrote {args.results_page}", file=sys.stderr)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m streamsemi.evaluation.results_page``."""
+    parser = argparse.ArgumentParser(prog="python -m streamsemi.evaluation.results_page",
+                                     description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", default="docs/results.md")
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--protocol", action="append", choices=sorted(PROTOCOLS))
+    parser.add_argument("--algorithm", type=lambda v: [x for x in v.split(",") if x], default=None)
+    parser.add_argument("--jobs", type=int, default=1)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", default=None)
+    parser.add_argument("--no-progress", action="store_true")
+    a = parser.parse_args(argv)
+    generate(a.out, a.quick, a.protocol, a.algorithm, a.jobs, a.seed, not a.no_progress, a.json)
+    print(f"wrote {a.out}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
