@@ -142,7 +142,7 @@ class Settings:
 
     def redacted(self) -> dict[str, Any]:
         """Values with secrets masked (for --print-config and logs)."""
-        return {k: ("***" if _BY_NAME[k].secret and v else v) for k, v in self.values.items()}
+        return {k: ("***" if k in _BY_NAME and _BY_NAME[k].secret and v else v) for k, v in self.values.items()}
 
 
 def _coerce(setting: Setting, raw: Any, source: str) -> Any:

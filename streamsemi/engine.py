@@ -207,7 +207,7 @@ class Engine:
         self.dead: list[tuple[dict, Rejected]] = []
         self._last_op: OrderedDict[str, tuple[int, str]] = OrderedDict()
         self._seed_checks: dict[str, deque[bool]] = {a: deque(maxlen=200) for a in config.algorithms}
-        self._pending_checks: list[tuple[tuple[str, ...], Row]] = []
+        self._pending_checks: list[tuple[tuple[str, ...], Row, int]] = []
         self._refit_lock = threading.Lock()
         self._refit_thread: threading.Thread | None = None
         self._refit_queued: str | None = None
@@ -313,7 +313,7 @@ class Engine:
 
     def _make_seed(self, doc_id: str, labels: tuple[str, ...], row: Row) -> None:
         self.seeds.put(doc_id, labels, row)
-        self._pending_checks.append((labels, row))
+        self._pending_checks.append((labels, row, self.version))  # models up to this version never saw it
         self._publish_seeds()
 
     def _publish_seeds(self) -> None:
@@ -463,19 +463,20 @@ class Engine:
         return out
 
     def _run_seed_checks(self) -> None:
-        """Prequential seed accuracy: does the model in use agree with labels it has not seen?"""
-        if not self._pending_checks or not self.models:
+        """Prequential seed accuracy: does the model in use agree with labels it was not fitted on?"""
+        if not self._pending_checks:
             return
         checks, self._pending_checks = self._pending_checks, []
-        X = rows_to_csr([r for _, r in checks], self.config.n_features)
         for name, slot in self.models.items():
-            if name not in self._seed_checks:
+            usable = [(labels, row) for labels, row, version in checks if slot.version <= version]
+            if name not in self._seed_checks or not usable:
                 continue
+            X = rows_to_csr([r for _, r in usable], self.config.n_features)
             try:
                 per_doc = self._assign_with(slot, X)
             except Exception:  # noqa: BLE001 - a quality probe must never break processing
                 continue
-            for (labels, _), (label, _, chosen, _, _) in zip(checks, per_doc, strict=True):
+            for (labels, _), (label, _, chosen, _, _) in zip(usable, per_doc, strict=True):
                 hit = any(lb in chosen for lb in labels) if slot.multilabel else label in labels
                 self._seed_checks[name].append(bool(hit))
             hits = self._seed_checks[name]

@@ -22,7 +22,7 @@ REASONS = (
     "no_terms", "unknown_op", "invalid_label", "label_expired", "pending_overflow",
 )
 
-DEFAULT_LABEL_PATTERN = r"^[\w][\w .:/&+-]{0,63}$"
+DEFAULT_LABEL_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_ .:/&+-]{0,63}$"
 
 
 @dataclass

@@ -1,0 +1,193 @@
+"""The in-process engine: buffering, seeds, refits, fallback, drift, bounds."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+from streamsemi.datasets import load
+from streamsemi.engine import Engine, EngineConfig
+from streamsemi.messages import Document
+
+
+@pytest.fixture(scope="module")
+def r8():
+    ds = load("reuters-r8")
+    order = np.random.default_rng(3).permutation(len(ds))
+    return ds, [int(i) for i in order]
+
+
+def docs(ds, idx, prefix="r"):
+    return [Document(id=f"{prefix}{i}", text=ds.texts[i]) for i in idx]
+
+
+def sample(metric, **labels):
+    for fam in metric.collect():
+        for s in fam.samples:
+            if s.name.endswith("_total") or s.name == fam.name:
+                if all(s.labels.get(k) == v for k, v in labels.items()):
+                    return s.value
+    return 0.0
+
+
+def cfg(**kw):
+    base = dict(algorithms=["constrained-kmeans", "seeded-kmeans"], background_refit=False, n_features=2**16,
+                refit_every_docs=0, min_docs_first_refit=100, drift_detection=False)
+    base.update(kw)
+    return EngineConfig(**base)
+
+
+def test_documents_before_the_first_model_are_buffered_then_assigned_once(r8):
+    ds, order = r8
+    eng = Engine(cfg(min_docs_first_refit=150))
+    first = order[:120]
+    assert eng.process(docs(ds, first)).assignments == []
+    assert len(eng.buffer) == 120 and not eng.ready
+    for i in first[:40]:
+        eng.label(f"r{i}", [ds.labels[i]])
+    out = eng.process(docs(ds, order[120:160])).assignments
+    assert eng.ready and not eng.buffer
+    ids = [(a.id, a.algorithm) for a in out]
+    assert len(ids) == len(set(ids)) == 2 * 160
+    assert sum(a.primary for a in out) == 160 and {a.model_version for a in out} == {1}
+
+
+def test_labels_before_and_after_documents_and_with_text(r8):
+    ds, order = r8
+    eng = Engine(cfg())
+    a, b, c = order[:3]
+    eng.label(f"r{a}", [ds.labels[a]], offset=10)                    # before its document
+    assert len(eng.pending) == 1 and len(eng.seeds) == 0
+    eng.process(docs(ds, [a, b]))
+    assert len(eng.pending) == 0 and f"r{a}" in eng.seeds
+    eng.label(f"r{b}", ["custom"], offset=11)                           # after its document
+    eng.label("elsewhere", ["grain"], text=ds.texts[c])                 # self-contained seed
+    assert {f"r{b}", "elsewhere"} <= set(dict(eng.seeds.items()))
+    resolved = eng.drain_resolved()
+    assert [(r.id, r.label_offset) for r in resolved] == [(f"r{a}", 10), (f"r{b}", 11)]
+    assert resolved[0].text == ds.texts[a], "resolved seeds carry the text so other workers and restarts get them"
+    assert eng.drain_resolved() == []
+    # a resolved message older than a later unlabel is ignored on replay
+    fresh = Engine(cfg())
+    fresh.label("x", ["grain"], offset=1)
+    fresh.unlabel("x", offset=2)
+    assert fresh.label("x", ["grain"], text=ds.texts[a], origin="resolved", label_offset=1) == []
+    assert "x" not in fresh.seeds
+    # ... but a resolved message completes a held label
+    again = Engine(cfg())
+    again.label("y", ["grain"], offset=5)
+    again.label("y", ["grain"], text=ds.texts[a], origin="resolved", label_offset=5)
+    assert "y" in again.seeds and "y" not in again.pending
+
+
+def test_unlabel_expiry_overflow_and_class_cap(r8):
+    ds, order = r8
+    now = [1000.0]
+    eng = Engine(cfg(pending_label_ttl_s=10, max_pending_labels=2, max_classes=3), clock=lambda: now[0])
+    eng.process(docs(ds, order[:5]))
+    eng.label(f"r{order[0]}", ["a"])
+    assert eng.unlabel(f"r{order[0]}") and f"r{order[0]}" not in eng.seeds
+    eng.label("p1", ["a"])
+    eng.label("p2", ["b"])
+    out = eng.label("p3", ["c"])
+    assert [(op["id"], rej.reason) for op, rej in out] == [("p1", "pending_overflow")]
+    now[0] += 11
+    eng.tick()
+    assert sorted((op["id"], rej.reason) for op, rej in eng.drain_dead()) == [("p2", "label_expired"), ("p3", "label_expired")]
+    for k, lab in enumerate(["a", "b", "c"]):
+        assert eng.label(f"r{order[k + 1]}", [lab]) == []
+    rej = eng.label(f"r{order[4]}", ["d"])
+    assert rej and rej[0][1].reason == "invalid_label" and "max_classes=3" in rej[0][1].detail
+
+
+def test_no_terms_documents_are_rejected():
+    eng = Engine(cfg())
+    res = eng.process([Document(id="e", text="the of and !!!")])
+    assert [(d.id, r.reason) for d, r in res.rejected] == [("e", "no_terms")] and len(eng.window) == 0
+
+
+def test_refit_skipped_without_two_seeded_classes(r8):
+    ds, order = r8
+    eng = Engine(cfg(min_docs_first_refit=10))
+    eng.label(f"r{order[0]}", ["earn"])
+    eng.process(docs(ds, order[:20]))
+    eng.request_refit()
+    assert not eng.models and sample(eng.telemetry.refits_skipped, reason="not_enough_seeds") >= 1
+
+
+def test_failing_algorithm_uses_the_fallback_and_is_reported(r8):
+    ds, order = r8
+    eng = Engine(cfg(algorithm_params={"seeded-kmeans": {"n_new_clusters": 10**6}}))
+    for i in order[:30]:
+        eng.label(f"r{i}", [ds.labels[i]])
+    out = eng.process(docs(ds, order[:150])).assignments
+    seeded = [a for a in out if a.algorithm == "seeded-kmeans"]
+    assert len(seeded) == 150 and all(a.fallback for a in seeded)
+    assert not any(a.fallback for a in out if a.algorithm == "constrained-kmeans")
+    assert "larger than the number of documents" in eng.last_refit_error["seeded-kmeans"]
+    assert sample(eng.telemetry.refits, algorithm="seeded-kmeans", outcome="failure") == 1
+    assert seeded[0].to_message()["fallback"] is True
+
+
+def test_window_bound_keeps_seeds_that_left_the_window(r8):
+    ds, order = r8
+    eng = Engine(cfg(window_max_docs=100, min_docs_first_refit=50))
+    for i in order[:20]:
+        eng.label(f"r{i}", [ds.labels[i]])
+    eng.process(docs(ds, order[:300]))
+    assert len(eng.window) == 100 and len(eng.seeds) == 20
+    snap = eng._snapshot("test")
+    assert snap.X.shape[0] == 100 + sum(1 for i in order[:20] if f"r{i}" not in eng.window)
+    assert sum(1 for lb in snap.seed_labels if lb) == 20
+
+
+def test_background_refit_swaps_models_while_documents_flow(r8):
+    ds, order = r8
+    eng = Engine(cfg(background_refit=True, refit_every_docs=200, min_docs_first_refit=100))
+    for i in order[:60]:
+        eng.label(f"r{i}", [ds.labels[i]])
+    seen = {}
+    for k in range(0, 1200, 100):
+        for a in eng.process(docs(ds, order[k:k + 100])).assignments:
+            seen[(a.id, a.algorithm)] = a.model_version
+        time.sleep(0.05)
+    assert eng.wait_for_refit(60)
+    for _ in range(50):
+        for a in eng.flush():
+            seen[(a.id, a.algorithm)] = a.model_version
+        eng.tick()
+        if len(seen) == 2400:
+            break
+        time.sleep(0.1)
+    assert len(seen) == 2400
+    assert max(seen.values()) >= 3 and len(set(seen.values())) >= 2
+    agreement = sample(eng.telemetry.agreement, algorithm="constrained-kmeans")
+    assert 0.5 <= agreement <= 1.0
+
+
+def test_drift_triggers_an_early_refit(r8):
+    ds, order = r8
+    ng = load("20newsgroups")
+    eng = Engine(cfg(drift_detection=True, drift_delta=0.01, min_refit_interval_s=0.0, algorithms=["constrained-kmeans"]))
+    for i in order[:60]:
+        eng.label(f"r{i}", [ds.labels[i]])
+    eng.process(docs(ds, order[:800]))
+    before = eng.refit_count
+    ng_idx = np.random.default_rng(0).permutation(len(ng))[:800]
+    eng.process([Document(id=f"n{i}", text=ng.texts[i]) for i in ng_idx])
+    assert sample(eng.telemetry.refit_triggers, trigger="drift") >= 1 and eng.refit_count > before
+
+
+def test_prequential_seed_accuracy(r8):
+    ds, order = r8
+    eng = Engine(cfg(algorithms=["constrained-kmeans"]))
+    for i in order[:60]:
+        eng.label(f"r{i}", [ds.labels[i]])
+    eng.process(docs(ds, order[:400]))
+    for i in order[400:500]:
+        eng.label(f"r{i}", [ds.labels[i]], text=ds.texts[i])
+    eng.flush()
+    acc = sample(eng.telemetry.seed_accuracy, algorithm="constrained-kmeans")
+    assert 0.5 < acc <= 1.0
