@@ -478,8 +478,7 @@ class DLDA(ClassifierMixin, BaseEstimator):
         lengths = np.diff(ptr)[docs]
         sub_ptr = np.zeros(docs.size + 1, dtype=np.int64)
         np.cumsum(lengths, out=sub_ptr[1:])
-        idx = np.concatenate([np.arange(ptr[d], ptr[d + 1]) for d in docs]) if docs.size else \
-            np.zeros(0, dtype=np.int64)
+        idx = np.repeat(ptr[docs] - sub_ptr[:-1], lengths) + np.arange(sub_ptr[-1])
         sz, sy = z[idx].copy(), yt[idx].copy()
         gibbs.fold_in(sub_ptr, w[idx], sz, sy, fixed[docs], pi, phiT, float(self.alpha),
                       sweeps, max(1, sweeps // 2), seed)
