@@ -55,6 +55,8 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", metavar="FILE", help="write the result records as JSON")
     parser.add_argument("--plot", metavar="FILE", help="write metric vs label fraction as PNG")
     parser.add_argument("--jobs", type=int, default=1, help="parallel worker processes")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="BLAS/OpenMP threads per run (default 1: no oversubscription)")
     parser.add_argument("--max-docs", type=int, default=None,
                         help="subsample every dataset to at most N documents (stratified): quick runs")
     parser.add_argument("--seed", type=int, default=0, help="seed of the draws and subsamples")
@@ -75,12 +77,13 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
 
 def resolve_methods(protocol: Protocol, algorithms: Sequence[str] | None, baselines: bool = True,
-                    out: TextIO = sys.stderr) -> list[str]:
+                    out: TextIO | None = None) -> list[str]:
     """Available requested algorithms followed by the protocol's baselines.
 
     Prints one ``algorithm 'X' is not available: ...`` line per name that cannot
     be loaded.
     """
+    out = out or sys.stderr
     names = list(algorithms) if algorithms else [protocol.default_algorithm]
     methods: list[str] = []
     for name in names:
@@ -98,11 +101,12 @@ def evaluate(protocol: Protocol, methods: Sequence[str], datasets: Sequence[str]
              labels: Sequence[float] | None = None, runs: int | None = None, stream: bool = False,
              jobs: int = 1, max_docs: int | None = None, seed: int = 0,
              stream_settings: StreamSettings | None = None, progress: bool = True,
-             out: TextIO = sys.stderr, batch: bool = True) -> list[dict[str, Any]]:
+             out: TextIO | None = None, batch: bool = True, threads: int = 1) -> list[dict[str, Any]]:
     """Run ``protocol`` for ``methods``; return the aggregated records (batch, then stream).
 
     ``batch=False`` with ``stream=True`` runs only the stream replays.
     """
+    out = out or sys.stderr
     datasets = list(datasets or protocol.datasets)
     labels = list(labels or protocol.labels)
     runs = int(runs or protocol.runs)
@@ -115,7 +119,7 @@ def evaluate(protocol: Protocol, methods: Sequence[str], datasets: Sequence[str]
     records: list[dict[str, Any]] = []
     if batch:
         outcomes = run_batch(protocol, data, methods, labels, runs, jobs=jobs, seed=seed,
-                             progress=progress)
+                             progress=progress, extra_state={"threads": threads})
         for line in failures(outcomes):
             print(line, file=out)
         records = aggregate(protocol, outcomes, "batch")
@@ -126,7 +130,8 @@ def evaluate(protocol: Protocol, methods: Sequence[str], datasets: Sequence[str]
             print("stream mode: the River baseline is single-label; not run for pseudo-lsc", file=out)
         souts = run_batch(protocol, data, smethods, labels, runs, jobs=jobs, seed=seed,
                           progress=progress, job_fn=run_stream_job, desc="stream",
-                          extra_state={"stream_settings": stream_settings or StreamSettings()})
+                          extra_state={"stream_settings": stream_settings or StreamSettings(),
+                                       "threads": threads})
         for line in failures(souts):
             print(f"stream: {line}", file=out)
         for mode, group in split_mode(souts).items():
@@ -166,7 +171,8 @@ def run(args: argparse.Namespace) -> int:
     settings = StreamSettings(batch_size=args.stream_batch, refit_every_docs=args.refit_every,
                               window_max_docs=args.window)
     records = evaluate(protocol, methods, args.datasets, args.labels, args.runs, args.stream,
-                       args.jobs, args.max_docs, args.seed, settings, not args.no_progress)
+                       args.jobs, args.max_docs, args.seed, settings, not args.no_progress,
+                       threads=args.threads)
     print(report.format_table(records))
     if args.json:
         report.write_json(records, args.json)

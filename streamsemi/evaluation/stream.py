@@ -41,6 +41,7 @@ from streamsemi.evaluation.runner import (
     MULTILABEL_ALGORITHMS,
     RunOutcome,
     aligned_scores,
+    blas_threads,
     indicator,
     score_single,
 )
@@ -222,10 +223,13 @@ def run_stream_job(job: tuple[str, float, int, tuple[str, ...]]) -> list[RunOutc
     data: PreparedDataset = _STATE["data"][dataset_id]
     settings: StreamSettings = _STATE.get("stream_settings", StreamSettings())
     seed = int(_STATE.get("seed", 0))
-    if _STATE.get("limit_threads"):
-        from threadpoolctl import threadpool_limits
+    with blas_threads():
+        return _stream_job(protocol, data, dataset_id, label_value, run, methods, settings, seed)
 
-        threadpool_limits(1)
+
+def _stream_job(protocol: Protocol, data: PreparedDataset, dataset_id: str, label_value: float,
+                run: int, methods: Sequence[str], settings: StreamSettings, seed: int
+                ) -> list[RunOutcome]:
     draw = make_draw(protocol, data, label_value, run, seed)
     order = stream_order(data, draw, draw_rng(seed, dataset_id, "order", run))
     common = {"n_labeled": int(draw.seed_mask.sum()), "n_scored": int(draw.eval_mask.sum())}
