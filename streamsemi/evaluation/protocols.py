@@ -92,6 +92,9 @@ def _dataset_specs() -> dict[str, DatasetSpec]:
                     description="Reuters-21578 single-label stories of the 10 largest classes "
                                 "(counted over single-label stories)"),
         DatasetSpec("20ng", "20newsgroups", description="20 Newsgroups, all 20 groups"),
+        DatasetSpec("reuters-r8", "reuters-r8",
+                    description="Reuters-21578 R8 (7,674 single-label stories, 8 classes): not in "
+                                "a paper protocol; the issue's reference figures use it"),
         DatasetSpec("reuters-multilabel20", "reuters21578", kind="multi", top_n=20,
                     description="Reuters-21578 stories with at least one of the 20 most frequent "
                                 "topics; labels restricted to those 20"),
