@@ -71,7 +71,7 @@ def make_document_consumer(settings: Settings) -> KafkaConsumer:
         bootstrap_servers=settings.bootstrap_servers, group_id=settings.group_id, client_id="streamsemi-worker",
         enable_auto_commit=False, auto_offset_reset="earliest", max_poll_records=settings.max_poll_records,
         session_timeout_ms=settings.session_timeout_ms, heartbeat_interval_ms=settings.heartbeat_interval_ms,
-        max_poll_interval_ms=settings.max_poll_interval_ms,
+        max_poll_interval_ms=settings.max_poll_interval_ms, allow_auto_create_topics=False,
         fetch_max_bytes=64 * 1024 * 1024, max_partition_fetch_bytes=max(1_048_576, settings.max_message_bytes * 2),
         **kafka_security(settings),
     )
@@ -113,25 +113,30 @@ class ControlReader(threading.Thread):
     is replayed at start. Items are ``(raw bytes, partition, offset, key)``.
     """
 
-    def __init__(self, settings: Settings, on_error: Any = None) -> None:
+    def __init__(self, settings: Settings, on_error: Any = None, on_reset: Any = None) -> None:
         super().__init__(name="control-reader", daemon=True)
         self.settings = settings
         self.queue: queue.Queue[tuple[bytes | None, int, int, bytes | None]] = queue.Queue(maxsize=100_000)
         self.stop_event = threading.Event()
         self.caught_up = threading.Event()
         self.on_error = on_error
+        self.on_reset = on_reset
         self.consumer: KafkaConsumer | None = None
+        self.resets = 0
 
     def run(self) -> None:
         while not self.stop_event.is_set():
             try:
-                self.consumer = make_reader(self.settings, client_id="streamsemi-control")
+                self.consumer = make_reader(self.settings, client_id="streamsemi-control", allow_auto_create_topics=False)
                 tps = assign_all(self.consumer, self.settings.control_topic)
+                high: dict[TopicPartition, int] = {}
                 while not self.stop_event.is_set():
                     batch = self.consumer.poll(timeout_ms=500, max_records=2000)
                     for tp, records in batch.items():
                         for r in records:
                             self.queue.put((r.value, tp.partition, r.offset, r.key))
+                    if self._lost_log(tps, high):
+                        continue
                     if not batch and not self.caught_up.is_set():
                         if all(self.consumer.position(tp) >= (self.consumer.highwater(tp) or 0) for tp in tps):
                             self.caught_up.set()
@@ -148,6 +153,36 @@ class ControlReader(threading.Thread):
                         pass
                     self.consumer = None
 
+    def _lost_log(self, tps: list[TopicPartition], high: dict[TopicPartition, int]) -> bool:
+        """Detect a broker that lost the topic's log (restarted empty) and replay it from the beginning.
+
+        On a real cluster a partition's high watermark never goes down and the
+        reader's position never passes it. A broker that forgot its data shows
+        both; an ``assign()`` consumer would otherwise wait silently past the end.
+        """
+        assert self.consumer is not None
+        lost = []
+        seen: dict[TopicPartition, int] = {}
+        for tp in tps:
+            hw = self.consumer.highwater(tp)
+            if hw is None:
+                continue
+            seen[tp] = hw
+            pos = self.consumer.position(tp)
+            if (pos is not None and pos > hw) or hw < high.get(tp, 0):
+                lost.append(tp)
+        if not lost:
+            high.update(seen)
+            return False
+        high.clear()
+        self.consumer.seek_to_beginning(*tps)
+        self.resets += 1
+        event(log, "control_log_lost", logging.WARNING, topic=self.settings.control_topic,
+              partitions=sorted(tp.partition for tp in lost), action="replaying the control topic from the beginning")
+        if self.on_reset:
+            self.on_reset("control_topic")
+        return True
+
     def drain(self, limit: int = 10_000) -> list[tuple[bytes | None, int, int, bytes | None]]:
         out = []
         while len(out) < limit:
@@ -156,6 +191,65 @@ class ControlReader(threading.Thread):
             except queue.Empty:
                 break
         return out
+
+    def stop(self) -> None:
+        self.stop_event.set()
+
+
+class BrokerWatch(threading.Thread):
+    """Checks every ``interval_s`` that the worker's topics exist; recreates missing ones.
+
+    A topic that disappears means the cluster lost it (or an operator deleted it):
+    it is created again with the configured partitions and ``on_reset(source)`` is
+    called so that the worker can drop offsets that refer to the old log.
+    """
+
+    def __init__(self, settings: Settings, on_reset: Any = None, on_error: Any = None, interval_s: float = 2.0) -> None:
+        super().__init__(name="broker-watch", daemon=True)
+        self.settings = settings
+        self.on_reset = on_reset
+        self.on_error = on_error
+        self.interval_s = interval_s
+        self.stop_event = threading.Event()
+        self.checks = 0
+
+    def check(self, admin: KafkaAdminClient) -> list[str]:
+        """One check: the topics found missing (and created again)."""
+        topics = topics_of(self.settings)
+        existing = set(admin.list_topics())
+        missing = [t for t in topics if t not in existing]
+        self.checks += 1
+        if missing:
+            event(log, "topics_missing", logging.WARNING, topics=missing, action="creating them again")
+            ensure_topics(self.settings, missing)
+            if self.on_reset:
+                self.on_reset("topics_missing")
+        return missing
+
+    def run(self) -> None:
+        admin: KafkaAdminClient | None = None
+        while not self.stop_event.wait(self.interval_s):
+            try:
+                if admin is None:
+                    admin = KafkaAdminClient(bootstrap_servers=self.settings.bootstrap_servers,
+                                             client_id="streamsemi-watch", request_timeout_ms=10000,
+                                             **kafka_security(self.settings))
+                self.check(admin)
+            except Exception as exc:  # noqa: BLE001 - broker trouble: report and try again
+                if self.on_error:
+                    self.on_error("watch")
+                event(log, "broker_watch_failed", logging.DEBUG, error=f"{type(exc).__name__}: {exc}")
+                if admin is not None:
+                    try:
+                        admin.close()
+                    except Exception:  # noqa: BLE001
+                        pass
+                    admin = None
+        if admin is not None:
+            try:
+                admin.close()
+            except Exception:  # noqa: BLE001
+                pass
 
     def stop(self) -> None:
         self.stop_event.set()

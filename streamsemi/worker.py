@@ -4,8 +4,17 @@ Data flow (docs/architecture.md): documents are polled from a consumer group on
 the documents topic; control messages are read by :class:`ControlReader` from
 every partition of the control topic; the :class:`~streamsemi.engine.Engine`
 does the rest. Offsets are committed only after the outputs (assignments and
-dead letters) of the polled batch are produced and flushed (at-least-once); a
-document still buffered (no model yet) holds back its partition's commit.
+dead letters) of the polled batch are produced and acknowledged (at-least-once);
+a document still buffered (no model yet) holds back its partition's commit, and so
+does an output whose send failed or is not acknowledged yet (it is sent again).
+
+Reliability (docs/reliability.md): the engine's state is checkpointed to
+``state_dir`` (:mod:`streamsemi.checkpoint`) every ``checkpoint_interval_s`` and at
+shutdown, and restored at start. A broker that lost its data (restarted empty) is
+detected (missing topics, a control-topic position past the log end, a document
+offset past the high watermark): topics are created again, offsets that refer to the
+old log are dropped, the producer is replaced and unacknowledged outputs are sent
+again; seeds and models stay in memory.
 """
 
 from __future__ import annotations
@@ -19,12 +28,16 @@ from typing import Any
 
 from kafka import ConsumerRebalanceListener, TopicPartition
 from kafka.errors import CommitFailedError, KafkaError
+from kafka.future import Future
 from kafka.structs import OffsetAndMetadata
+from prometheus_client import Counter, Gauge
 
+from streamsemi import checkpoint
 from streamsemi.config import Settings
 from streamsemi.engine import Assignment, Engine, EngineConfig
 from streamsemi.httpserver import StatusServer
 from streamsemi.kafka_io import (
+    BrokerWatch,
     ControlReader,
     ensure_topics,
     make_document_consumer,
@@ -43,6 +56,19 @@ from streamsemi.messages import (
 from streamsemi.telemetry import Telemetry
 
 log = logging.getLogger("streamsemi.worker")
+
+RESET_EPISODE_S = 15.0  # detections of one broker loss within this time count once
+FLUSH_TIMEOUT_S = 10.0
+
+
+class _Out:
+    """One output record and the future of its last send."""
+
+    __slots__ = ("topic", "key", "value", "headers", "future")
+
+    def __init__(self, topic: str, key: bytes | None, value: bytes, headers: list | None) -> None:
+        self.topic, self.key, self.value, self.headers = topic, key, value, headers
+        self.future: Any = None
 
 
 class _Rebalance(ConsumerRebalanceListener):
@@ -81,6 +107,22 @@ class Worker:
         self.last_loop = time.time()
         self.paused = False
         self.newest_record_ts: float | None = None
+        self.unsettled: list[_Out] = []   # outputs not acknowledged yet (commits wait for them)
+        self.watch: BrokerWatch | None = None
+        self.reset_requested = threading.Event()
+        self.reset_sources: set[str] = set()
+        self.last_reset = -1e18
+        self.last_checkpoint = time.monotonic()
+        self.restore_report: checkpoint.RestoreReport | None = None
+        r = self.telemetry.registry
+        self.m_resets = Counter("streamsemi_broker_resets", "Broker data losses detected (topics or logs gone) and recovered from",
+                                registry=r)
+        self.m_resends = Counter("streamsemi_output_resends", "Output records sent again after a failed or lost send",
+                                 registry=r)
+        self.m_checkpoints = Counter("streamsemi_checkpoints", "Checkpoints written, by outcome", ["outcome"], registry=r)
+        self.m_checkpoint_ts = Gauge("streamsemi_last_checkpoint_timestamp_seconds", "Time of the last checkpoint written",
+                                     registry=r)
+        self.m_checkpoint_bytes = Gauge("streamsemi_checkpoint_bytes", "Size of the last checkpoint written", registry=r)
 
     # ------------------------------------------------------------------ health
     def health(self) -> tuple[bool, dict[str, Any]]:
@@ -96,6 +138,11 @@ class Worker:
 
     def broker_error(self, kind: str) -> None:
         self.telemetry.broker_errors.labels(kind).inc()
+
+    def on_broker_reset(self, source: str) -> None:
+        """Called (from any thread) when the broker seems to have lost its data."""
+        self.reset_sources.add(source)
+        self.reset_requested.set()
 
     # ------------------------------------------------------------------ lifecycle
     def install_signal_handlers(self) -> None:
@@ -113,12 +160,23 @@ class Worker:
         created = ensure_topics(s)
         event(log, "worker_starting", bootstrap_servers=s.bootstrap_servers, group=s.group_id,
               algorithms=s.algorithm_list, primary=s.primary_algorithm, topics_created=created,
-              metrics=f"http://{s.metrics_host}:{self.http.port}/metrics")
-        self.producer = make_producer(s)
-        self.control = ControlReader(s, on_error=self.broker_error)
+              metrics=f"http://{s.metrics_host}:{self.http.port}/metrics", state_dir=s.state_dir or None)
+        if s.state_dir:
+            self.restore_report = checkpoint.restore(self.engine, s.state_dir)
+            if self.engine.models and not self.engine.ready:
+                self.engine.request_refit("restore")  # rebuild the models that could not be restored
+        self.last_checkpoint = time.monotonic()
+        self.producer = self._make_producer()
+        self.control = ControlReader(s, on_error=self.broker_error, on_reset=self.on_broker_reset)
         self.control.start()
+        self.watch = BrokerWatch(s, on_reset=self.on_broker_reset, on_error=self.broker_error)
+        self.watch.start()
         self.consumer = make_document_consumer(s)
         self.consumer.subscribe([s.documents_topic], listener=_Rebalance(self))
+
+    def _make_producer(self) -> Any:
+        # Never auto-create topics with the broker's defaults; do not block the loop for a minute on metadata.
+        return make_producer(self.settings, allow_auto_create_topics=False, max_block_ms=10000)
 
     def run(self) -> int:
         """Run until SIGTERM/SIGINT (or :meth:`stop`); returns the exit code."""
@@ -136,17 +194,25 @@ class Worker:
     def shutdown(self) -> None:
         """Flush outputs, commit, leave the group, stop threads (bounded by shutdown_grace_s)."""
         t0 = time.monotonic()
+        grace = self.settings.shutdown_grace_s
         try:
             if self.producer is not None:
-                self.producer.flush(timeout=self.settings.shutdown_grace_s)
-            if self.consumer is not None:
+                self._resend()
+                self.producer.flush(timeout=max(1.0, grace * 0.5))
+            if self.consumer is not None and self._settle():
                 self._commit()
+            elif self.consumer is not None:
+                event(log, "shutdown_outputs_unacknowledged", logging.WARNING, records=len(self.unsettled),
+                      action="not committing; their documents are processed again at the next start")
         except Exception as exc:  # noqa: BLE001
             event(log, "shutdown_commit_failed", logging.WARNING, error=str(exc))
+        if self.watch is not None:
+            self.watch.stop()
+        self._checkpoint("shutdown")
         for closer in (self.consumer, self.producer):
             if closer is not None:
                 try:
-                    closer.close(timeout=max(1.0, self.settings.shutdown_grace_s - (time.monotonic() - t0)))
+                    closer.close(timeout=max(0.5, min(5.0, grace - (time.monotonic() - t0) - 0.5)))
                 except TypeError:
                     closer.close()
                 except Exception:  # noqa: BLE001
@@ -160,6 +226,10 @@ class Worker:
     # ------------------------------------------------------------------ one iteration
     def step(self) -> None:
         self.last_loop = time.time()
+        if self.reset_requested.is_set():
+            self._handle_broker_reset()
+        self._check_positions()
+        self._resend()
         self._apply_control()
         try:
             polled = self.consumer.poll(timeout_ms=500, max_records=self.settings.max_poll_records)
@@ -195,8 +265,16 @@ class Worker:
         self._emit(result.assignments, dead)
         self._reemit_resolved()
         try:
-            self.producer.flush(timeout=30)
-            self._commit()
+            self.producer.flush(timeout=FLUSH_TIMEOUT_S)
+        except KafkaError as exc:
+            self.broker_error("produce")
+            event(log, "flush_failed", logging.WARNING, error=f"{type(exc).__name__}: {exc}",
+                  unacknowledged=sum(1 for o in self.unsettled if not o.future.is_done))
+        try:
+            if self._settle():
+                self._commit()
+                if self.settings.state_dir and time.monotonic() - self.last_checkpoint >= self.settings.checkpoint_interval_s:
+                    self._checkpoint("interval")
         except CommitFailedError as exc:
             self.broker_error("commit")
             event(log, "commit_failed", logging.WARNING, error=str(exc))
@@ -230,17 +308,47 @@ class Worker:
             return []
         return self.engine.label(msg.id, msg.labels, msg.text, offset, msg.origin, msg.label_offset)
 
+    def _send(self, out: _Out) -> None:
+        """Send one output, remembering it until the broker acknowledges it."""
+        try:
+            out.future = self.producer.send(out.topic, key=out.key, value=out.value, headers=out.headers)
+        except Exception as exc:  # noqa: BLE001 - e.g. no metadata while a topic is being recreated: send again later
+            out.future = Future().failure(exc)
+        self.unsettled.append(out)
+
+    def _settle(self) -> bool:
+        """Forget acknowledged outputs; True when every output sent so far is acknowledged."""
+        keep = []
+        for out in self.unsettled:
+            f = out.future
+            if f is None or not f.is_done or f.failed():
+                keep.append(out)
+        self.unsettled = keep
+        return not keep
+
+    def _resend(self) -> None:
+        """Send again the outputs whose send failed (after a broker error or a producer replacement)."""
+        failed = [o for o in self.unsettled if o.future is None or (o.future.is_done and o.future.failed())]
+        if not failed:
+            return
+        self.unsettled = [o for o in self.unsettled if o not in failed]
+        event(log, "outputs_resent", logging.WARNING, records=len(failed),
+              error=str(next((o.future.exception for o in failed if o.future is not None), None)))
+        self.m_resends.inc(len(failed))
+        for o in failed:
+            self._send(o)
+
     def _emit(self, assignments: list[Assignment], dead: list[tuple[dict, Rejected]]) -> None:
         s = self.settings
         now = time.time()
         for a in assignments:
-            self.producer.send(s.assignments_topic, key=a.id.encode("utf-8"), value=encode_json(a.to_message()),
-                               headers=[("model_version", str(a.model_version).encode())])
+            self._send(_Out(s.assignments_topic, a.id.encode("utf-8"), encode_json(a.to_message()),
+                            [("model_version", str(a.model_version).encode())]))
             if a.primary and a.document is not None:
                 self.telemetry.latency.observe(max(0.0, now - a.document.arrival))
         for value, rej in dead:
             self.telemetry.dead_letters.labels(rej.reason).inc()
-            self.producer.send(s.deadletter_topic, value=encode_json(value))
+            self._send(_Out(s.deadletter_topic, None, encode_json(value), None))
             event(log, "dead_letter", logging.DEBUG, reason=rej.reason, detail=rej.detail,
                   topic=value.get("topic"), partition=value.get("partition"), offset=value.get("offset"))
 
@@ -250,7 +358,7 @@ class Worker:
                 continue
             msg = {"op": "label", "id": seed.id, "labels": list(seed.labels), "text": seed.text,
                    "origin": "resolved", "label_offset": seed.label_offset}
-            self.producer.send(self.settings.control_topic, key=seed.id.encode("utf-8"), value=encode_json(msg))
+            self._send(_Out(self.settings.control_topic, seed.id.encode("utf-8"), encode_json(msg), None))
 
     # ------------------------------------------------------------------ offsets
     def _safe_offsets(self) -> dict[TopicPartition, int]:
@@ -272,8 +380,12 @@ class Worker:
     def on_revoked(self, revoked: set[TopicPartition]) -> None:
         """Flush and commit what was processed for ``revoked``; forget their buffered documents."""
         try:
-            self.producer.flush(timeout=30)
-            self._commit(revoked)
+            self.producer.flush(timeout=FLUSH_TIMEOUT_S)
+        except Exception as exc:  # noqa: BLE001
+            event(log, "revoke_flush_failed", logging.WARNING, error=str(exc))
+        try:
+            if self._settle():
+                self._commit(revoked)
         except Exception as exc:  # noqa: BLE001
             event(log, "revoke_commit_failed", logging.WARNING, error=str(exc))
         dropped = self.engine.drop_buffered(lambda d: d.source is not None and d.source[0] in revoked)
@@ -285,11 +397,13 @@ class Worker:
 
     def _update_flow_control(self) -> None:
         parts = self.consumer.assignment()
-        if self.engine.buffer_full and not self.paused and parts:
+        reason = "no model yet" if self.engine.buffer_full else ("outputs not acknowledged" if self.unsettled else None)
+        if reason and not self.paused and parts:
             self.consumer.pause(*parts)
             self.paused = True
-            event(log, "consumption_paused", buffered=len(self.engine.buffer), reason="no model yet")
-        elif self.paused and not self.engine.buffer_full:
+            event(log, "consumption_paused", buffered=len(self.engine.buffer), unacknowledged=len(self.unsettled),
+                  reason=reason)
+        elif self.paused and reason is None:
             self.consumer.resume(*self.consumer.paused())
             self.paused = False
             event(log, "consumption_resumed")
@@ -307,3 +421,76 @@ class Worker:
             self.telemetry.lag.labels(tp.topic, str(tp.partition)).set(lags[tp.partition])
         if self.newest_record_ts is not None:
             self.telemetry.lag_seconds.set(max(0.0, time.time() - self.newest_record_ts) if any(lags.values()) else 0.0)
+
+    # ------------------------------------------------------------------ broker loss
+    def _check_positions(self) -> None:
+        """A document partition whose position is past its high watermark lost its log: read it again."""
+        if self.consumer is None:
+            return
+        for tp in list(self.consumer.assignment()):
+            hw = self.consumer.highwater(tp)
+            if hw is None:
+                continue
+            nxt = self.next_offset.get(tp)
+            try:
+                pos = self.consumer.position(tp, timeout_ms=1000)
+            except Exception:  # noqa: BLE001 - position unknown right now
+                pos = None
+            if (pos is not None and pos > hw) or (nxt is not None and nxt > hw):
+                self.on_broker_reset("documents_topic")
+                self.next_offset.pop(tp, None)
+                self.committed.pop(tp, None)
+                if pos is not None and pos > hw:
+                    self.consumer.seek_to_beginning(tp)
+                    event(log, "documents_log_lost", logging.WARNING, topic=tp.topic, partition=tp.partition,
+                          position=pos, highwater=hw, action="reading the partition from the beginning")
+
+    def _handle_broker_reset(self) -> None:
+        """The broker lost its data: recreate topics, forget old offsets, replace the producer, send again."""
+        self.reset_requested.clear()
+        sources, self.reset_sources = sorted(self.reset_sources), set()
+        now = time.monotonic()
+        new_episode = now - self.last_reset > RESET_EPISODE_S
+        self.last_reset = now
+        try:
+            created = ensure_topics(self.settings, timeout_s=10.0)
+        except ConnectionError as exc:
+            created = []
+            event(log, "topics_recreate_failed", logging.WARNING, error=str(exc))
+        self.next_offset.clear()
+        self.committed.clear()
+        if not new_episode:
+            return
+        self.m_resets.inc()
+        old = self.producer
+        self.producer = self._make_producer()
+        try:
+            old.close(timeout=0)
+        except Exception:  # noqa: BLE001 - the old producer talks to a log that no longer exists
+            pass
+        pending = [o for o in self.unsettled if not (o.future is not None and o.future.is_done and not o.future.failed())]
+        self.unsettled = []
+        for o in pending:
+            self._send(o)
+        self.m_resends.inc(len(pending))
+        event(log, "broker_reset", logging.WARNING, sources=sources, topics_created=created, resent=len(pending),
+              seeds=len(self.engine.seeds), model_version=self.engine.version,
+              action="topics recreated, old offsets dropped, seeds and models kept")
+
+    # ------------------------------------------------------------------ checkpoints
+    def _checkpoint(self, reason: str) -> None:
+        if not self.settings.state_dir:
+            return
+        self.last_checkpoint = time.monotonic()
+        try:
+            info = checkpoint.save(self.engine, self.settings.state_dir)
+        except Exception as exc:  # noqa: BLE001 - a failed checkpoint must not stop the worker
+            self.m_checkpoints.labels("failure").inc()
+            event(log, "checkpoint_failed", logging.ERROR, reason=reason, error=f"{type(exc).__name__}: {exc}")
+            return
+        self.m_checkpoints.labels("success").inc()
+        self.m_checkpoint_ts.set(time.time())
+        self.m_checkpoint_bytes.set(info["bytes"])
+        event(log, "checkpoint_written", reason=reason, path=info["path"], bytes=info["bytes"],
+              seconds=info["seconds"], model_version=info["model_version"], skipped_models=info["skipped_models"],
+              **info["counts"])

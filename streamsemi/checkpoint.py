@@ -1,0 +1,731 @@
+"""Checkpoints of the worker's state: safe encodings, atomic writes, verified restore.
+
+A checkpoint is a directory ``<state_dir>/ckpt-<sequence>/`` holding
+
+* ``manifest.json``: format name and version, creation time, counts, the models
+  (algorithm, registry name, version, class), and the SHA-256 and size of every
+  other file;
+* ``engine.json``: model version, refit count, seed labels, held labels and the
+  per-document control-operation bookkeeping;
+* ``window.npz`` / ``seeds.npz``: the window (ids, event times, kept texts, rows)
+  and the seed rows, as numpy arrays;
+* ``sketch.json``: the word sketch (:meth:`WordSketch.to_dict`);
+* ``model-<k>.json`` + ``model-<k>.npz``: one fitted estimator each.
+
+``<state_dir>/CURRENT`` names the newest complete checkpoint. Every file is written
+to a temporary name, fsync'ed and renamed; ``CURRENT`` is replaced last, so a crash
+at any moment leaves the previous checkpoint intact.
+
+Only JSON and ``.npz`` (read with ``allow_pickle=False``) are used: nothing in a
+checkpoint is ever unpickled or executed. Estimators are stored generically
+(:func:`estimator_state`): constructor parameters plus every other instance
+attribute, as long as each value is a whitelisted type (numbers, strings, numpy
+arrays of numeric/bool/str dtype, scipy sparse matrices, lists/tuples/dicts/sets of
+those, nested estimators of the package). Classes are re-created only through the
+algorithm registry (:data:`streamsemi.algorithms.REGISTRY`) and the package's own
+class list, never from a path found in the file. A model that cannot be stored is
+skipped (and logged); the next refit rebuilds it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import io
+import json
+import logging
+import math
+import os
+import re
+import shutil
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from streamsemi import __version__
+from streamsemi.logs import event
+
+if TYPE_CHECKING:  # pragma: no cover
+    from streamsemi.engine import Engine
+
+log = logging.getLogger("streamsemi.checkpoint")
+
+FORMAT = "streamsemi-checkpoint"
+FORMAT_VERSION = 1
+CURRENT = "CURRENT"
+KEEP = 2
+_FILE_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
+_DIR_NAME = re.compile(r"^ckpt-[0-9]{1,12}$")
+_ARRAY_KINDS = "biufcUS"
+_SPARSE_FORMATS = ("csr", "csc", "coo")
+
+
+class CheckpointError(Exception):
+    """A checkpoint is missing, of another format version, or corrupted."""
+
+
+class UnsupportedState(TypeError):
+    """A value that the safe encoding does not allow (the model is skipped)."""
+
+
+# ---------------------------------------------------------------- safe value encoding
+def _whitelisted_classes() -> dict[str, type]:
+    """Estimator classes that may be re-created: the registry's and the package's helpers."""
+    import streamsemi.algorithms as algos
+
+    out: dict[str, type] = {}
+    for name in sorted(set(getattr(algos, "_CLASS_MODULES", {})) | {c for _, c, _ in algos.REGISTRY.values()}):
+        try:
+            out[name] = getattr(algos, name)
+        except Exception:  # noqa: BLE001 - an unavailable algorithm is simply not restorable
+            continue
+    return out
+
+
+class _Encoder:
+    """Turn a value tree into JSON (tagged objects) plus a dict of numpy arrays."""
+
+    def __init__(self) -> None:
+        self.arrays: dict[str, np.ndarray] = {}
+
+    def _array(self, a: np.ndarray) -> str:
+        key = f"a{len(self.arrays)}"
+        self.arrays[key] = np.ascontiguousarray(a)
+        return key
+
+    def encode(self, v: Any, where: str) -> Any:
+        if v is None or isinstance(v, (bool, str)):
+            return v
+        if isinstance(v, int) and type(v) is int:
+            return v
+        if type(v) is float:
+            return v if math.isfinite(v) else {"t": "float", "v": repr(v)}
+        if isinstance(v, np.generic):
+            if v.dtype.kind not in "biuf":
+                raise UnsupportedState(f"{where}: numpy scalar of dtype {v.dtype}")
+            item = v.item()
+            if isinstance(item, float) and not math.isfinite(item):
+                item = repr(item)
+            return {"t": "npscalar", "dtype": v.dtype.str, "v": item}
+        if isinstance(v, np.ndarray):
+            return self._encode_array(v, where)
+        if sp.issparse(v):
+            return self._encode_sparse(v, where)
+        if type(v) in (list, tuple, set, frozenset):
+            items = sorted(v, key=repr) if isinstance(v, (set, frozenset)) else v
+            return {"t": type(v).__name__, "v": [self.encode(x, f"{where}[{i}]") for i, x in enumerate(items)]}
+        if type(v) is dict:
+            return {"t": "dict", "v": [[self.encode(k, f"{where} key"), self.encode(x, f"{where}[{k!r}]")]
+                                       for k, x in v.items()]}
+        allowed = _whitelisted_classes()
+        name = type(v).__name__
+        if name in allowed and allowed[name] is type(v) and hasattr(v, "get_params"):
+            state, arrays = estimator_state(v, self.arrays)
+            self.arrays = arrays
+            return {"t": "estimator", **state}
+        raise UnsupportedState(f"{where}: values of type {type(v).__module__}.{type(v).__qualname__} are not stored")
+
+    def _encode_array(self, a: np.ndarray, where: str) -> dict:
+        if a.dtype.kind == "O":
+            flat = a.ravel()
+            if not all(isinstance(x, str) for x in flat):
+                raise UnsupportedState(f"{where}: object array with non-string items")
+            as_str = np.array(flat.tolist(), dtype=str).reshape(a.shape) if flat.size else np.zeros(a.shape, dtype="<U1")
+            return {"t": "ndarray", "key": self._array(as_str), "object": True}
+        if a.dtype.kind not in _ARRAY_KINDS or a.dtype.fields is not None:
+            raise UnsupportedState(f"{where}: arrays of dtype {a.dtype} are not stored")
+        return {"t": "ndarray", "key": self._array(a)}
+
+    def _encode_sparse(self, m: Any, where: str) -> dict:
+        fmt = m.format
+        if fmt not in _SPARSE_FORMATS or m.dtype.kind not in "biufc":
+            raise UnsupportedState(f"{where}: sparse {fmt} of dtype {m.dtype} is not stored")
+        out = {"t": "sparse", "format": fmt, "array": isinstance(m, sp.sparray), "shape": [int(x) for x in m.shape]}
+        if fmt == "coo":
+            out.update(row=self._array(m.row), col=self._array(m.col), data=self._array(m.data))
+        else:
+            out.update(indptr=self._array(m.indptr), indices=self._array(m.indices), data=self._array(m.data))
+        return out
+
+
+def _decode(v: Any, arrays: dict[str, np.ndarray]) -> Any:
+    if v is None or isinstance(v, (bool, int, float, str)):
+        return v
+    if isinstance(v, list):
+        raise CheckpointError("untagged list in a model state")
+    if not isinstance(v, dict) or "t" not in v:
+        raise CheckpointError("untagged object in a model state")
+    t = v["t"]
+    if t == "float":
+        return float(v["v"])
+    if t == "npscalar":
+        dtype = np.dtype(v["dtype"])
+        if dtype.kind not in "biuf":
+            raise CheckpointError(f"numpy scalar dtype {dtype} not allowed")
+        return dtype.type(float(v["v"]) if isinstance(v["v"], str) else v["v"])
+    if t == "ndarray":
+        a = _get_array(arrays, v["key"])
+        return a.astype(object) if v.get("object") else a
+    if t == "sparse":
+        return _decode_sparse(v, arrays)
+    if t in ("list", "tuple", "set", "frozenset"):
+        items = [_decode(x, arrays) for x in v["v"]]
+        return {"list": list, "tuple": tuple, "set": set, "frozenset": frozenset}[t](items)
+    if t == "dict":
+        return {_decode(k, arrays): _decode(x, arrays) for k, x in v["v"]}
+    if t == "estimator":
+        return restore_estimator(v, arrays)
+    raise CheckpointError(f"unknown tag {t!r} in a model state")
+
+
+def _get_array(arrays: dict[str, np.ndarray], key: Any) -> np.ndarray:
+    if not isinstance(key, str) or key not in arrays:
+        raise CheckpointError(f"model state refers to a missing array {key!r}")
+    return arrays[key]
+
+
+def _decode_sparse(v: dict, arrays: dict[str, np.ndarray]) -> Any:
+    fmt, shape = v["format"], tuple(int(x) for x in v["shape"])
+    if fmt not in _SPARSE_FORMATS or len(shape) != 2:
+        raise CheckpointError(f"sparse format {fmt!r} not allowed")
+    if fmt == "coo":
+        parts = (_get_array(arrays, v["data"]), (_get_array(arrays, v["row"]), _get_array(arrays, v["col"])))
+    else:
+        parts = (_get_array(arrays, v["data"]), _get_array(arrays, v["indices"]), _get_array(arrays, v["indptr"]))
+    kinds = {"csr": (sp.csr_matrix, sp.csr_array), "csc": (sp.csc_matrix, sp.csc_array),
+             "coo": (sp.coo_matrix, sp.coo_array)}[fmt]
+    return kinds[1 if v.get("array") else 0](parts, shape=shape)
+
+
+def estimator_state(est: Any, arrays: dict[str, np.ndarray] | None = None) -> tuple[dict, dict[str, np.ndarray]]:
+    """Safe state of a fitted estimator: ``({"class", "params", "attrs"}, arrays)``.
+
+    ``params`` are the constructor parameters (``get_params(deep=False)``);
+    ``attrs`` every other instance attribute (the fitted ``*_`` attributes and any
+    private helper arrays).
+
+    Raises
+    ------
+    UnsupportedState
+        An attribute holds a type the safe encoding does not allow.
+    """
+    enc = _Encoder()
+    enc.arrays = arrays if arrays is not None else {}
+    cls = type(est).__name__
+    params = est.get_params(deep=False)
+    p = {k: enc.encode(v, f"{cls}.{k}") for k, v in params.items()}
+    attrs = {k: enc.encode(v, f"{cls}.{k}") for k, v in vars(est).items() if k not in params}
+    return {"class": cls, "params": p, "attrs": attrs}, enc.arrays
+
+
+def restore_estimator(state: dict, arrays: dict[str, np.ndarray], registry_name: str | None = None) -> Any:
+    """Re-create an estimator from :func:`estimator_state` output.
+
+    The class comes from the algorithm registry (``registry_name``) or, for nested
+    estimators, from the package's fixed class list; the class name in the file
+    must match it.
+    """
+    cls_name = state.get("class")
+    if registry_name is not None:
+        from streamsemi.algorithms import algorithm_class
+
+        cls, _ = algorithm_class(registry_name)
+        if cls.__name__ != cls_name:
+            raise CheckpointError(f"model of class {cls_name!r} stored under algorithm {registry_name!r} "
+                                  f"(registry class {cls.__name__})")
+    else:
+        allowed = _whitelisted_classes()
+        if cls_name not in allowed:
+            raise CheckpointError(f"class {cls_name!r} is not an estimator of streamsemi")
+        cls = allowed[cls_name]
+    params = {str(k): _decode(v, arrays) for k, v in state["params"].items()}
+    est = cls(**params)
+    for k, v in state["attrs"].items():
+        setattr(est, str(k), _decode(v, arrays))
+    return est
+
+
+# ---------------------------------------------------------------- files
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _write_file(path: Path, data: bytes) -> dict[str, Any]:
+    """Write ``data`` to ``path`` atomically (temp name, fsync, rename); return its sha256 and size."""
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
+    with open(tmp, "wb") as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+    return {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
+
+
+def _json_bytes(obj: Any) -> bytes:
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode("utf-8")
+
+
+def _npz_bytes(arrays: dict[str, np.ndarray]) -> bytes:
+    buf = io.BytesIO()
+    np.savez(buf, **arrays)
+    return buf.getvalue()
+
+
+def _load_npz(data: bytes) -> dict[str, np.ndarray]:
+    with np.load(io.BytesIO(data), allow_pickle=False) as z:
+        return {k: z[k] for k in z.files}
+
+
+def _strings_to_arrays(items: list[str | None]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """UTF-8 blob, offsets and a presence mask for a list of optional strings."""
+    encoded = [(s or "").encode("utf-8", "surrogatepass") for s in items]
+    offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
+    if encoded:
+        np.cumsum([len(b) for b in encoded], out=offsets[1:])
+    blob = np.frombuffer(b"".join(encoded), dtype=np.uint8)
+    return blob, offsets, np.array([s is not None for s in items], dtype=bool)
+
+
+def _arrays_to_strings(blob: np.ndarray, offsets: np.ndarray, present: np.ndarray) -> list[str | None]:
+    raw = blob.tobytes()
+    if offsets.ndim != 1 or len(offsets) != len(present) + 1 or (len(offsets) and offsets[-1] != len(raw)):
+        raise CheckpointError("string table offsets do not match")
+    return [raw[offsets[i]:offsets[i + 1]].decode("utf-8", "surrogatepass") if present[i] else None
+            for i in range(len(present))]
+
+
+def _rows_to_arrays(rows: list[Any], prefix: str) -> dict[str, np.ndarray]:
+    indptr = np.zeros(len(rows) + 1, dtype=np.int64)
+    if rows:
+        np.cumsum([r.nnz for r in rows], out=indptr[1:])
+    indices = np.concatenate([r.indices for r in rows]).astype(np.int32) if rows else np.zeros(0, np.int32)
+    data = np.concatenate([r.data for r in rows]).astype(np.float32) if rows else np.zeros(0, np.float32)
+    return {f"{prefix}indptr": indptr, f"{prefix}indices": indices, f"{prefix}data": data}
+
+
+def _arrays_to_rows(z: dict[str, np.ndarray], prefix: str, n: int, n_features: int) -> list[Any]:
+    from streamsemi.store import Row
+
+    indptr, indices, data = z[f"{prefix}indptr"], z[f"{prefix}indices"], z[f"{prefix}data"]
+    if len(indptr) != n + 1 or indptr[-1] != len(indices) or len(indices) != len(data) or np.any(np.diff(indptr) < 0):
+        raise CheckpointError(f"{prefix}rows: inconsistent sparse arrays")
+    if len(indices) and (indices.min() < 0 or indices.max() >= n_features):
+        raise CheckpointError(f"{prefix}rows: column index outside n_features={n_features}")
+    return [Row(indices[indptr[i]:indptr[i + 1]].astype(np.int32), data[indptr[i]:indptr[i + 1]].astype(np.float32))
+            for i in range(n)]
+
+
+# ---------------------------------------------------------------- capture / write
+@dataclass
+class Capture:
+    """Everything a checkpoint holds, taken on the engine's thread (files are written from it)."""
+
+    files: dict[str, bytes]
+    manifest: dict[str, Any]
+    skipped: list[dict[str, str]] = field(default_factory=list)
+
+
+def capture(engine: Engine) -> Capture:
+    """Snapshot the engine's state into file contents (cheap to take between two polls)."""
+    from streamsemi.engine import FALLBACK_ALGORITHM
+
+    files: dict[str, bytes] = {}
+    win_ids, win_ts, win_rows, win_texts = [], [], [], []
+    for doc_id, entry in engine.window.items():
+        win_ids.append(doc_id)
+        win_ts.append(entry.ts)
+        win_rows.append(entry.row)
+        win_texts.append(entry.text)
+    ids_blob, ids_off, _ = _strings_to_arrays(win_ids)
+    txt_blob, txt_off, has_text = _strings_to_arrays(win_texts)
+    files["window.npz"] = _npz_bytes({"ids_blob": ids_blob, "ids_off": ids_off, "text_blob": txt_blob,
+                                      "text_off": txt_off, "has_text": has_text,
+                                      "ts": np.asarray(win_ts, dtype=np.float64), **_rows_to_arrays(win_rows, "")})
+    seed_items = list(engine.seeds.items())
+    seed_ids = [k for k, _ in seed_items]
+    sid_blob, sid_off, _ = _strings_to_arrays(seed_ids)
+    files["seeds.npz"] = _npz_bytes({"ids_blob": sid_blob, "ids_off": sid_off,
+                                     **_rows_to_arrays([s.row for _, s in seed_items], "")})
+    pending = [[k, list(p.labels), p.expires, p.offset] for k, p in engine.pending._items.items()]
+    last_ops = [[k, off, op] for k, (off, op) in engine._last_op.items()]
+    files["engine.json"] = _json_bytes({
+        "version": engine.version, "refit_count": engine.refit_count, "docs_since_refit": engine.docs_since_refit,
+        "seed_labels": [list(s.labels) for _, s in seed_items], "pending": pending, "last_ops": last_ops,
+    })
+    with engine.sketch_lock:
+        files["sketch.json"] = _json_bytes(engine.featurizer.sketch.to_dict())
+    models_meta: list[dict[str, Any]] = []
+    skipped: list[dict[str, str]] = []
+    stored: dict[int, str] = {}
+    for name, slot in dict(engine.models).items():
+        registry = FALLBACK_ALGORITHM if slot.fallback else name
+        key = stored.get(id(slot.model))
+        if key is None:
+            try:
+                state, arrays = estimator_state(slot.model)
+                state_bytes = _json_bytes(state)
+            except (UnsupportedState, ValueError, TypeError) as exc:
+                skipped.append({"algorithm": name, "reason": str(exc)})
+                event(log, "checkpoint_model_skipped", logging.WARNING, algorithm=name, version=slot.version,
+                      reason=str(exc))
+                continue
+            key = f"model-{len(stored)}"
+            stored[id(slot.model)] = key
+            files[f"{key}.json"] = state_bytes
+            files[f"{key}.npz"] = _npz_bytes(arrays)
+        models_meta.append({
+            "algorithm": name, "registry": registry, "class": type(slot.model).__name__, "state": key,
+            "version": slot.version, "fitted_at": slot.fitted_at, "fallback": slot.fallback,
+            "n_train": slot.n_train, "multilabel": slot.multilabel,
+            "new_clusters": sorted(slot.new_clusters), "explain": slot.explain,
+            "classes": [str(c) for c in slot.classes],
+        })
+    cfg = engine.config
+    manifest = {
+        "format": FORMAT, "format_version": FORMAT_VERSION, "created": time.time(),
+        "streamsemi_version": __version__, "n_features": cfg.n_features, "stop_words": cfg.stop_words,
+        "model_version": engine.version,
+        "counts": {"window": len(win_ids), "seeds": len(seed_ids), "pending_labels": len(pending),
+                   "control_ops": len(last_ops), "sketch_features": len(engine.featurizer.sketch),
+                   "models": len(models_meta)},
+        "models": models_meta, "skipped_models": skipped,
+    }
+    return Capture(files, manifest, skipped)
+
+
+def _next_sequence(state_dir: Path) -> int:
+    seqs = [int(p.name.split("-")[1]) for p in state_dir.iterdir() if _DIR_NAME.match(p.name)]
+    return max(seqs, default=0) + 1
+
+
+def write(state_dir: str | Path, cap: Capture, keep: int = KEEP) -> dict[str, Any]:
+    """Write a captured checkpoint atomically; returns ``{"path", "bytes", "seconds"}``."""
+    t0 = time.perf_counter()
+    root = Path(state_dir)
+    root.mkdir(parents=True, exist_ok=True)
+    name = f"ckpt-{_next_sequence(root):012d}"
+    tmp = root / f".tmp-{name}-{uuid.uuid4().hex[:6]}"
+    tmp.mkdir()
+    try:
+        entries = {fname: _write_file(tmp / fname, data) for fname, data in cap.files.items()}
+        manifest = {**cap.manifest, "files": entries}
+        _write_file(tmp / "manifest.json", _json_bytes(manifest))
+        _fsync_dir(tmp)
+        os.replace(tmp, root / name)
+        _fsync_dir(root)
+        _write_file(root / CURRENT, (name + "\n").encode())
+        _fsync_dir(root)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    _prune(root, name, keep)
+    total = sum(e["bytes"] for e in entries.values())
+    return {"path": str(root / name), "bytes": total, "seconds": round(time.perf_counter() - t0, 3)}
+
+
+def _prune(root: Path, current: str, keep: int) -> None:
+    dirs = sorted((p for p in root.iterdir() if _DIR_NAME.match(p.name)), key=lambda p: p.name)
+    for p in dirs[:-keep] if keep > 0 else dirs:
+        if p.name != current:
+            shutil.rmtree(p, ignore_errors=True)
+    for p in root.iterdir():
+        if p.name.startswith(".tmp-") or (p.name.startswith(f".{CURRENT}.") and p.name.endswith(".tmp")):
+            shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
+
+
+def save(engine: Engine, state_dir: str | Path) -> dict[str, Any]:
+    """Capture and write a checkpoint of ``engine`` to ``state_dir``."""
+    cap = capture(engine)
+    info = write(state_dir, cap)
+    info.update(counts=cap.manifest["counts"], skipped_models=[s["algorithm"] for s in cap.skipped],
+                model_version=cap.manifest["model_version"])
+    return info
+
+
+# ---------------------------------------------------------------- read / verify
+@dataclass
+class Loaded:
+    """A verified checkpoint: its manifest and file contents."""
+
+    path: Path
+    manifest: dict[str, Any]
+    files: dict[str, bytes]
+
+
+def _checkpoint_dirs(root: Path) -> list[Path]:
+    """Candidate checkpoint directories, the one named by CURRENT first, then newest first."""
+    out: list[Path] = []
+    cur = root / CURRENT
+    if cur.is_file():
+        name = cur.read_text(encoding="utf-8", errors="replace").strip()
+        if _DIR_NAME.match(name) and (root / name).is_dir():
+            out.append(root / name)
+    for p in sorted((p for p in root.iterdir() if _DIR_NAME.match(p.name) and p.is_dir()), reverse=True):
+        if p not in out:
+            out.append(p)
+    return out
+
+
+def read_dir(path: str | Path) -> Loaded:
+    """Read and verify one checkpoint directory.
+
+    Raises
+    ------
+    CheckpointError
+        Missing manifest, bad JSON, another format or version, a missing file, a
+        size or SHA-256 mismatch.
+    """
+    path = Path(path)
+    mpath = path / "manifest.json"
+    if not mpath.is_file():
+        raise CheckpointError(f"{path}: no manifest.json")
+    try:
+        manifest = json.loads(mpath.read_bytes())
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise CheckpointError(f"{mpath}: not valid JSON ({exc})") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        raise CheckpointError(f"{mpath}: not a streamsemi checkpoint")
+    if manifest.get("format_version") != FORMAT_VERSION:
+        raise CheckpointError(f"{mpath}: format version {manifest.get('format_version')!r}, this streamsemi reads "
+                              f"version {FORMAT_VERSION}")
+    entries = manifest.get("files")
+    if not isinstance(entries, dict):
+        raise CheckpointError(f"{mpath}: no file list")
+    files: dict[str, bytes] = {}
+    for fname, meta in entries.items():
+        if not _FILE_NAME.match(fname) or fname.startswith(".") or not isinstance(meta, dict):
+            raise CheckpointError(f"{mpath}: bad file entry {fname!r}")
+        fpath = path / fname
+        if not fpath.is_file():
+            raise CheckpointError(f"{fpath}: missing")
+        data = fpath.read_bytes()
+        if len(data) != meta.get("bytes"):
+            raise CheckpointError(f"{fpath}: {len(data)} bytes, manifest says {meta.get('bytes')} (truncated?)")
+        if hashlib.sha256(data).hexdigest() != meta.get("sha256"):
+            raise CheckpointError(f"{fpath}: checksum mismatch")
+        files[fname] = data
+    for required in ("engine.json", "window.npz", "seeds.npz", "sketch.json"):
+        if required not in files:
+            raise CheckpointError(f"{path}: {required} missing from the manifest")
+    return Loaded(path, manifest, files)
+
+
+def read_latest(state_dir: str | Path) -> tuple[Loaded | None, list[str]]:
+    """Newest valid checkpoint under ``state_dir`` (CURRENT first) and the problems met on the way."""
+    root = Path(state_dir)
+    problems: list[str] = []
+    if not root.is_dir():
+        return None, [f"{root}: no state directory"]
+    dirs = _checkpoint_dirs(root)
+    if not dirs:
+        return None, [f"{root}: no checkpoint"]
+    for d in dirs:
+        try:
+            return read_dir(d), problems
+        except CheckpointError as exc:
+            problems.append(str(exc))
+        except OSError as exc:
+            problems.append(f"{d}: {exc}")
+    return None, problems
+
+
+# ---------------------------------------------------------------- restore
+@dataclass
+class RestoreReport:
+    """Outcome of :func:`restore`: ``status`` is ``restored``, ``missing`` or ``unusable``."""
+
+    status: str
+    path: str | None = None
+    problems: list[str] = field(default_factory=list)
+    counts: dict[str, int] = field(default_factory=dict)
+    models: dict[str, int] = field(default_factory=dict)
+    skipped_models: dict[str, str] = field(default_factory=dict)
+    model_version: int = 0
+
+
+def _json(files: dict[str, bytes], name: str) -> Any:
+    try:
+        return json.loads(files[name])
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise CheckpointError(f"{name}: not valid JSON ({exc})") from None
+
+
+def _restore_models(engine: Engine, loaded: Loaded, report: RestoreReport) -> dict[str, Any]:
+    from streamsemi.engine import ModelSlot
+
+    out: dict[str, Any] = {}
+    cache: dict[str, Any] = {}
+    for meta in loaded.manifest.get("models", []):
+        name = meta.get("algorithm")
+        if name not in engine.config.algorithms:
+            report.skipped_models[str(name)] = "not enabled"
+            continue
+        key = meta.get("state")
+        try:
+            if key not in cache:
+                arrays = _load_npz(loaded.files[f"{key}.npz"])
+                cache[key] = restore_estimator(_json(loaded.files, f"{key}.json"), arrays, meta["registry"])
+            est = cache[key]
+            slot = ModelSlot(est, int(meta["version"]), float(meta["fitted_at"]), np.asarray(est.classes_),
+                             frozenset(str(c) for c in meta.get("new_clusters", [])), bool(meta["multilabel"]),
+                             {str(k): [str(w) for w in v] for k, v in dict(meta.get("explain") or {}).items()},
+                             fallback=bool(meta.get("fallback")), n_train=int(meta.get("n_train", 0)))
+            if [str(c) for c in slot.classes] != list(meta.get("classes", [])):
+                raise CheckpointError("restored classes differ from the manifest")
+        except Exception as exc:  # noqa: BLE001 - one unrestorable model is rebuilt by the next refit
+            report.skipped_models[name] = f"{type(exc).__name__}: {exc}"
+            event(log, "checkpoint_model_skipped", logging.WARNING, algorithm=name, reason=report.skipped_models[name])
+            continue
+        out[name] = slot
+    return out
+
+
+def _apply(engine: Engine, loaded: Loaded, report: RestoreReport) -> None:
+    from streamsemi.features import WordSketch
+
+    m = loaded.manifest
+    cfg = engine.config
+    if m.get("n_features") != cfg.n_features or m.get("stop_words") != cfg.stop_words:
+        raise CheckpointError(f"checkpoint made with n_features={m.get('n_features')}, stop_words={m.get('stop_words')!r}; "
+                              f"the worker uses n_features={cfg.n_features}, stop_words={cfg.stop_words!r}")
+    state = _json(loaded.files, "engine.json")
+    try:
+        win = _load_npz(loaded.files["window.npz"])
+        seeds_z = _load_npz(loaded.files["seeds.npz"])
+    except (ValueError, OSError, KeyError) as exc:
+        raise CheckpointError(f"cannot read arrays: {exc}") from None
+    try:
+        win_ids = _arrays_to_strings(win["ids_blob"], win["ids_off"], np.ones(len(win["ids_off"]) - 1, bool))
+        texts = _arrays_to_strings(win["text_blob"], win["text_off"], win["has_text"])
+        ts = win["ts"]
+        if not (len(win_ids) == len(texts) == len(ts)):
+            raise CheckpointError("window arrays have different lengths")
+        win_rows = _arrays_to_rows(win, "", len(win_ids), cfg.n_features)
+        seed_ids = _arrays_to_strings(seeds_z["ids_blob"], seeds_z["ids_off"], np.ones(len(seeds_z["ids_off"]) - 1, bool))
+        seed_rows = _arrays_to_rows(seeds_z, "", len(seed_ids), cfg.n_features)
+        seed_labels = state["seed_labels"]
+        if len(seed_labels) != len(seed_ids):
+            raise CheckpointError("seed labels and seed rows differ in number")
+        sketch = WordSketch.from_dict(_json(loaded.files, "sketch.json"))
+        if sketch.n_features != cfg.n_features:
+            raise CheckpointError("word sketch of another n_features")
+        pending = [(str(k), tuple(str(x) for x in labels), float(exp), None if off is None else int(off))
+                   for k, labels, exp, off in state["pending"]]
+        last_ops = [(str(k), int(off), str(op)) for k, off, op in state["last_ops"]]
+        version, refit_count = int(state["version"]), int(state["refit_count"])
+        docs_since = int(state.get("docs_since_refit", 0))
+    except CheckpointError:
+        raise
+    except (KeyError, TypeError, ValueError) as exc:
+        raise CheckpointError(f"engine state: {type(exc).__name__}: {exc}") from None
+    models = _restore_models(engine, loaded, report)
+    # everything parsed: now mutate the engine (nothing below can fail on bad data)
+    for doc_id, row, t, text in zip(win_ids, win_rows, ts.tolist(), texts, strict=True):
+        engine.window.add(doc_id, row, float(t), text)
+    for doc_id, labels, row in zip(seed_ids, seed_labels, seed_rows, strict=True):
+        engine.seeds.put(doc_id, tuple(str(x) for x in labels), row)
+    for doc_id, labels, expires, offset in pending:
+        engine.pending.put(doc_id, labels, expires - engine.pending.ttl_s, offset)
+    for doc_id, offset, op in last_ops:
+        engine._note_op(doc_id, offset, op)
+    with engine.sketch_lock:
+        engine.featurizer.sketch = sketch
+    engine.models = models
+    engine.version = max([version, *(s.version for s in models.values())])
+    engine.refit_count = refit_count
+    engine.docs_since_refit = docs_since
+    engine.last_refit_start = engine.clock()
+    tel = engine.telemetry
+    tel.set_seed_counts(engine.seeds.class_counts())
+    tel.pending.set(len(engine.pending))
+    tel.window.set(len(engine.window))
+    for name, slot in models.items():
+        tel.model_version.labels(name).set(slot.version)
+        tel.new_clusters.labels(name).set(len(slot.new_clusters))
+    report.models = {name: slot.version for name, slot in models.items()}
+    report.model_version = engine.version
+    report.counts = {"window": len(engine.window), "seeds": len(engine.seeds), "pending_labels": len(engine.pending),
+                     "control_ops": len(last_ops), "models": len(models)}
+
+
+def restore(engine: Engine, state_dir: str | Path) -> RestoreReport:
+    """Restore ``engine`` (fresh, empty) from the newest valid checkpoint under ``state_dir``.
+
+    Never raises on a bad checkpoint: a missing, old-format or corrupted one is
+    logged and the engine stays empty (the control topic replay brings the seeds
+    back). Returns what was done.
+    """
+    loaded, problems = read_latest(state_dir)
+    if loaded is None:
+        missing = not problems or all("no checkpoint" in p or "no state directory" in p for p in problems)
+        report = RestoreReport("missing" if missing else "unusable", problems=problems)
+        event(log, "checkpoint_missing" if missing else "checkpoint_unusable",
+              logging.INFO if missing else logging.WARNING, state_dir=str(state_dir), problems=problems,
+              action="starting from empty state; seeds come back from the control topic")
+        return report
+    report = RestoreReport("restored", path=str(loaded.path), problems=problems)
+    try:
+        _apply(engine, loaded, report)
+    except CheckpointError as exc:
+        report.status = "unusable"
+        report.problems.append(str(exc))
+        event(log, "checkpoint_unusable", logging.WARNING, state_dir=str(state_dir), path=str(loaded.path),
+              problems=report.problems, action="starting from empty state; seeds come back from the control topic")
+        return report
+    event(log, "checkpoint_restored", path=str(loaded.path), created=loaded.manifest.get("created"),
+          model_version=report.model_version, models=report.models, skipped_models=report.skipped_models,
+          problems=problems, **report.counts)
+    return report
+
+
+# ---------------------------------------------------------------- inspect
+def inspect(path: str | Path) -> dict[str, Any]:
+    """What a checkpoint (a state directory or one ``ckpt-*`` directory) holds, as a JSON-able dict."""
+    p = Path(path)
+    if (p / "manifest.json").is_file():
+        try:
+            loaded, problems = read_dir(p), []
+        except CheckpointError as exc:
+            loaded, problems = None, [str(exc)]
+    else:
+        loaded, problems = read_latest(p)
+    if loaded is None:
+        return {"path": str(p), "valid": False, "problems": problems}
+    m = loaded.manifest
+    sizes = {name: len(data) for name, data in loaded.files.items()}
+    models = []
+    for meta in m.get("models", []):
+        key = meta.get("state")
+        models.append({"algorithm": meta.get("algorithm"), "registry": meta.get("registry"),
+                       "class": meta.get("class"), "version": meta.get("version"),
+                       "fitted_at": meta.get("fitted_at"), "fallback": meta.get("fallback"),
+                       "classes": len(meta.get("classes", [])), "new_clusters": len(meta.get("new_clusters", [])),
+                       "n_train": meta.get("n_train"),
+                       "bytes": sizes.get(f"{key}.json", 0) + sizes.get(f"{key}.npz", 0)})
+    return {"path": str(loaded.path), "valid": True, "format": m["format"], "format_version": m["format_version"],
+            "created": m.get("created"), "streamsemi_version": m.get("streamsemi_version"),
+            "n_features": m.get("n_features"), "model_version": m.get("model_version"), "counts": m.get("counts"),
+            "models": models, "skipped_models": m.get("skipped_models", []), "files": sizes,
+            "total_bytes": sum(sizes.values()), "problems": problems}
+
+
+def inspect_command(args: argparse.Namespace) -> int:
+    """``streamsemi state inspect DIR``: print :func:`inspect` as JSON; exit 1 if no valid checkpoint."""
+    info = inspect(args.dir)
+    sys.stdout.write(json.dumps(info, indent=2, default=str) + "\n")
+    return 0 if info.get("valid") else 1
