@@ -660,7 +660,7 @@ def _apply(engine: Engine, loaded: Loaded, report: RestoreReport) -> None:
     report.models = {name: slot.version for name, slot in models.items()}
     report.model_version = engine.version
     report.counts = {"window": len(engine.window), "seeds": len(engine.seeds), "pending_labels": len(engine.pending),
-                     "control_ops": len(last_ops), "models": len(models)}
+                     "control_ops": len(last_ops), "restored_models": len(models)}
 
 
 def restore(engine: Engine, state_dir: str | Path) -> RestoreReport:

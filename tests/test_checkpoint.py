@@ -1,0 +1,293 @@
+"""Checkpoints: safe round trips of every algorithm, engine state, corruption handling, inspect."""
+
+from __future__ import annotations
+
+import json
+import logging
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from streamsemi import checkpoint
+from streamsemi.algorithms import REGISTRY, is_available, make_estimator
+from streamsemi.checkpoint import (
+    CheckpointError,
+    UnsupportedState,
+    estimator_state,
+    restore_estimator,
+)
+from streamsemi.datasets import load
+from streamsemi.engine import Engine, EngineConfig
+from streamsemi.features import TextFeaturizer
+from streamsemi.messages import Document
+
+
+@pytest.fixture(scope="module")
+def r8():
+    return load("reuters-r8")
+
+
+def _roundtrip(est, name):
+    state, arrays = estimator_state(est)
+    state = json.loads(checkpoint._json_bytes(state))
+    arrays = checkpoint._load_npz(checkpoint._npz_bytes(arrays))
+    return restore_estimator(state, arrays, name)
+
+
+# Small fits: these tests are about the state, not about quality.
+FAST_PARAMS = {"semi-ldc": {"plsa_max_iter": 10, "n_refine": 1}, "cle": {"max_iter": 30}}
+
+
+@pytest.mark.parametrize("name", sorted(REGISTRY))
+def test_every_registry_algorithm_round_trips_with_identical_predictions(r8, name):
+    if not is_available(name):
+        pytest.skip(f"{name} is not importable")
+    feat = TextFeaturizer()
+    n = 100
+    X = feat.transform(r8.texts[:n])
+    Xt = feat.transform(r8.texts[n:n + 40])
+    y = [r8.labels[i] if i % 4 == 0 else None for i in range(n)]
+    est = make_estimator(name)
+    params = {k: v for k, v in FAST_PARAMS.get(name, {}).items() if k in est.get_params()}
+    if "random_state" in est.get_params():
+        params["random_state"] = 0
+    est.set_params(**params)
+    est.fit(X, [[lb] if lb else [] for lb in y] if name == "pseudo-lsc" else y)
+    back = _roundtrip(est, name)
+    assert type(back) is type(est)
+    assert back.get_params() == est.get_params()
+    np.testing.assert_array_equal(back.predict_proba(Xt), est.predict_proba(Xt))
+    np.testing.assert_array_equal(np.asarray(back.predict(Xt)), np.asarray(est.predict(Xt)))
+    assert [str(c) for c in back.classes_] == [str(c) for c in est.classes_]
+    assert back.explain(feat.sketch, 5) == est.explain(feat.sketch, 5)
+
+
+def test_constrained_kmeans_state_is_plain_arrays_and_json(r8):
+    feat = TextFeaturizer()
+    X = feat.transform(r8.texts[:120])
+    est = make_estimator("constrained-kmeans", random_state=0).fit(X, [r8.labels[i] if i % 3 == 0 else None for i in range(120)])
+    state, arrays = estimator_state(est)
+    json.dumps(state)  # JSON-able as is
+    assert all(a.dtype.kind in "biufU" for a in arrays.values())
+    assert state["class"] == "ConstrainedKMeans" and state["params"]["random_state"] == 0
+    assert state["attrs"]["classes_"]["object"] is True  # object array of str, restored as object
+
+
+def test_unsupported_attribute_is_refused():
+    est = make_estimator("constrained-kmeans")
+    est.callback_ = lambda x: x
+    with pytest.raises(UnsupportedState, match="callback_"):
+        estimator_state(est)
+    est2 = make_estimator("constrained-kmeans")
+    est2.weird_ = np.array([object(), 1], dtype=object)
+    with pytest.raises(UnsupportedState, match="non-string"):
+        estimator_state(est2)
+
+
+def test_class_comes_from_the_registry_not_the_file():
+    est = make_estimator("constrained-kmeans")
+    state, arrays = estimator_state(est)
+    state["class"] = "os.system"
+    with pytest.raises(CheckpointError, match="registry class ConstrainedKMeans"):
+        restore_estimator(state, arrays, "constrained-kmeans")
+    with pytest.raises(CheckpointError, match="not an estimator of streamsemi"):
+        restore_estimator({"class": "Popen", "params": {}, "attrs": {}}, {})
+
+
+# ---------------------------------------------------------------- engine state
+def _engine(**kw):
+    cfg = dict(algorithms=["constrained-kmeans", "seeded-kmeans"], background_refit=False, refit_every_docs=0,
+               min_docs_first_refit=100, drift_detection=False, window_max_docs=500, pending_label_ttl_s=600.0)
+    cfg.update(kw)
+    return Engine(EngineConfig(**cfg), clock=lambda: 1_000.0)
+
+
+def _fill(engine, r8, n=240):
+    for i in range(0, n, 6):
+        engine.label(f"d{i}", [r8.labels[i]], text=r8.texts[i] if i % 12 == 0 else None, offset=i)
+    engine.unlabel("d6", offset=1000)
+    engine.label("ghost", ["grain"], offset=1001)  # held: its document never came
+    docs = [Document(f"d{i}", r8.texts[i], ts=float(i)) for i in range(n)]
+    engine.process(docs)
+    assert engine.ready
+
+
+def test_engine_state_round_trip(r8, tmp_path):
+    a = _engine()
+    _fill(a, r8)
+    info = checkpoint.save(a, tmp_path)
+    assert info["counts"]["window"] == len(a.window) and info["counts"]["seeds"] == len(a.seeds)
+    b = _engine()
+    report = checkpoint.restore(b, tmp_path)
+    assert report.status == "restored", report.problems
+    assert b.window.ids() == a.window.ids()
+    for (ka, ea), (kb, eb) in zip(a.window.items(), b.window.items(), strict=True):
+        assert ka == kb and ea.ts == eb.ts and ea.text == eb.text
+        np.testing.assert_array_equal(ea.row.indices, eb.row.indices)
+        np.testing.assert_array_equal(ea.row.data, eb.row.data)
+    assert {k: s.labels for k, s in a.seeds.items()} == {k: s.labels for k, s in b.seeds.items()}
+    assert "d6" not in b.seeds and "ghost" in b.pending
+    assert b._last_op == a._last_op
+    assert b.featurizer.sketch.to_dict() == a.featurizer.sketch.to_dict()
+    assert b.version == a.version and b.ready
+    assert {n: s.version for n, s in b.models.items()} == {n: s.version for n, s in a.models.items()}
+    # both engines assign new documents identically
+    new = [Document(f"n{i}", r8.texts[i]) for i in range(300, 340)]
+    out_a = a.process(new).assignments
+    out_b = b.process([Document(d.id, d.text) for d in new]).assignments
+    assert [(x.id, x.algorithm, x.label, x.score, x.model_version) for x in out_a] == \
+           [(x.id, x.algorithm, x.label, x.score, x.model_version) for x in out_b]
+    # the next refit gets the next version
+    b.request_refit()
+    assert b.version == a.version + 1
+
+
+def test_missing_and_corrupted_checkpoints_give_an_empty_engine(r8, tmp_path, caplog):
+    caplog.set_level(logging.INFO, logger="streamsemi.checkpoint")
+    e = _engine()
+    assert checkpoint.restore(e, tmp_path / "nothing").status == "missing"
+    a = _engine()
+    _fill(a, r8)
+    path = Path(checkpoint.save(a, tmp_path)["path"])
+
+    def fresh_restore():
+        e = _engine()
+        return e, checkpoint.restore(e, tmp_path)
+
+    # truncated file
+    win = path / "window.npz"
+    good = win.read_bytes()
+    win.write_bytes(good[: len(good) // 2])
+    e, rep = fresh_restore()
+    assert rep.status == "unusable" and "truncated" in " ".join(rep.problems)
+    assert len(e.window) == 0 and len(e.seeds) == 0 and not e.models
+    # same size, one byte flipped: checksum
+    win.write_bytes(good[:-1] + bytes([good[-1] ^ 0xFF]))
+    e, rep = fresh_restore()
+    assert rep.status == "unusable" and "checksum mismatch" in " ".join(rep.problems)
+    win.write_bytes(good)
+    # bad JSON manifest
+    manifest = path / "manifest.json"
+    mgood = manifest.read_bytes()
+    manifest.write_bytes(mgood[:-10])
+    e, rep = fresh_restore()
+    assert rep.status == "unusable" and "not valid JSON" in " ".join(rep.problems)
+    # an old format version
+    m = json.loads(mgood)
+    m["format_version"] = 0
+    manifest.write_text(json.dumps(m))
+    e, rep = fresh_restore()
+    assert rep.status == "unusable" and "format version 0" in " ".join(rep.problems)
+    assert any(r.getMessage() == "checkpoint_unusable" for r in caplog.records)
+    manifest.write_bytes(mgood)
+    e, rep = fresh_restore()
+    assert rep.status == "restored" and len(e.seeds) == len(a.seeds)
+
+
+def test_a_bad_newest_checkpoint_falls_back_to_the_previous_one(r8, tmp_path):
+    a = _engine()
+    _fill(a, r8)
+    first = Path(checkpoint.save(a, tmp_path)["path"])
+    a.process([Document("late", r8.texts[400])])
+    second = Path(checkpoint.save(a, tmp_path)["path"])
+    assert (tmp_path / "CURRENT").read_text().strip() == second.name
+    (second / "seeds.npz").write_bytes(b"PK\x03\x04 not a zip")
+    e = _engine()
+    rep = checkpoint.restore(e, tmp_path)
+    assert rep.status == "restored" and rep.path == str(first)
+    assert "late" not in e.window and len(e.window) == len(a.window) - 1
+
+
+def test_npz_with_pickled_objects_is_never_loaded(r8, tmp_path):
+    """A tampered checkpoint with a correct checksum still cannot make us unpickle."""
+    a = _engine()
+    _fill(a, r8)
+    path = Path(checkpoint.save(a, tmp_path)["path"])
+    import hashlib
+
+    evil = path / "window.npz"
+    with zipfile.ZipFile(evil, "w") as z:
+        import io
+
+        buf = io.BytesIO()
+        np.save(buf, np.array([{"a": 1}], dtype=object), allow_pickle=True)
+        z.writestr("ts.npy", buf.getvalue())
+    m = json.loads((path / "manifest.json").read_text())
+    data = evil.read_bytes()
+    m["files"]["window.npz"] = {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
+    (path / "manifest.json").write_text(json.dumps(m))
+    e = _engine()
+    rep = checkpoint.restore(e, tmp_path)
+    assert rep.status == "unusable"
+    assert "Object arrays cannot be loaded when allow_pickle=False" in " ".join(rep.problems)
+    assert len(e.window) == 0
+
+
+def test_a_model_that_cannot_be_stored_is_skipped_and_rebuilt(r8, tmp_path):
+    a = _engine()
+    _fill(a, r8)
+    a.models["seeded-kmeans"].model.handle_ = open(__file__)  # noqa: SIM115 - an unstorable attribute
+    try:
+        info = checkpoint.save(a, tmp_path)
+    finally:
+        a.models["seeded-kmeans"].model.handle_.close()
+    assert info["skipped_models"] == ["seeded-kmeans"]
+    b = _engine()
+    rep = checkpoint.restore(b, tmp_path)
+    assert rep.status == "restored" and set(rep.models) == {"constrained-kmeans"} and not b.ready
+    b.request_refit("restore")
+    assert b.ready and b.models["seeded-kmeans"].version == a.version + 1
+
+
+def test_crash_while_writing_keeps_the_previous_checkpoint(r8, tmp_path, monkeypatch):
+    a = _engine()
+    _fill(a, r8)
+    first = checkpoint.save(a, tmp_path)["path"]
+    calls = {"n": 0}
+    real = checkpoint._write_file
+
+    def dying(path, data):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise OSError("disk full")
+        return real(path, data)
+
+    monkeypatch.setattr(checkpoint, "_write_file", dying)
+    with pytest.raises(OSError, match="disk full"):
+        checkpoint.save(a, tmp_path)
+    monkeypatch.undo()
+    assert (tmp_path / "CURRENT").read_text().strip() == Path(first).name
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".tmp-")]
+    e = _engine()
+    assert checkpoint.restore(e, tmp_path).path == first
+
+
+def test_incompatible_settings_are_refused(r8, tmp_path):
+    a = _engine()
+    _fill(a, r8)
+    checkpoint.save(a, tmp_path)
+    e = _engine(n_features=2**16)
+    rep = checkpoint.restore(e, tmp_path)
+    assert rep.status == "unusable" and "n_features=262144" in rep.problems[-1]
+    assert len(e.window) == 0
+
+
+def test_state_inspect_command(r8, tmp_path):
+    a = _engine()
+    _fill(a, r8)
+    checkpoint.save(a, tmp_path)
+    out = subprocess.run([sys.executable, "-m", "streamsemi", "state", "inspect", str(tmp_path)],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    info = json.loads(out.stdout)
+    assert info["valid"] and info["format_version"] == checkpoint.FORMAT_VERSION
+    assert info["counts"]["seeds"] == len(a.seeds) and info["counts"]["window"] == len(a.window)
+    assert {m["algorithm"]: m["version"] for m in info["models"]} == {n: s.version for n, s in a.models.items()}
+    assert all(m["bytes"] > 0 for m in info["models"]) and info["total_bytes"] == sum(info["files"].values())
+    bad = subprocess.run([sys.executable, "-m", "streamsemi", "state", "inspect", str(tmp_path / "none")],
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 1 and json.loads(bad.stdout)["valid"] is False
