@@ -12,6 +12,10 @@ available to every method).
   ``TruncatedSVD`` (LSA) and l2-normalised.
 * ``self-training``: ``SelfTrainingClassifier`` around a logistic regression on tf-idf.
 * ``supervised-linear``: the same logistic regression trained on the seeds only.
+
+The single-label logistic regressions have no intercept: with a handful of seeds of
+imbalanced classes the intercept learned the seed class priors and swamped the text
+(Reuters top-10, 5% seeds: macro-F1 0.21 with an intercept, 0.52 without).
 * ``two-step`` (D-LDA protocol): the D-LDA paper's two-step method: a logistic
   regression on the known classes' seeds; documents whose top probability is
   below ``threshold`` are clustered by spherical k-means into ``n_new_clusters``
@@ -85,7 +89,8 @@ class SupervisedLinear(_TfidfBaseline):
         Xt = self._fit_tfidf(X)
         codes, classes = encode_single_labels(y, Xt.shape[0])
         seeds = codes >= 0
-        self.model_ = LogisticRegression(C=self.C, max_iter=300, random_state=self.random_state)
+        self.model_ = LogisticRegression(C=self.C, max_iter=300, fit_intercept=False,
+                                         random_state=self.random_state)
         self.model_.fit(Xt[seeds], codes[seeds])
         self.classes_ = classes
         self.new_clusters_: list[str] = []
@@ -123,7 +128,8 @@ class SelfTraining(_TfidfBaseline):
         """Fit on all rows; unlabeled rows are pseudo-labeled round by round."""
         Xt = self._fit_tfidf(X)
         codes, classes = encode_single_labels(y, Xt.shape[0])
-        base = LogisticRegression(C=self.C, max_iter=300, random_state=self.random_state)
+        base = LogisticRegression(C=self.C, max_iter=300, fit_intercept=False,
+                                  random_state=self.random_state)
         self.model_ = SelfTrainingClassifier(base, threshold=self.threshold, max_iter=self.max_iter)
         self.model_.fit(Xt, codes)
         self.classes_ = classes
@@ -212,7 +218,8 @@ class TwoStep(_TfidfBaseline):
         Xt = self._fit_tfidf(X)
         codes, classes = encode_single_labels(y, Xt.shape[0])
         seeds = codes >= 0
-        self.model_ = LogisticRegression(C=self.C, max_iter=300, random_state=self.random_state)
+        self.model_ = LogisticRegression(C=self.C, max_iter=300, fit_intercept=False,
+                                         random_state=self.random_state)
         self.model_.fit(Xt[seeds], codes[seeds])
         P = self.model_.predict_proba(Xt)
         labels = P.argmax(axis=1)
