@@ -57,7 +57,7 @@ from streamsemi.telemetry import Telemetry
 
 log = logging.getLogger("streamsemi.worker")
 
-RESET_EPISODE_S = 15.0  # detections of one broker loss within this time count once
+RESET_EPISODE_S = 30.0  # detections of one broker loss within this time count once
 FLUSH_TIMEOUT_S = 10.0
 
 

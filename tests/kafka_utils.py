@@ -217,3 +217,44 @@ class WorkerProcess:
             except ValueError:
                 out.append({"raw": line})
         return out
+
+
+# ---------------------------------------------------------------- reliability helpers (tests/test_reliability.py)
+def start_own_broker(log_dir: Path, port: int | None = None) -> EmbeddedBroker:
+    """A separate broker for a test that stops, kills or restarts it (never the session broker)."""
+    return EmbeddedBroker(port=port, log_file=log_dir / "tansu.log").start()
+
+
+def kill_broker(b: EmbeddedBroker) -> None:
+    """SIGKILL the broker (it keeps nothing: Tansu is memory-only)."""
+    if b.proc is not None:
+        b.proc.kill()
+        b.proc.wait(10)
+        b.proc = None
+
+
+def id_positions(bootstrap: str, topic: str, expect: int | None = None, timeout: float = 60.0) -> dict[str, tuple[int, int]]:
+    """``{document id: (partition, offset)}`` of the JSON documents on ``topic``."""
+    out: dict[str, tuple[int, int]] = {}
+    for r in read_topic(bootstrap, topic, expect=expect, timeout=timeout):
+        try:
+            doc_id = json.loads(r.value)["id"]
+        except (ValueError, KeyError, TypeError):
+            continue
+        out[doc_id] = (r.partition, r.offset)
+    return out
+
+
+def assigned_ids(bootstrap: str, topic: str, expect: int | None = None, timeout: float = 60.0,
+                 idle: float = 3.0) -> list[str]:
+    """Document ids of every assignment record on ``topic`` (with repeats)."""
+    return [json.loads(r.value)["id"] for r in read_topic(bootstrap, topic, expect=expect, timeout=timeout, idle=idle)]
+
+
+def wait_until(predicate: Any, timeout: float, interval: float = 0.3) -> bool:
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        if predicate():
+            return True
+        time.sleep(interval)
+    return False

@@ -1,0 +1,379 @@
+"""Reliability against the real embedded broker, with the worker as a separate process.
+
+1. kill -9 the worker three times during a 20,000-document replay (at-least-once,
+   duplicates only of documents in flight at a crash, seeds kept, checkpoints restored);
+2. a 20 s broker stall (SIGSTOP/SIGCONT): no restart, nothing lost;
+3. broker loss (killed, restarted empty): topics recreated, seeds and model kept, metric + log;
+4. SIGTERM during a slow refit: exit within the grace period, everything emitted committed;
+5. a flood of 10,000 malformed messages interleaved with good ones.
+
+Tests that stop or kill the broker use their own broker (never the session one).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import signal
+import threading
+import time
+from collections import Counter
+
+import pytest
+from kafka import KafkaProducer
+from kafka_utils import (
+    Topics,
+    WorkerProcess,
+    assigned_ids,
+    committed_offsets,
+    id_positions,
+    kill_broker,
+    read_topic,
+    send_json,
+    start_own_broker,
+    wait_until,
+)
+
+from streamsemi import datasets
+from streamsemi.broker import EmbeddedBroker
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def r8():
+    return datasets.load("reuters-r8")
+
+
+def _producer(bootstrap: str) -> KafkaProducer:
+    return KafkaProducer(bootstrap_servers=bootstrap, linger_ms=10, acks="all", batch_size=256 * 1024)
+
+
+class Replay(threading.Thread):
+    """Produce ``n`` documents (R8 texts cycled, unique ids) at ``rate``/s, a seed label every ``seed_every``."""
+
+    def __init__(self, bootstrap: str, topics: Topics, r8, n: int, rate: float, seed_every: int = 40,
+                 prefix: str = "c", start: int = 0) -> None:
+        super().__init__(daemon=True)
+        self.bootstrap, self.topics, self.r8, self.n, self.rate = bootstrap, topics, r8, n, rate
+        self.seed_every, self.prefix, self.start_at = seed_every, prefix, start
+        self.seeds: set[str] = set()
+        self.sent = 0
+        self.error: Exception | None = None
+
+    def run(self) -> None:
+        try:
+            p = _producer(self.bootstrap)
+            t0 = time.monotonic()
+            texts, labels = self.r8.texts, self.r8.labels
+            for j in range(self.start_at, self.start_at + self.n):
+                doc_id = f"{self.prefix}{j}"
+                send_json(p, self.topics.documents, {"id": doc_id, "text": texts[j % len(texts)]}, key=doc_id)
+                if j % self.seed_every == 0:
+                    send_json(p, self.topics.control, {"op": "label", "id": doc_id, "labels": [labels[j % len(texts)]]},
+                              key=doc_id)
+                    self.seeds.add(doc_id)
+                self.sent += 1
+                if self.sent % 100 == 0:
+                    ahead = self.sent / self.rate - (time.monotonic() - t0)
+                    if ahead > 0:
+                        time.sleep(ahead)
+            p.flush()
+            p.close()
+        except Exception as exc:  # noqa: BLE001 - reported by the test
+            self.error = exc
+
+
+def _events(worker: WorkerProcess, name: str) -> list[dict]:
+    return [e for e in worker.logs() if e.get("event") == name]
+
+
+def _errors(worker: WorkerProcess) -> list[dict]:
+    return [e for e in worker.logs() if e.get("level") in ("error", "critical") or "raw" in e and "Traceback" in e["raw"]]
+
+
+# ---------------------------------------------------------------- 1. crash
+def test_kill9_three_times_during_a_20000_document_replay(broker, tmp_path, r8):
+    topics = Topics()
+    topics.create(broker.bootstrap)
+    state = tmp_path / "state"
+    args = ["--state-dir", str(state), "--checkpoint-interval-s", "2", "--refit-every-docs", "4000",
+            "--min-docs-first-refit", "300", "--window-max-docs", "3000", "--no-drift-detection",
+            "--max-poll-records", "500"]
+    n = 20_000
+    rng = random.Random(10)
+    replay = Replay(broker.bootstrap, topics, r8, n, rate=350)
+    workers = [WorkerProcess(broker.bootstrap, topics, args, log_dir=tmp_path).start()]
+    kills: list[dict] = []
+    replay.start()
+    try:
+        for _ in range(3):
+            w = workers[-1]
+            assert w.wait_assigned(90), "the worker joined its group"
+            time.sleep(rng.uniform(1.5, 4.0))
+            assert w.proc.poll() is None
+            w.kill()  # SIGKILL: no flush, no commit, no checkpoint
+            committed = committed_offsets(broker.bootstrap, topics.documents, topics.group)
+            emitted = set(assigned_ids(broker.bootstrap, topics.assignments, idle=1.5))
+            kills.append({"committed": committed, "emitted": emitted, "sent": replay.sent})
+            workers.append(WorkerProcess(broker.bootstrap, topics, args, log_dir=tmp_path).start())
+        replay.join(120)
+        assert replay.error is None and replay.sent == n
+        last = workers[-1]
+        expected = {f"c{j}" for j in range(n)}
+        assert wait_until(lambda: set(assigned_ids(broker.bootstrap, topics.assignments, idle=1.0)) >= expected, 150, 2.0), \
+            "every document id has an assignment"
+        assert last.wait_metric("streamsemi_seed_documents", len(replay.seeds), timeout=30) == len(replay.seeds), \
+            "no seed is lost"
+    finally:
+        for w in workers:
+            w.kill()
+    assert all(k["sent"] < n for k in kills), "every kill happened during the replay"
+    counts = Counter(assigned_ids(broker.bootstrap, topics.assignments, idle=2.0))
+    pos = id_positions(broker.bootstrap, topics.documents, expect=n)
+    # In flight at kill k: assigned before the kill, at or past the committed offset.
+    in_flight = [{i for i in k["emitted"] if pos[i][1] >= (k["committed"].get(pos[i][0]) or 0)} for k in kills]
+    dups = {i: c - 1 for i, c in counts.items() if c > 1}
+    for i, extra in dups.items():
+        assert extra <= sum(i in s for s in in_flight), f"{i} duplicated {extra}x but was not in flight at a crash"
+    assert sum(dups.values()) <= sum(len(s) for s in in_flight)
+    restored = [e for w in workers[1:] for e in _events(w, "checkpoint_restored")]
+    assert len(restored) >= 2, "restarts resume from checkpoints"
+    assert not [e for w in workers for e in _events(w, "checkpoint_unusable")], "a kill never corrupts a checkpoint"
+    assert all(e["seeds"] > 0 and e["window"] > 0 for e in restored)
+    print(json.dumps({"kills": [{"sent": k["sent"], "in_flight": len(s)} for k, s in zip(kills, in_flight, strict=True)],
+                      "duplicates": sum(dups.values()), "restored": [e["model_version"] for e in restored]}))
+
+
+# ---------------------------------------------------------------- 2. stall
+def test_broker_stall_of_20s_without_restart_or_loss(tmp_path, r8):
+    b = start_own_broker(tmp_path)
+    try:
+        topics = Topics()
+        topics.create(b.bootstrap_servers)
+        w = WorkerProcess(b.bootstrap_servers, topics, ["--refit-every-docs", "1000", "--min-docs-first-refit", "200",
+                                                       "--no-drift-detection"], log_dir=tmp_path).start()
+        n = 3000
+        replay = Replay(b.bootstrap_servers, topics, r8, n, rate=150, seed_every=25)
+        try:
+            assert w.wait_assigned(60)
+            pid = w.proc.pid
+            replay.start()
+            assert wait_until(lambda: (w.metric("streamsemi_documents_assigned_total") or 0) >= 600, 60)
+            b.signal(signal.SIGSTOP)
+            time.sleep(20)
+            b.signal(signal.SIGCONT)
+            replay.join(120)
+            assert replay.error is None and replay.sent == n
+            expected = {f"c{j}" for j in range(n)}
+            assert wait_until(lambda: set(assigned_ids(b.bootstrap_servers, topics.assignments, idle=1.0)) >= expected,
+                              120, 2.0), "nothing lost"
+            assert w.proc.poll() is None and w.proc.pid == pid, "no restart"
+            assert w.wait_metric("streamsemi_seed_documents", len(replay.seeds), timeout=30) == len(replay.seeds)
+            assert w.get("/healthz")[0] == 200
+            assert wait_until(lambda: w.get("/readyz")[0] == 200, 30)
+        finally:
+            assert w.terminate() == 0
+        assert not _errors(w)
+    finally:
+        b.signal(signal.SIGCONT)
+        b.stop()
+
+
+# ---------------------------------------------------------------- 3. broker loss
+def test_broker_loss_and_empty_restart(tmp_path, r8):
+    b = start_own_broker(tmp_path)
+    port = b.port
+    state = tmp_path / "state"
+    args = ["--state-dir", str(state), "--checkpoint-interval-s", "1", "--refit-every-docs", "0",
+            "--min-docs-first-refit", "300", "--no-drift-detection"]
+    try:
+        topics = Topics()
+        bs = b.bootstrap_servers
+        topics.create(bs)
+        w = WorkerProcess(bs, topics, args, log_dir=tmp_path).start()
+        try:
+            assert w.wait_assigned(60)
+            first = Replay(bs, topics, r8, 600, rate=2000, seed_every=10)
+            first.run()
+            assert len(set(assigned_ids(bs, topics.assignments, expect=600, timeout=90))) == 600
+            version = w.metric("streamsemi_model_version", {"algorithm": "constrained-kmeans"})
+            assert version and version >= 1
+            assert w.wait_metric("streamsemi_seed_documents", 60, timeout=30) == 60
+            assert wait_until(lambda: (w.metric("streamsemi_checkpoints_total", {"outcome": "success"}) or 0) >= 1, 20)
+            kill_broker(b)
+            time.sleep(1.0)
+            b = EmbeddedBroker(port=port, log_file=tmp_path / "tansu2.log").start()  # same port, nothing kept
+            assert w.wait_metric("streamsemi_broker_resets_total", 1, timeout=60) == 1, "the loss is counted once"
+            assert wait_until(lambda: w.get("/readyz")[0] == 200, 60)
+            # the worker created its topics again, with its partition count
+            from kafka import KafkaConsumer
+
+            c = KafkaConsumer(bootstrap_servers=bs)
+            assert all(c.partitions_for_topic(t) == {0, 1, 2} for t in
+                       (topics.documents, topics.control, topics.assignments, topics.deadletter))
+            c.close()
+            second = Replay(bs, topics, r8, 300, rate=2000, prefix="after", seed_every=10**9)
+            second.run()
+            assert second.error is None
+            out = [json.loads(r.value) for r in read_topic(bs, topics.assignments, expect=300, timeout=90)]
+            assert {m["id"] for m in out} == {f"after{j}" for j in range(300)}, "new documents are all assigned"
+            assert min(m["model_version"] for m in out) >= version, "with the model kept through the loss"
+            assert w.metric("streamsemi_seed_documents") == 60, "seeds kept"
+            assert w.proc.poll() is None
+            resets = _events(w, "broker_reset")
+            assert resets and resets[0]["seeds"] == 60 and resets[0]["level"] == "warning"
+        finally:
+            assert w.terminate() == 0
+        # A new worker after the loss: the control topic is empty now, only the checkpoint has the seeds.
+        w2 = WorkerProcess(bs, topics, args, log_dir=tmp_path).start()
+        try:
+            assert w2.wait_ready(60), "a restored model makes the worker ready without any refit"
+            assert w2.metric("streamsemi_seed_documents") == 60
+            third = Replay(bs, topics, r8, 100, rate=2000, prefix="third", seed_every=10**9)
+            third.run()
+            out = [json.loads(r.value) for r in read_topic(bs, topics.assignments, expect=400, timeout=90)]
+            late = [m for m in out if m["id"].startswith("third")]
+            assert len({m["id"] for m in late}) == 100 and min(m["model_version"] for m in late) >= version
+        finally:
+            assert w2.terminate() == 0
+        assert _events(w2, "checkpoint_restored")[0]["seeds"] == 60
+    finally:
+        b.stop()
+
+
+# ---------------------------------------------------------------- 4. SIGTERM during a refit
+def test_sigterm_during_a_slow_refit_exits_within_grace_with_everything_committed(broker, tmp_path, r8):
+    topics = Topics()
+    topics.create(broker.bootstrap)
+    grace = 6.0
+    # 40 extra clusters over 2^18 dense centroids make a refit of 6,000 documents take many seconds.
+    w = WorkerProcess(broker.bootstrap, topics, ["--n-new-clusters", "40", "--window-max-docs", "8000",
+                                                 "--min-docs-first-refit", "200", "--refit-every-docs", "6000",
+                                                 "--no-drift-detection", "--shutdown-grace-s", str(grace),
+                                                 "--state-dir", str(tmp_path / "state")],
+                      log_dir=tmp_path).start()
+    replay = Replay(broker.bootstrap, topics, r8, 9000, rate=3000, seed_every=20)
+    try:
+        assert w.wait_assigned(60)
+        replay.start()
+        assert wait_until(lambda: w.metric("streamsemi_refits_total", {"algorithm": "constrained-kmeans",
+                                                                        "outcome": "success"}) == 1, 90, 0.2)
+        assert wait_until(lambda: w.metric("streamsemi_refit_in_progress") == 1, 90, 0.1), "a second refit started"
+        t0 = time.monotonic()
+        w.proc.send_signal(signal.SIGTERM)
+        w.proc.wait(grace + 10)
+        took = time.monotonic() - t0
+    finally:
+        w.kill()
+        if replay.is_alive():
+            replay.join(60)
+    assert w.proc.returncode == 0
+    assert took <= grace + 2.0, f"exit took {took:.1f}s, grace is {grace}s"
+    logs = w.logs()
+    assert not any(e.get("event") == "refit_round_done" and e.get("version") == 2 for e in logs), \
+        "the worker did not wait for the refit"
+    assert any(e.get("event") == "checkpoint_written" and e.get("reason") == "shutdown" for e in logs)
+    emitted = set(assigned_ids(broker.bootstrap, topics.assignments, idle=2.0))
+    assert emitted, "documents were assigned before the signal"
+    pos = id_positions(broker.bootstrap, topics.documents, expect=9000)
+    committed = committed_offsets(broker.bootstrap, topics.documents, topics.group)
+    uncommitted = [i for i in emitted if pos[i][1] >= (committed.get(pos[i][0]) or 0)]
+    assert not uncommitted, f"{len(uncommitted)} emitted assignments not covered by committed offsets"
+
+
+# ---------------------------------------------------------------- 5. bad input flood
+def _bad_document(rng: random.Random, j: int) -> tuple[bytes, str]:
+    kind = rng.randrange(9)
+    if kind == 0:
+        return json.dumps({"id": f"b{j}", "text": "x"})[: rng.randrange(1, 20)].encode(), "invalid_json"
+    if kind == 1:
+        return bytes(rng.randrange(128, 256) for _ in range(rng.randrange(0, 60))) + b"\xff", "invalid_utf8"
+    if kind == 2:
+        return b"" if rng.random() < 0.5 else b"   ", "invalid_json"
+    if kind == 3:
+        return json.dumps({"id": rng.choice([1, None, [], {}]), "text": "ok text"}).encode(), "wrong_type"
+    if kind == 4:
+        return json.dumps({"id": f"b{j}", "text": rng.choice([5, ["a"], {"t": 1}, True])}).encode(), "wrong_type"
+    if kind == 5:
+        return json.dumps({"id": f"b{j}", "text": "huge " * 5000}).encode(), "oversize"
+    if kind == 6:
+        return json.dumps(rng.choice([[1, 2], "text", 3.5, None])).encode(), "wrong_type"
+    if kind == 7:
+        return json.dumps({"id": f"b{j}"}).encode(), "missing_field"
+    return json.dumps({"id": f"b{j}", "text": "the and of !!! a b c ..."}).encode(), "no_terms"
+
+
+def _bad_control(rng: random.Random, j: int, good_ids: list[str]) -> tuple[bytes, str]:
+    kind = rng.randrange(6)
+    if kind == 0:
+        return json.dumps({"op": rng.choice(["delete", "drop table", "", "LABEL"]), "id": "x"}).encode(), "unknown_op"
+    if kind == 1:  # label flood: too many labels for one document
+        return json.dumps({"op": "label", "id": rng.choice(good_ids),
+                           "labels": [f"flood{k}" for k in range(25)]}).encode(), "invalid_label"
+    if kind == 2:  # label flood: new classes beyond max_classes
+        return json.dumps({"op": "label", "id": rng.choice(good_ids), "labels": [f"flood{j}"],
+                           "text": "a text about markets and grain"}).encode(), "invalid_label"
+    if kind == 3:
+        return json.dumps({"op": "label", "id": "x", "labels": [rng.choice(["bad\nlabel", "x" * 100, "new-0", ""])]}).encode(), \
+            "invalid_label"
+    if kind == 4:
+        return bytes(rng.randrange(0, 256) for _ in range(rng.randrange(1, 40))) + b"\xff", \
+            "invalid_utf8"
+    return json.dumps({"op": "label", "id": "x", "labels": "grain"}).encode(), "wrong_type"
+
+
+def test_flood_of_10000_malformed_messages(broker, tmp_path, r8):
+    topics = Topics()
+    topics.create(broker.bootstrap)
+    classes = sorted(set(r8.labels))
+    w = WorkerProcess(broker.bootstrap, topics, ["--refit-every-docs", "0", "--min-docs-first-refit", "200",
+                                                 "--max-message-bytes", "20000", "--max-classes", str(len(classes)),
+                                                 "--no-drift-detection"], log_dir=tmp_path).start()
+    rng = random.Random(5)
+    n_good, n_bad = 1000, 10_000
+    good_ids = [f"g{i}" for i in range(n_good)]
+    try:
+        assert w.wait_assigned(60)
+        p = _producer(broker.bootstrap)
+        # seeds with text first: every class is seeded before any flood label can claim the class budget
+        for i in range(120):
+            send_json(p, topics.control, {"op": "label", "id": f"s{i}", "labels": [r8.labels[i]], "text": r8.texts[i]})
+        for c in classes:
+            i = r8.labels.index(c)
+            send_json(p, topics.control, {"op": "label", "id": f"s-{c}", "labels": [c], "text": r8.texts[i]})
+        p.flush()
+        # records of different partitions have no order: let the seeds be applied before the flood starts
+        assert w.wait_metric("streamsemi_seed_documents", 120 + len(classes), timeout=60) == 120 + len(classes)
+        bad: list[tuple[object, str]] = []  # (future, expected reason)
+        per_good = n_bad // n_good
+        for i in range(n_good):
+            send_json(p, topics.documents, {"id": good_ids[i], "text": r8.texts[200 + i]}, key=good_ids[i])
+            for k in range(per_good):
+                j = i * per_good + k
+                if rng.random() < 0.7:
+                    raw, reason = _bad_document(rng, j)
+                    bad.append((p.send(topics.documents, value=raw), reason))
+                else:
+                    raw, reason = _bad_control(rng, j, good_ids)
+                    bad.append((p.send(topics.control, value=raw), reason))
+        p.flush()
+        where = {(f.get().topic, f.get().partition, f.get().offset): reason for f, reason in bad}
+        assert len(where) == n_bad
+        out = read_topic(broker.bootstrap, topics.assignments, expect=n_good, timeout=120)
+        assert {json.loads(r.value)["id"] for r in out} == set(good_ids), "every good document assigned"
+        dead = [json.loads(r.value) for r in read_topic(broker.bootstrap, topics.deadletter, expect=n_bad, timeout=120)]
+        got = {(d["topic"], d["partition"], d["offset"]): d for d in dead}
+        missing = set(where) - set(got)
+        assert not missing, f"{len(missing)} bad messages without a dead letter"
+        for key, reason in where.items():
+            d = got[key]
+            assert d["detail"], d
+            assert d["reason"] == reason, (reason, d)
+        assert w.proc.poll() is None, "no crash"
+        assert w.metric("streamsemi_seed_documents") == 120 + len(classes)
+        seeded = w.metric("streamsemi_seed_documents", {"class": "flood1"})
+        assert seeded is None, "flood classes never reach the metrics"
+    finally:
+        assert w.terminate() == 0
+    assert not _errors(w)
