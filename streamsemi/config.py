@@ -251,6 +251,14 @@ def _check_algorithms(settings: Settings) -> None:
     for name in params:
         if name not in names:
             raise ConfigError(f"setting 'algorithm_params': {name!r} is not an enabled algorithm")
+    from streamsemi.algorithms import build_estimator
+
+    for name in names:
+        try:
+            build_estimator(name, params.get(name), settings.values["n_new_clusters"], settings.values["random_state"])
+        except (TypeError, ValueError) as exc:
+            where = f"algorithm_params.{name}" if name in params else "n_new_clusters"
+            raise ConfigError(f"setting '{where}': {name}: {exc}") from None
     if settings.values["sasl_mechanism"] and not settings.values["security_protocol"].startswith("SASL"):
         raise ConfigError("setting 'sasl_mechanism': needs security_protocol SASL_PLAINTEXT or SASL_SSL")
     if settings.values["security_protocol"].startswith("SASL") and not settings.values["sasl_mechanism"]:

@@ -12,7 +12,6 @@ is full) and assigned as soon as the first refit completes.
 
 from __future__ import annotations
 
-import inspect
 import logging
 import threading
 import time
@@ -25,7 +24,7 @@ import numpy as np
 import scipy.sparse as sp
 from river.drift import ADWIN
 
-from streamsemi.algorithms import make_estimator
+from streamsemi.algorithms import build_estimator
 from streamsemi.features import TextFeaturizer
 from streamsemi.logs import event
 from streamsemi.messages import Document, Rejected
@@ -165,13 +164,6 @@ class _Snapshot:
     seed_labels: list[tuple[str, ...] | None]
     n_window: int
     trigger: str
-
-
-def _accepts(cls: type, param: str) -> bool:
-    try:
-        return param in inspect.signature(cls.__init__).parameters
-    except (TypeError, ValueError):
-        return False
 
 
 class Engine:
@@ -550,13 +542,9 @@ class Engine:
         return [lb[0] if lb else None for lb in labels]
 
     def _fit_one(self, name: str, snap: _Snapshot) -> ModelSlot:
-        params = dict(self.config.algorithm_params.get(name, {}))
-        est = make_estimator(name, **params)
+        est = build_estimator(name, self.config.algorithm_params.get(name), self.config.n_new_clusters,
+                              self.config.random_state)
         cls = type(est)
-        if self.config.n_new_clusters and _accepts(cls, "n_new_clusters") and "n_new_clusters" not in params:
-            est.set_params(n_new_clusters=self.config.n_new_clusters)
-        if _accepts(cls, "random_state") and "random_state" not in params:
-            est.set_params(random_state=self.config.random_state)
         multilabel = name in MULTILABEL_ALGORITHMS or bool(getattr(cls, "accepts_multilabel", False))
         y = self._targets(multilabel, snap.seed_labels)
         prev = self.models.get(name)

@@ -73,3 +73,15 @@ def test_cli_print_config_and_config_error_exit_code():
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2
     assert "configuration error: setting 'refit_every_docs' (from flag --refit-every-docs): -1 must be >= 0" in bad.stderr
+
+
+def test_algorithm_parameters_are_checked_at_start(tmp_path):
+    typo = tmp_path / "typo.toml"
+    typo.write_text('algorithms = "constrained-kmeans"\n[algorithm_params.constrained-kmeans]\nmax_iterations = 3\n')
+    with pytest.raises(ConfigError, match=r"setting 'algorithm_params.constrained-kmeans': .*max_iterations"):
+        resolve({}, env={}, config_file=typo)
+    with pytest.raises(ConfigError, match="setting 'n_new_clusters': cle: n_new_clusters > 0 needs assign='kmeans'"):
+        resolve({"algorithms": "cle", "n_new_clusters": "2"}, env={})
+    ok = tmp_path / "ok.toml"
+    ok.write_text('algorithms = "cle"\nn_new_clusters = 2\n[algorithm_params.cle]\nassign = "kmeans"\n')
+    assert resolve({}, env={}, config_file=ok).algorithm_params == {"cle": {"assign": "kmeans"}}

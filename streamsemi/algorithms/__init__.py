@@ -9,6 +9,7 @@ that a missing or broken algorithm makes only that name unavailable.
 from __future__ import annotations
 
 import importlib
+import inspect
 from typing import Any
 
 from streamsemi.algorithms.base import DegenerateInputError
@@ -52,6 +53,34 @@ def make_estimator(name: str, **params: Any) -> Any:
     return cls(**fixed)
 
 
+def accepts_param(cls: type, param: str) -> bool:
+    """True when ``cls``'s constructor takes ``param``."""
+    try:
+        return param in inspect.signature(cls.__init__).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def build_estimator(name: str, params: dict[str, Any] | None = None, n_new_clusters: int = 0,
+                    random_state: int | None = None) -> Any:
+    """The estimator the daemon fits for ``name``: registry defaults, then ``params``, then
+    the worker-wide ``n_new_clusters`` / ``random_state`` where the class takes them and
+    ``params`` does not set them. Parameter problems the class can detect before fitting
+    (unknown names, invalid values via its ``_check_params``) raise ``TypeError``/``ValueError``.
+    """
+    cls, fixed = algorithm_class(name)
+    merged = {**fixed, **(params or {})}
+    if n_new_clusters and accepts_param(cls, "n_new_clusters") and "n_new_clusters" not in merged:
+        merged["n_new_clusters"] = n_new_clusters
+    if random_state is not None and accepts_param(cls, "random_state") and "random_state" not in merged:
+        merged["random_state"] = random_state
+    est = cls(**merged)
+    check = getattr(est, "_check_params", None)
+    if callable(check):
+        check()
+    return est
+
+
 def is_available(name: str) -> bool:
     """True when ``name`` is registered and its module imports."""
     try:
@@ -68,4 +97,4 @@ def __getattr__(attr: str) -> Any:
 
 
 __all__ = ["REGISTRY", "AlgorithmNotAvailable", "DegenerateInputError", "algorithm_class",
-           "make_estimator", "is_available"]
+           "make_estimator", "build_estimator", "accepts_param", "is_available"]
