@@ -46,7 +46,7 @@ def run_demo(args: argparse.Namespace) -> int:
     from streamsemi.broker import EmbeddedBroker
 
     ds = datasets.load(args.corpus)
-    order = [int(i) for i in replay_order(ds, "auto", args.seed, args.docs)]
+    order = [int(i) for i in replay_order(ds, "auto", args.seed) if ds.texts[int(i)].strip()][: args.docs]
     seeds = stratified_seeds(ds, order, args.seed_fraction, args.seed)
     broker = None
     if args.bootstrap_servers:
@@ -103,6 +103,7 @@ def run_demo(args: argparse.Namespace) -> int:
         truth: dict[str, str] = {}
         pred: dict[str, str] = {}
         version = 0
+        assigned = 0
         last_print = 0.0
         done_at = None
         while not stop.is_set():
@@ -114,6 +115,7 @@ def run_demo(args: argparse.Namespace) -> int:
                         continue
                     if not msg.get("primary"):
                         continue
+                    assigned += 1
                     doc_id = msg["id"]
                     idx = int(doc_id.rsplit(":", 1)[1])
                     version = max(version, int(msg.get("model_version", 0)))
@@ -130,10 +132,9 @@ def run_demo(args: argparse.Namespace) -> int:
                 last_print = now
                 ids = list(pred)
                 f1 = macro_f1([truth[i] for i in ids], [pred[i] for i in ids]) if ids else float("nan")
-                _print(f"  sent {sent['docs']:6d} | assigned {len(pred) + len([i for i in order[:sent['docs']] if i in seeds]):6d} "
-                       f"| model v{version} | macro-F1 (non-seed docs) {f1:.3f}")
-            assigned_all = len(pred) >= len([i for i in order if i not in seeds and primary_label(ds.labels[i]) is not None])
-            if assigned_all and done_at is None:
+                _print(f"  sent {sent['docs']:6d} | assigned {assigned:6d} | refits/model v{version} "
+                       f"| macro-F1 (non-seed docs) {f1:.3f}")
+            if assigned >= len(order) and done_at is None:
                 done_at = now
                 ids = list(pred)
                 f1 = macro_f1([truth[i] for i in ids], [pred[i] for i in ids]) if ids else float("nan")
