@@ -393,7 +393,9 @@ def gibbs_sweeps_sparse(ptr: np.ndarray, w: np.ndarray, z: np.ndarray, y: np.nda
     for the topics that word v currently has, walked through per-word topic
     lists), as in SparseLDA (Yao, Mimno & McCallum, KDD 2009). The draw is exact:
     the smoothing bucket (probability ``beta Q_k / (beta Q_k + R)``, small) falls
-    back to a dense walk over the L topics.
+    back to a dense walk over the L topics. The O(K) update of every class's Q_k
+    when O_l changes is skipped when a token returns to its previous topic (the
+    usual case after burn-in): Q_k of the sampled class is corrected in O(1).
     """
     st = np.array([np.uint64(seed)], dtype=np.uint64)
     N = ptr.size - 1
@@ -406,6 +408,7 @@ def gibbs_sweeps_sparse(ptr: np.ndarray, w: np.ndarray, z: np.ndarray, y: np.nda
     for i in range(w.size):
         freq[w[i]] += 1
     off, top, cnt = _nz_lists(nvl, freq)
+    nlk = np.ascontiguousarray(nkl.T)  # topic-major copy: the K loops read contiguous rows
     inv_nl = np.empty(L)
     inv_nk = np.empty(K)
     Q = np.zeros(K)
@@ -419,7 +422,7 @@ def gibbs_sweeps_sparse(ptr: np.ndarray, w: np.ndarray, z: np.ndarray, y: np.nda
             inv_nk[k] = 1.0 / (nk[k] + ldelta)
             q = 0.0
             for l_ in range(L):
-                q += (nkl[k, l_] + delta) * inv_nl[l_]
+                q += (nlk[l_, k] + delta) * inv_nl[l_]
             Q[k] = q
         for d in range(N):
             free = free_doc[d] != 0
@@ -429,16 +432,17 @@ def gibbs_sweeps_sparse(ptr: np.ndarray, w: np.ndarray, z: np.ndarray, y: np.nda
                 l_ = np.int64(y[i])
                 # ---- remove token i
                 ndk[d, k] -= 1
-                nkl[k, l_] -= 1
+                nlk[l_, k] -= 1
                 Q[k] -= inv_nl[l_]
                 nk[k] -= 1
                 inv_nk[k] = 1.0 / (nk[k] + ldelta)
+                # O_l changes: inv_nl[l] a -> b. Q of the other classes is updated
+                # lazily, only if the token does not come back to topic l.
                 nl[l_] -= 1
-                b = 1.0 / (nl[l_] + vbeta)
-                dif = b - inv_nl[l_]
-                for kk in range(K):
-                    Q[kk] += (nkl[kk, l_] + delta) * dif
-                inv_nl[l_] = b
+                l_old = l_
+                a_old = inv_nl[l_old]
+                b_old = 1.0 / (nl[l_old] + vbeta)
+                inv_nl[l_old] = b_old
                 nvl[v, l_] -= 1
                 if nvl[v, l_] == 0:
                     o = off[v]
@@ -452,22 +456,22 @@ def gibbs_sweeps_sparse(ptr: np.ndarray, w: np.ndarray, z: np.ndarray, y: np.nda
                 if free:
                     tot = 0.0
                     for kk in range(K):
-                        tot += (ndk[d, kk] + alpha) * (nkl[kk, l_] + delta) * inv_nk[kk]
+                        tot += (ndk[d, kk] + alpha) * (nlk[l_, kk] + delta) * inv_nk[kk]
                         cz[kk] = tot
                     k = _draw(cz, K, st)
                     z[i] = k
                 # ---- Eq. (5): y_i given z_i, sparse + smoothing buckets
                 o = off[v]
                 c = cnt[v]
-                nkl_k = nkl[k]
                 nvl_v = nvl[v]
                 R = 0.0
                 for j in range(c):
                     t = top[o + j]
-                    r = nvl_v[t] * (nkl_k[t] + delta) * inv_nl[t]
+                    r = nvl_v[t] * (nlk[t, k] + delta) * inv_nl[t]
                     buf[j] = r
                     R += r
-                S = beta * Q[k]
+                # Q_k^{-i}: Q[k] still uses a_old for topic l_old
+                S = beta * (Q[k] + (nlk[l_old, k] + delta) * (b_old - a_old))
                 u = _uniform(st) * (S + R)
                 if u < R and c > 0:
                     j = 0
@@ -479,23 +483,33 @@ def gibbs_sweeps_sparse(ptr: np.ndarray, w: np.ndarray, z: np.ndarray, y: np.nda
                     u = max(u - R, 0.0)
                     l_ = L - 1
                     for t in range(L):
-                        u -= beta * (nkl_k[t] + delta) * inv_nl[t]
+                        u -= beta * (nlk[t, k] + delta) * inv_nl[t]
                         if u < 0.0:
                             l_ = t
                             break
                 y[i] = l_
                 # ---- add token i back
                 ndk[d, k] += 1
-                nkl[k, l_] += 1
-                Q[k] += inv_nl[l_]
                 nk[k] += 1
                 inv_nk[k] = 1.0 / (nk[k] + ldelta)
-                nl[l_] += 1
-                b = 1.0 / (nl[l_] + vbeta)
-                dif = b - inv_nl[l_]
-                for kk in range(K):
-                    Q[kk] += (nkl[kk, l_] + delta) * dif
-                inv_nl[l_] = b
+                if l_ == l_old:
+                    # O_l is back to its value: inv_nl and the other classes' Q unchanged
+                    inv_nl[l_] = a_old
+                    nl[l_] += 1
+                    nlk[l_, k] += 1
+                    Q[k] += a_old
+                else:
+                    dif = b_old - a_old
+                    for kk in range(K):
+                        Q[kk] += (nlk[l_old, kk] + delta) * dif
+                    nlk[l_, k] += 1
+                    Q[k] += inv_nl[l_]
+                    nl[l_] += 1
+                    b = 1.0 / (nl[l_] + vbeta)
+                    dif = b - inv_nl[l_]
+                    for kk in range(K):
+                        Q[kk] += (nlk[l_, kk] + delta) * dif
+                    inv_nl[l_] = b
                 if nvl[v, l_] == 0:
                     top[off[v] + cnt[v]] = l_
                     cnt[v] += 1
@@ -504,3 +518,6 @@ def gibbs_sweeps_sparse(ptr: np.ndarray, w: np.ndarray, z: np.ndarray, y: np.nda
             for d in range(N):
                 for k in range(K):
                     acc[d, k] += ndk[d, k]
+    for k in range(K):
+        for l_ in range(L):
+            nkl[k, l_] = nlk[l_, k]
