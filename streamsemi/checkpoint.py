@@ -39,6 +39,7 @@ import os
 import re
 import shutil
 import sys
+import threading
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -340,39 +341,72 @@ class Capture:
     skipped: list[dict[str, str]] = field(default_factory=list)
 
 
+@dataclass
+class Gathered:
+    """References to the engine's state, taken between two polls (O(n) list copies, no encoding)."""
+
+    window: list[tuple[str, float, Any, str | None]]
+    seeds: list[tuple[str, tuple[str, ...], Any]]
+    pending: list[list[Any]]
+    last_ops: list[list[Any]]
+    scalars: dict[str, int]
+    models: dict[str, Any]
+    n_features: int
+    stop_words: str | None
+    engine: Any
+
+
+def gather(engine: Engine) -> Gathered:
+    """Take the references a checkpoint needs; must run on the engine's (polling) thread.
+
+    Rows, label tuples and fitted models are never mutated in place, so the
+    encoding (:func:`encode`) can run on another thread afterwards.
+    """
+    return Gathered(
+        window=[(k, e.ts, e.row, e.text) for k, e in engine.window.items()],
+        seeds=[(k, s.labels, s.row) for k, s in engine.seeds.items()],
+        pending=[[k, list(p.labels), p.expires, p.offset] for k, p in engine.pending._items.items()],
+        last_ops=[[k, off, op] for k, (off, op) in engine._last_op.items()],
+        scalars={"version": engine.version, "refit_count": engine.refit_count,
+                 "docs_since_refit": engine.docs_since_refit},
+        models=dict(engine.models), n_features=engine.config.n_features, stop_words=engine.config.stop_words,
+        engine=engine,
+    )
+
+
 def capture(engine: Engine) -> Capture:
-    """Snapshot the engine's state into file contents (cheap to take between two polls)."""
+    """Snapshot the engine's state into file contents (on the engine's thread)."""
+    return encode(gather(engine))
+
+
+def encode(g: Gathered) -> Capture:
+    """File contents of a checkpoint from :func:`gather` output (may run on any thread)."""
     from streamsemi.engine import FALLBACK_ALGORITHM
 
     files: dict[str, bytes] = {}
-    win_ids, win_ts, win_rows, win_texts = [], [], [], []
-    for doc_id, entry in engine.window.items():
-        win_ids.append(doc_id)
-        win_ts.append(entry.ts)
-        win_rows.append(entry.row)
-        win_texts.append(entry.text)
+    win_ids = [w[0] for w in g.window]
     ids_blob, ids_off, _ = _strings_to_arrays(win_ids)
-    txt_blob, txt_off, has_text = _strings_to_arrays(win_texts)
+    txt_blob, txt_off, has_text = _strings_to_arrays([w[3] for w in g.window])
     files["window.npz"] = _npz_bytes({"ids_blob": ids_blob, "ids_off": ids_off, "text_blob": txt_blob,
                                       "text_off": txt_off, "has_text": has_text,
-                                      "ts": np.asarray(win_ts, dtype=np.float64), **_rows_to_arrays(win_rows, "")})
-    seed_items = list(engine.seeds.items())
-    seed_ids = [k for k, _ in seed_items]
+                                      "ts": np.asarray([w[1] for w in g.window], dtype=np.float64),
+                                      **_rows_to_arrays([w[2] for w in g.window], "")})
+    seed_ids = [k for k, _, _ in g.seeds]
     sid_blob, sid_off, _ = _strings_to_arrays(seed_ids)
     files["seeds.npz"] = _npz_bytes({"ids_blob": sid_blob, "ids_off": sid_off,
-                                     **_rows_to_arrays([s.row for _, s in seed_items], "")})
-    pending = [[k, list(p.labels), p.expires, p.offset] for k, p in engine.pending._items.items()]
-    last_ops = [[k, off, op] for k, (off, op) in engine._last_op.items()]
-    files["engine.json"] = _json_bytes({
-        "version": engine.version, "refit_count": engine.refit_count, "docs_since_refit": engine.docs_since_refit,
-        "seed_labels": [list(s.labels) for _, s in seed_items], "pending": pending, "last_ops": last_ops,
-    })
+                                     **_rows_to_arrays([r for _, _, r in g.seeds], "")})
+    pending, last_ops = g.pending, g.last_ops
+    files["engine.json"] = _json_bytes({**g.scalars, "seed_labels": [list(lb) for _, lb, _ in g.seeds],
+                                        "pending": pending, "last_ops": last_ops})
+    engine = g.engine
     with engine.sketch_lock:
-        files["sketch.json"] = _json_bytes(engine.featurizer.sketch.to_dict())
+        sketch = engine.featurizer.sketch
+        files["sketch.json"] = _json_bytes(sketch.to_dict())
+        n_sketch = len(sketch)
     models_meta: list[dict[str, Any]] = []
     skipped: list[dict[str, str]] = []
     stored: dict[int, str] = {}
-    for name, slot in dict(engine.models).items():
+    for name, slot in g.models.items():
         registry = FALLBACK_ALGORITHM if slot.fallback else name
         key = stored.get(id(slot.model))
         if key is None:
@@ -395,13 +429,12 @@ def capture(engine: Engine) -> Capture:
             "new_clusters": sorted(slot.new_clusters), "explain": slot.explain,
             "classes": [str(c) for c in slot.classes],
         })
-    cfg = engine.config
     manifest = {
         "format": FORMAT, "format_version": FORMAT_VERSION, "created": time.time(),
-        "streamsemi_version": __version__, "n_features": cfg.n_features, "stop_words": cfg.stop_words,
-        "model_version": engine.version,
+        "streamsemi_version": __version__, "n_features": g.n_features, "stop_words": g.stop_words,
+        "model_version": g.scalars["version"],
         "counts": {"window": len(win_ids), "seeds": len(seed_ids), "pending_labels": len(pending),
-                   "control_ops": len(last_ops), "sketch_features": len(engine.featurizer.sketch),
+                   "control_ops": len(last_ops), "sketch_features": n_sketch,
                    "models": len(models_meta)},
         "models": models_meta, "skipped_models": skipped,
     }
@@ -455,6 +488,54 @@ def save(engine: Engine, state_dir: str | Path) -> dict[str, Any]:
     info.update(counts=cap.manifest["counts"], skipped_models=[s["algorithm"] for s in cap.skipped],
                 model_version=cap.manifest["model_version"])
     return info
+
+
+class Checkpointer:
+    """Writes checkpoints on a background thread so that the polling loop stays short.
+
+    :meth:`submit` gathers references on the caller's thread and encodes/writes them
+    on a worker thread; one checkpoint at a time (a submit while one is written is
+    declined). ``on_done(info)`` / ``on_error(exc)`` are called from that thread.
+    """
+
+    def __init__(self, state_dir: str | Path, on_done: Any = None, on_error: Any = None) -> None:
+        self.state_dir = Path(state_dir)
+        self.on_done = on_done
+        self.on_error = on_error
+        self._thread: threading.Thread | None = None
+
+    @property
+    def busy(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def submit(self, engine: Engine, reason: str) -> bool:
+        """Start writing a checkpoint of ``engine``; False if one is still being written."""
+        if self.busy:
+            return False
+        g = gather(engine)
+        self._thread = threading.Thread(target=self._run, args=(g, reason), name="checkpoint", daemon=True)
+        self._thread.start()
+        return True
+
+    def _run(self, g: Gathered, reason: str) -> None:
+        try:
+            cap = encode(g)
+            info = write(self.state_dir, cap)
+            info.update(reason=reason, counts=cap.manifest["counts"], model_version=cap.manifest["model_version"],
+                        skipped_models=[x["algorithm"] for x in cap.skipped])
+        except Exception as exc:  # noqa: BLE001 - reported, never fatal
+            if self.on_error:
+                self.on_error(exc, reason)
+            return
+        if self.on_done:
+            self.on_done(info)
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait for the checkpoint being written; True when none is running any more."""
+        t = self._thread
+        if t is not None:
+            t.join(timeout)
+        return not self.busy
 
 
 # ---------------------------------------------------------------- read / verify

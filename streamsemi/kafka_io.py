@@ -136,7 +136,7 @@ class ControlReader(threading.Thread):
                         for r in records:
                             self.queue.put((r.value, tp.partition, r.offset, r.key))
                     if self._lost_log(tps, high):
-                        continue
+                        break  # assign again (the topic may have come back with another partition count)
                     if not batch and not self.caught_up.is_set():
                         if all(self.consumer.position(tp) >= (self.consumer.highwater(tp) or 0) for tp in tps):
                             self.caught_up.set()
@@ -175,7 +175,6 @@ class ControlReader(threading.Thread):
             high.update(seen)
             return False
         high.clear()
-        self.consumer.seek_to_beginning(*tps)
         self.resets += 1
         event(log, "control_log_lost", logging.WARNING, topic=self.settings.control_topic,
               partitions=sorted(tp.partition for tp in lost), action="replaying the control topic from the beginning")

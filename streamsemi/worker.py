@@ -114,6 +114,10 @@ class Worker:
         self.last_reset = -1e18
         self.last_checkpoint = time.monotonic()
         self.restore_report: checkpoint.RestoreReport | None = None
+        self.checkpointer = (checkpoint.Checkpointer(settings.state_dir, self._checkpoint_done, self._checkpoint_failed)
+                             if settings.state_dir else None)
+        self.checkpoint_signature: tuple | None = None
+        self.records_seen = 0
         r = self.telemetry.registry
         self.m_resets = Counter("streamsemi_broker_resets", "Broker data losses detected (topics or logs gone) and recovered from",
                                 registry=r)
@@ -208,7 +212,7 @@ class Worker:
             event(log, "shutdown_commit_failed", logging.WARNING, error=str(exc))
         if self.watch is not None:
             self.watch.stop()
-        self._checkpoint("shutdown")
+        self._checkpoint("shutdown", wait=True)
         for closer in (self.consumer, self.producer):
             if closer is not None:
                 try:
@@ -255,6 +259,7 @@ class Worker:
                     ts = r.timestamp / 1000
                     self.newest_record_ts = ts if self.newest_record_ts is None else max(self.newest_record_ts, ts)
         self.telemetry.consumed.inc(n)
+        self.records_seen += n
         result = self.engine.process(docs)
         for doc, rej in result.rejected:
             tp, offset = doc.source
@@ -273,7 +278,7 @@ class Worker:
         try:
             if self._settle():
                 self._commit()
-                if self.settings.state_dir and time.monotonic() - self.last_checkpoint >= self.settings.checkpoint_interval_s:
+                if self.checkpointer and time.monotonic() - self.last_checkpoint >= self.settings.checkpoint_interval_s:
                     self._checkpoint("interval")
         except CommitFailedError as exc:
             self.broker_error("commit")
@@ -432,18 +437,15 @@ class Worker:
             if hw is None:
                 continue
             nxt = self.next_offset.get(tp)
-            try:
-                pos = self.consumer.position(tp, timeout_ms=1000)
-            except Exception:  # noqa: BLE001 - position unknown right now
-                pos = None
-            if (pos is not None and pos > hw) or (nxt is not None and nxt > hw):
+            # (no consumer.position() here: it can block, and a JoinGroup reply that arrives
+            # while the loop is outside poll() is lost on kafka-python 3.0.12)
+            if nxt is not None and nxt > hw:
                 self.on_broker_reset("documents_topic")
                 self.next_offset.pop(tp, None)
                 self.committed.pop(tp, None)
-                if pos is not None and pos > hw:
-                    self.consumer.seek_to_beginning(tp)
-                    event(log, "documents_log_lost", logging.WARNING, topic=tp.topic, partition=tp.partition,
-                          position=pos, highwater=hw, action="reading the partition from the beginning")
+                self.consumer.seek_to_beginning(tp)
+                event(log, "documents_log_lost", logging.WARNING, topic=tp.topic, partition=tp.partition,
+                      processed_up_to=nxt, highwater=hw, action="reading the partition from the beginning")
 
     def _handle_broker_reset(self) -> None:
         """The broker lost its data: recreate topics, forget old offsets, replace the producer, send again."""
@@ -478,19 +480,35 @@ class Worker:
               action="topics recreated, old offsets dropped, seeds and models kept")
 
     # ------------------------------------------------------------------ checkpoints
-    def _checkpoint(self, reason: str) -> None:
-        if not self.settings.state_dir:
+    def _signature(self) -> tuple:
+        e = self.engine
+        return (e.version, e.refit_count, len(e.window), len(e.seeds), len(e.pending), len(e._last_op),
+                tuple(sorted((n, m.version) for n, m in e.models.items())), self.records_seen)
+
+    def _checkpoint(self, reason: str, wait: bool = False) -> None:
+        """Write a checkpoint in the background (or wait for it, at shutdown); skipped when nothing changed."""
+        if self.checkpointer is None:
             return
         self.last_checkpoint = time.monotonic()
-        try:
-            info = checkpoint.save(self.engine, self.settings.state_dir)
-        except Exception as exc:  # noqa: BLE001 - a failed checkpoint must not stop the worker
-            self.m_checkpoints.labels("failure").inc()
-            event(log, "checkpoint_failed", logging.ERROR, reason=reason, error=f"{type(exc).__name__}: {exc}")
+        if wait:
+            self.checkpointer.wait(max(1.0, self.settings.shutdown_grace_s / 2))
+        sig = self._signature()
+        if sig == self.checkpoint_signature:
             return
+        if self.checkpointer.submit(self.engine, reason):
+            self.checkpoint_signature = sig
+        if wait:
+            self.checkpointer.wait(max(1.0, self.settings.shutdown_grace_s / 2))
+
+    def _checkpoint_done(self, info: dict) -> None:
         self.m_checkpoints.labels("success").inc()
         self.m_checkpoint_ts.set(time.time())
         self.m_checkpoint_bytes.set(info["bytes"])
-        event(log, "checkpoint_written", reason=reason, path=info["path"], bytes=info["bytes"],
+        event(log, "checkpoint_written", reason=info["reason"], path=info["path"], bytes=info["bytes"],
               seconds=info["seconds"], model_version=info["model_version"], skipped_models=info["skipped_models"],
               **info["counts"])
+
+    def _checkpoint_failed(self, exc: Exception, reason: str) -> None:
+        self.checkpoint_signature = None
+        self.m_checkpoints.labels("failure").inc()
+        event(log, "checkpoint_failed", logging.ERROR, reason=reason, error=f"{type(exc).__name__}: {exc}")

@@ -69,7 +69,7 @@ class Replay(threading.Thread):
             for j in range(self.start_at, self.start_at + self.n):
                 doc_id = f"{self.prefix}{j}"
                 send_json(p, self.topics.documents, {"id": doc_id, "text": texts[j % len(texts)]}, key=doc_id)
-                if j % self.seed_every == 0:
+                if self.seed_every and j % self.seed_every == 0:
                     send_json(p, self.topics.control, {"op": "label", "id": doc_id, "labels": [labels[j % len(texts)]]},
                               key=doc_id)
                     self.seeds.add(doc_id)
@@ -89,7 +89,9 @@ def _events(worker: WorkerProcess, name: str) -> list[dict]:
 
 
 def _errors(worker: WorkerProcess) -> list[dict]:
-    return [e for e in worker.logs() if e.get("level") in ("error", "critical") or "raw" in e and "Traceback" in e["raw"]]
+    """streamsemi's own error logs (kafka-python logs lost connections at ERROR level: those are expected here)."""
+    return [e for e in worker.logs() if (e.get("level") in ("error", "critical") and e.get("logger", "").startswith("streamsemi"))
+            or ("raw" in e and "Traceback" in e["raw"])]
 
 
 # ---------------------------------------------------------------- 1. crash
@@ -210,10 +212,14 @@ def test_broker_loss_and_empty_restart(tmp_path, r8):
             from kafka import KafkaConsumer
 
             c = KafkaConsumer(bootstrap_servers=bs)
-            assert all(c.partitions_for_topic(t) == {0, 1, 2} for t in
-                       (topics.documents, topics.control, topics.assignments, topics.deadletter))
+            names = (topics.documents, topics.control, topics.assignments, topics.deadletter)
+            assert wait_until(lambda: set(names) <= set(c.topics()), 30)
+            # Tansu auto-creates a topic named in any metadata request (it ignores allow_auto_topic_creation=False),
+            # so a topic the worker's consumers ask for may come back with Tansu's 4 default partitions before
+            # the worker creates it with 3 (a real cluster honours the flag): accept both.
+            assert all(len(c.partitions_for_topic(t)) in (3, 4) for t in names)
             c.close()
-            second = Replay(bs, topics, r8, 300, rate=2000, prefix="after", seed_every=10**9)
+            second = Replay(bs, topics, r8, 300, rate=2000, prefix="after", seed_every=0)
             second.run()
             assert second.error is None
             out = [json.loads(r.value) for r in read_topic(bs, topics.assignments, expect=300, timeout=90)]
@@ -230,7 +236,7 @@ def test_broker_loss_and_empty_restart(tmp_path, r8):
         try:
             assert w2.wait_ready(60), "a restored model makes the worker ready without any refit"
             assert w2.metric("streamsemi_seed_documents") == 60
-            third = Replay(bs, topics, r8, 100, rate=2000, prefix="third", seed_every=10**9)
+            third = Replay(bs, topics, r8, 100, rate=2000, prefix="third", seed_every=0)
             third.run()
             out = [json.loads(r.value) for r in read_topic(bs, topics.assignments, expect=400, timeout=90)]
             late = [m for m in out if m["id"].startswith("third")]
