@@ -326,19 +326,27 @@ def run_speed() -> dict[str, Any]:
     Xw = X[W].tocsr()
     Xw.sort_indices()
     ptr, w, _ = tokens_from_counts(Xw, lookup, m.max_doc_tokens)
-    z, y = m.tok_z_.copy(), m.tok_y_.copy()
     K, L, V = m.pi_.shape[0], m.pi_.shape[1], m.vocab_.size
-    counts = gibbs.build_counts(ptr, w, z, y, K, L, V)
     free = (m.seed_codes_ < 0).astype(np.uint8)
-    acc = np.zeros((ptr.size - 1, K))
-    n = 10
-    t0, w0 = cpu(), time.perf_counter()
-    gibbs.gibbs_sweeps(ptr, w, z, y, free, *counts, 0.2, 0.01, 0.4, n, 1, 1, acc)
-    dt, dw = cpu() - t0, time.perf_counter() - w0
     out["tokens_10k_window"] = T
     out["vocabulary_10k_window"] = V
-    out["token_updates_per_s_cpu"] = T * n / dt
-    out["token_updates_per_s_wall"] = T * n / dw
+    out["K"] = K
+    out["L"] = L
+    # state after 40 sweeps (past the random start), then 10 timed sweeps per kernel
+    z, y = m.tok_z_.copy(), m.tok_y_.copy()
+    counts = gibbs.build_counts(ptr, w, z, y, K, L, V)
+    gibbs.gibbs_sweeps_sparse(ptr, w, z, y, free, *counts, 0.2, 0.01, 0.4, 40, 1, 1,
+                              np.zeros((ptr.size - 1, K)))
+    for name in ("gibbs_sweeps_sparse", "gibbs_sweeps"):
+        zz, yy = z.copy(), y.copy()
+        counts = gibbs.build_counts(ptr, w, zz, yy, K, L, V)
+        acc = np.zeros((ptr.size - 1, K))
+        n = 10
+        t0, w0 = cpu(), time.perf_counter()
+        getattr(gibbs, name)(ptr, w, zz, yy, free, *counts, 0.2, 0.01, 0.4, n, 1, 2, acc)
+        dt, dw = cpu() - t0, time.perf_counter() - w0
+        out[f"token_updates_per_s_cpu[{name}]"] = T * n / dt
+        out[f"token_updates_per_s_wall[{name}]"] = T * n / dw
     print("sweeps", out, flush=True)
     # cold fit and warm refit (window slid by 1,000 documents)
     t0, w0 = cpu(), time.perf_counter()
