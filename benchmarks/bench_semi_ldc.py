@@ -16,6 +16,12 @@ with another seed), best of 3 repetitions.
 
 Writes ``benchmarks/results/semi_ldc.json`` (and prints a table): fit seconds, predict
 docs/s, peak RSS, and each as a ratio to ConstrainedKMeans in the same run.
+
+``--quality`` instead runs the quality comparison of ``docs/algorithms/semi-ldc.md``:
+20NG comp.* (5 groups) and talk.* (4 groups), empty posts dropped, seeds drawn per
+class (``max(1, round(f * N_c))``, numpy seed = run index 0..2) at f = 1..5%; SemiLDC
+(defaults, ``random_state`` = run index) and ConstrainedKMeans on the same draws;
+macro-F1 on the unlabeled documents. Writes ``benchmarks/results/semi_ldc.quality.json``.
 """
 
 from __future__ import annotations
@@ -35,6 +41,8 @@ import numpy as np
 import scipy.sparse as sp
 
 RESULTS = Path(__file__).resolve().parent / "results" / "semi_ldc.json"
+QUALITY = Path(__file__).resolve().parent / "results" / "semi_ldc.quality.json"
+PAPER = {"comp": [0.532, 0.647, 0.671, 0.709, 0.715], "talk": [0.640, 0.733, 0.766, 0.784, 0.793]}
 N_PREDICT = 5000
 SEED_FRACTION = 0.05
 
@@ -84,16 +92,6 @@ def window(X: sp.csr_matrix, y: np.ndarray, n: int) -> tuple[sp.csr_matrix, np.n
     return Xw[order], yw[order], pred
 
 
-def seeds_for(y: np.ndarray) -> np.ndarray:
-    """5% stratified seeds, at least one per class (seed 0)."""
-    rng = np.random.default_rng(0)
-    out = np.full(y.size, None, dtype=object)
-    for c in np.unique(y):
-        idx = np.flatnonzero(y == c)
-        out[rng.choice(idx, max(1, int(round(SEED_FRACTION * idx.size))), replace=False)] = c
-    return out
-
-
 def rss_mb() -> float:
     with open("/proc/self/status") as fh:
         for line in fh:
@@ -110,7 +108,7 @@ def child(data: Path, algo: str, n: int) -> dict:
     y = np.load(data / "y.npy", allow_pickle=True)
     Xw, yw, Xp = window(X, y, n)
     del X
-    seeds = seeds_for(yw)
+    seeds = stratified_seeds(yw, SEED_FRACTION, 0)
     rss_before = rss_mb()
     est = make_estimator(algo, random_state=0)
     t0 = time.perf_counter()
@@ -136,14 +134,80 @@ def child(data: Path, algo: str, n: int) -> dict:
             "peak_rss_over_baseline_mb": peak - rss_before}
 
 
+def stratified_seeds(y: np.ndarray, fraction: float, seed: int) -> np.ndarray:
+    """``max(1, round(fraction * N_c))`` seeds per class, drawn with numpy seed ``seed``."""
+    rng = np.random.default_rng(seed)
+    out = np.full(y.size, None, dtype=object)
+    for c in np.unique(y):
+        idx = np.flatnonzero(y == c)
+        out[rng.choice(idx, max(1, int(round(fraction * idx.size))), replace=False)] = c
+    return out
+
+
+def quality(params: dict, runs: int = 3) -> None:
+    """SemiLDC vs ConstrainedKMeans macro-F1 on 20NG comp.* and talk.* (see docstring)."""
+    from streamsemi import datasets
+    from streamsemi.algorithms.constrained_kmeans import ConstrainedKMeans
+    from streamsemi.algorithms.semi_ldc import SemiLDC
+    from streamsemi.evaluation.metrics import macro_f1
+    from streamsemi.features import TextFeaturizer
+
+    ds = datasets.load("20newsgroups")
+    X = TextFeaturizer().transform(ds.texts, update_sketch=False)
+    y = np.array(ds.labels, dtype=object)
+    rows = []
+    for group in ("comp", "talk"):
+        mask = np.array([lab.startswith(group + ".") for lab in y]) & (np.diff(X.indptr) > 0)
+        Xg, yg = X[mask], y[mask]
+        for i, frac in enumerate((0.01, 0.02, 0.03, 0.04, 0.05)):
+            r: dict[str, list[float]] = {"semi_ldc": [], "plsa_only": [], "ckm": [], "fit_s": [],
+                                         "mean_confidence": [], "accuracy": []}
+            for run in range(runs):
+                seeds = stratified_seeds(yg, frac, run)
+                unl = np.array([v is None for v in seeds])
+                t0 = time.perf_counter()
+                est = SemiLDC(random_state=run, **params).fit(Xg, seeds)
+                r["fit_s"].append(time.perf_counter() - t0)
+                r["semi_ldc"].append(macro_f1(yg[unl], est.classes_[est.labels_][unl]))
+                r["plsa_only"].append(macro_f1(yg[unl], est.plsa_.classes_[est.plsa_.labels_][unl]))
+                P = est.predict_proba(Xg[unl])
+                r["mean_confidence"].append(float(P.max(axis=1).mean()))
+                r["accuracy"].append(float(np.mean(est.classes_[P.argmax(axis=1)] == yg[unl])))
+                ck = ConstrainedKMeans(random_state=run).fit(Xg, seeds)
+                r["ckm"].append(macro_f1(yg[unl], ck.classes_[ck.labels_][unl]))
+            row = {"group": group, "n_docs": int(Xg.shape[0]), "label_fraction": frac,
+                   "paper_semi_ldc": PAPER[group][i]}
+            for k, v in r.items():
+                row[k] = float(np.mean(v))
+                row[k + "_sd"] = float(np.std(v))
+            rows.append(row)
+            print(f"{group} {frac:.2f}  semi-ldc {row['semi_ldc']:.3f}±{row['semi_ldc_sd']:.3f}  "
+                  f"ckm {row['ckm']:.3f}±{row['ckm_sd']:.3f}  plsa {row['plsa_only']:.3f}  "
+                  f"paper {row['paper_semi_ldc']:.3f}  conf {row['mean_confidence']:.3f} "
+                  f"acc {row['accuracy']:.3f}", flush=True)
+    out = {"benchmark": "bench_semi_ldc --quality", "params": params, "runs": runs,
+           "command": "OMP_NUM_THREADS=1 python benchmarks/bench_semi_ldc.py --quality"
+                      + (f" --params '{json.dumps(params)}'" if params else ""),
+           "rows": rows}
+    path = QUALITY if not params else QUALITY.with_name("semi_ldc.quality-variant.json")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(out, indent=2) + "\n")
+    print(f"wrote {path}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="2000,10000,50000")
     ap.add_argument("--algorithms", default="semi-ldc,constrained-kmeans")
+    ap.add_argument("--quality", action="store_true", help="run the macro-F1 comparison instead")
+    ap.add_argument("--params", default="{}", help="SemiLDC parameters (JSON) for --quality")
     ap.add_argument("--child", nargs=3, metavar=("DATA", "ALGO", "N"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
         print(json.dumps(child(Path(args.child[0]), args.child[1], int(args.child[2]))))
+        return
+    if args.quality:
+        quality(json.loads(args.params))
         return
     sizes = [int(s) for s in args.sizes.split(",")]
     algos = args.algorithms.split(",")
