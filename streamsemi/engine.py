@@ -629,6 +629,33 @@ class Engine:
         event(log, "refit_round_done", version=snap.version, seconds=round(time.perf_counter() - t_round, 3),
               failed=failed)
 
+    # ------------------------------------------------------------------ recovery (used by streamsemi.worker)
+    def absorb(self, docs: Sequence[Document]) -> int:
+        """Put documents that were already assigned back into the window (no assignment, no refit).
+
+        After a checkpoint restore the worker re-reads the documents committed after
+        the checkpoint was taken; held labels for them become seeds as in
+        :meth:`process`. Returns the number of documents windowed.
+        """
+        if not docs:
+            return 0
+        with self.sketch_lock:
+            X = self.featurizer.transform([d.text for d in docs], update_sketch=False)
+        nnz = np.diff(X.indptr)
+        n = 0
+        for i, doc in enumerate(docs):
+            if nnz[i] == 0:
+                continue
+            row = Row.from_csr(X, i)
+            self.window.add(doc.id, row, doc.ts if doc.ts is not None else doc.arrival, doc.text)
+            held = self.pending.pop(doc.id)
+            if held is not None:
+                self._make_seed(doc.id, held.labels, row)
+                self.resolved.append(ResolvedSeed(doc.id, held.labels, doc.text, held.offset))
+            n += 1
+        self.telemetry.pending.set(len(self.pending))
+        return n
+
     # ------------------------------------------------------------------ introspection
     def stats(self) -> dict[str, Any]:
         """Counts for logs and the demo's progress line."""
