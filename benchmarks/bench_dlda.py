@@ -4,6 +4,7 @@ Run on demand (not part of the test suite), one at a time::
 
     OMP_NUM_THREADS=1 python benchmarks/bench_dlda.py speed    # -> results/dlda.json
     OMP_NUM_THREADS=1 python benchmarks/bench_dlda.py warm     # -> results/dlda.warm.json/.png
+    OMP_NUM_THREADS=1 python benchmarks/bench_dlda.py warm-baseline  # -> results/dlda.warm_baseline.json
     OMP_NUM_THREADS=1 python benchmarks/bench_dlda.py quality  # -> results/dlda.quality.json/.png
 
 ``speed``: token updates per second of the compiled two-step sweep (L=128, one core,
@@ -17,7 +18,8 @@ are known and 20% of their documents in the window are seeds; K = 10 known + 10 
 clusters. A cold fit on window A = docs [0, 10k); window B = [1k, 11k): cold fits with
 25..200 sweeps vs warm refits from A with 0..80 sweeps (quality on B). Then a stream of
 refits every 1,000 documents (warm, default ``warm_sweeps``), each labelling the next
-1,000 unseen documents by fold-in before the refit sees them.
+1,000 unseen documents by fold-in before the refit sees them. ``warm-baseline``: the
+same windows and stream with ConstrainedKMeans(n_new_clusters=10) refitted from scratch.
 
 ``quality``: the ``d-lda`` protocol of the paper (Table II): Easy1..4, Difficult1..4,
 four newsgroups each, the first two of each row of Table II known (the paper marks the
@@ -285,6 +287,37 @@ def run_warm(window: int = 10_000, step: int = 1_000, n_new: int = 10) -> dict[s
     return out
 
 
+def run_warm_baseline(window: int = 10_000, step: int = 1_000, n_new: int = 10) -> dict[str, Any]:
+    """ConstrainedKMeans(n_new_clusters=10) on the same stream windows as :func:`run_warm`."""
+    X, labels, y_all, ids, known = stream_setup()
+    out: dict[str, Any] = {"window": window, "step": step, "n_new_clusters": n_new}
+    B = slice(step, window + step)
+    m = ConstrainedKMeans(n_new_clusters=n_new, random_state=0).fit(X[B], y_all[B])
+    unl = np.array([v is None for v in y_all[B]])
+    out["ckm_B"] = semi_defined_metrics(labels[B], m.classes_[m.labels_].astype(str), known, unl,
+                                        set(m.new_clusters_))
+    stream = []
+    prev = ConstrainedKMeans(n_new_clusters=n_new, random_state=0).fit(X[:window], y_all[:window])
+    for j in range(1, 6):
+        nxt = slice(window + (j - 1) * step, window + j * step)
+        ahead = prev.predict(X[nxt]).astype(str)
+        ahead_m = semi_defined_metrics(labels[nxt], ahead, known, np.ones(step, bool),
+                                       set(prev.new_clusters_))
+        W = slice(j * step, window + j * step)
+        t = time.perf_counter()
+        m = ConstrainedKMeans(n_new_clusters=n_new, random_state=0).fit(X[W], y_all[W])
+        unl = np.array([v is None for v in y_all[W]])
+        stream.append({"refit": j, "refit_wall_s": time.perf_counter() - t,
+                       "window": semi_defined_metrics(labels[W], m.classes_[m.labels_].astype(str),
+                                                      known, unl, set(m.new_clusters_)),
+                       "ahead": ahead_m})
+        print("ckm stream", stream[-1], flush=True)
+        prev = m
+    out["stream"] = stream
+    _save(out, "dlda.warm_baseline.json")
+    return out
+
+
 def _plot_warm(out: dict) -> None:
     import matplotlib
 
@@ -404,9 +437,11 @@ if __name__ == "__main__":
         print(json.dumps(run_speed(), indent=1, default=float))
     elif mode == "warm":
         run_warm()
+    elif mode == "warm-baseline":
+        run_warm_baseline()
     elif mode == "quality":
         run_quality()
     elif mode == "memory":
         run_memory(int(sys.argv[2]))
     else:
-        raise SystemExit(f"unknown mode {mode!r}: speed | warm | quality | memory N")
+        raise SystemExit(f"unknown mode {mode!r}: speed | warm | warm-baseline | quality | memory N")
