@@ -354,13 +354,16 @@ class Gathered:
     n_features: int
     stop_words: str | None
     engine: Any
+    offsets: list[list[Any]] = field(default_factory=list)
 
 
-def gather(engine: Engine) -> Gathered:
+def gather(engine: Engine, offsets: list[list[Any]] | None = None) -> Gathered:
     """Take the references a checkpoint needs; must run on the engine's (polling) thread.
 
     Rows, label tuples and fitted models are never mutated in place, so the
-    encoding (:func:`encode`) can run on another thread afterwards.
+    encoding (:func:`encode`) can run on another thread afterwards. ``offsets``
+    (``[topic, partition, next offset]``) tell a restore which documents the window
+    already holds: those after them are read back into the window at start.
     """
     return Gathered(
         window=[(k, e.ts, e.row, e.text) for k, e in engine.window.items()],
@@ -370,7 +373,7 @@ def gather(engine: Engine) -> Gathered:
         scalars={"version": engine.version, "refit_count": engine.refit_count,
                  "docs_since_refit": engine.docs_since_refit},
         models=dict(engine.models), n_features=engine.config.n_features, stop_words=engine.config.stop_words,
-        engine=engine,
+        engine=engine, offsets=[list(o) for o in offsets or []],
     )
 
 
@@ -397,7 +400,7 @@ def encode(g: Gathered) -> Capture:
                                      **_rows_to_arrays([r for _, _, r in g.seeds], "")})
     pending, last_ops = g.pending, g.last_ops
     files["engine.json"] = _json_bytes({**g.scalars, "seed_labels": [list(lb) for _, lb, _ in g.seeds],
-                                        "pending": pending, "last_ops": last_ops})
+                                        "pending": pending, "last_ops": last_ops, "offsets": g.offsets})
     engine = g.engine
     with engine.sketch_lock:
         sketch = engine.featurizer.sketch
@@ -508,11 +511,11 @@ class Checkpointer:
     def busy(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
 
-    def submit(self, engine: Engine, reason: str) -> bool:
+    def submit(self, engine: Engine, reason: str, offsets: list[list[Any]] | None = None) -> bool:
         """Start writing a checkpoint of ``engine``; False if one is still being written."""
         if self.busy:
             return False
-        g = gather(engine)
+        g = gather(engine, offsets)
         self._thread = threading.Thread(target=self._run, args=(g, reason), name="checkpoint", daemon=True)
         self._thread.start()
         return True
@@ -637,6 +640,7 @@ class RestoreReport:
     models: dict[str, int] = field(default_factory=dict)
     skipped_models: dict[str, str] = field(default_factory=dict)
     model_version: int = 0
+    offsets: dict[tuple[str, int], int] = field(default_factory=dict)
 
 
 def _json(files: dict[str, bytes], name: str) -> Any:
@@ -710,6 +714,7 @@ def _apply(engine: Engine, loaded: Loaded, report: RestoreReport) -> None:
         last_ops = [(str(k), int(off), str(op)) for k, off, op in state["last_ops"]]
         version, refit_count = int(state["version"]), int(state["refit_count"])
         docs_since = int(state.get("docs_since_refit", 0))
+        offsets = {(str(t), int(p)): int(o) for t, p, o in state.get("offsets", [])}
     except CheckpointError:
         raise
     except (KeyError, TypeError, ValueError) as exc:
@@ -738,6 +743,7 @@ def _apply(engine: Engine, loaded: Loaded, report: RestoreReport) -> None:
     for name, slot in models.items():
         tel.model_version.labels(name).set(slot.version)
         tel.new_clusters.labels(name).set(len(slot.new_clusters))
+    report.offsets = offsets
     report.models = {name: slot.version for name, slot in models.items()}
     report.model_version = engine.version
     report.counts = {"window": len(engine.window), "seeds": len(engine.seeds), "pending_labels": len(engine.pending),

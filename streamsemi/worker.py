@@ -42,6 +42,7 @@ from streamsemi.kafka_io import (
     ensure_topics,
     make_document_consumer,
     make_producer,
+    make_reader,
 )
 from streamsemi.logs import event
 from streamsemi.messages import (
@@ -80,6 +81,7 @@ class _Rebalance(ConsumerRebalanceListener):
 
     def on_partitions_assigned(self, assigned: Any) -> None:
         event(log, "partitions_assigned", partitions=sorted(f"{tp.topic}:{tp.partition}" for tp in assigned))
+        self.worker.on_assigned(set(assigned))
 
 
 class Worker:
@@ -118,6 +120,8 @@ class Worker:
                              if settings.state_dir else None)
         self.checkpoint_signature: tuple | None = None
         self.records_seen = 0
+        self.catchup_from: dict[TopicPartition, int] = {}   # checkpoint offsets not caught up yet
+        self.catchup_todo: set[TopicPartition] = set()
         r = self.telemetry.registry
         self.m_resets = Counter("streamsemi_broker_resets", "Broker data losses detected (topics or logs gone) and recovered from",
                                 registry=r)
@@ -167,6 +171,8 @@ class Worker:
               metrics=f"http://{s.metrics_host}:{self.http.port}/metrics", state_dir=s.state_dir or None)
         if s.state_dir:
             self.restore_report = checkpoint.restore(self.engine, s.state_dir)
+            self.catchup_from = {TopicPartition(t, p): o for (t, p), o in self.restore_report.offsets.items()
+                                 if t == s.documents_topic}
             if self.engine.models and not self.engine.ready:
                 self.engine.request_refit("restore")  # rebuild the models that could not be restored
         self.last_checkpoint = time.monotonic()
@@ -232,6 +238,8 @@ class Worker:
         self.last_loop = time.time()
         if self.reset_requested.is_set():
             self._handle_broker_reset()
+        if self.catchup_todo:
+            self._catch_up()
         self._check_positions()
         self._resend()
         self._apply_control()
@@ -495,7 +503,8 @@ class Worker:
         sig = self._signature()
         if sig == self.checkpoint_signature:
             return
-        if self.checkpointer.submit(self.engine, reason):
+        offsets = [[tp.topic, tp.partition, off] for tp, off in self.next_offset.items()]
+        if self.checkpointer.submit(self.engine, reason, offsets):
             self.checkpoint_signature = sig
         if wait:
             self.checkpointer.wait(max(1.0, self.settings.shutdown_grace_s / 2))
@@ -512,3 +521,53 @@ class Worker:
         self.checkpoint_signature = None
         self.m_checkpoints.labels("failure").inc()
         event(log, "checkpoint_failed", logging.ERROR, reason=reason, error=f"{type(exc).__name__}: {exc}")
+
+    # ------------------------------------------------------------------ window catch-up after a restore
+    def on_assigned(self, assigned: set[TopicPartition]) -> None:
+        self.catchup_todo |= {tp for tp in assigned if tp in self.catchup_from}
+
+    def _catch_up(self) -> None:
+        """Read back into the window the documents committed after the restored checkpoint was taken.
+
+        They were assigned already (no output now), but the window must hold them:
+        a seed label replayed from the control topic finds its document there. Without
+        this a label applied after its document, whose re-emitted seed was lost in a
+        crash, would wait forever.
+        """
+        todo, self.catchup_todo = self.catchup_todo, set()
+        ranges: dict[TopicPartition, tuple[int, int]] = {}
+        for tp in todo:
+            start = self.catchup_from.pop(tp, None)
+            try:
+                end = self.consumer.committed(tp)
+            except KafkaError as exc:
+                event(log, "catch_up_failed", logging.WARNING, partition=tp.partition, error=str(exc))
+                continue
+            if start is not None and end is not None and end > start:
+                ranges[tp] = (start, end)
+        if not ranges:
+            return
+        t0 = time.monotonic()
+        reader = make_reader(self.settings, client_id="streamsemi-catchup")
+        docs = []
+        try:
+            reader.assign(list(ranges))
+            for tp, (start, _) in ranges.items():
+                reader.seek(tp, start)
+            left = dict(ranges)
+            while left and time.monotonic() - t0 < 30:
+                for tp, records in reader.poll(timeout_ms=500, max_records=5000).items():
+                    for r in records:
+                        if tp in left and r.offset < left[tp][1]:
+                            parsed = parse_document(r.value, self.limits)
+                            if not isinstance(parsed, Rejected):
+                                docs.append(parsed)
+                for tp in list(left):
+                    if reader.position(tp) >= left[tp][1]:
+                        del left[tp]
+        finally:
+            reader.close()
+        n = self.engine.absorb(docs)
+        self._reemit_resolved()
+        event(log, "window_caught_up", documents=n, partitions=sorted(tp.partition for tp in ranges),
+              seconds=round(time.monotonic() - t0, 3), incomplete=sorted(tp.partition for tp in left))
