@@ -202,6 +202,7 @@ def test_fitted_seeded_documents_keep_their_class(corpus, fitted):
     for i, v in enumerate(y):
         if v is not None:
             assert lab[i] == v
+            assert fitted.scores_[i] == 1.0  # O_dk / n_d with every token in class k
 
 
 # ----------------------------------------------------------------------------- quality

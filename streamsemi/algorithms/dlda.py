@@ -380,9 +380,9 @@ class DLDA(ClassifierMixin, BaseEstimator):
         empty = lengths == 0
         if empty.any():  # no kept word: corpus-level class proportions
             acc[empty] = nk / nk.sum()
-        acc[fixed >= 0] = 0.0
-        acc[fixed >= 0, fixed[fixed >= 0]] = 1.0
         labels = acc.argmax(axis=1)
+        seeded = fixed >= 0
+        labels[seeded] = fixed[seeded]  # (all their tokens are in that class anyway)
 
         # names of the new clusters: stable across refits (document overlap matching)
         names = self._name_clusters(prev, ids, labels, n_known, n_new, next_id, converted)
