@@ -283,3 +283,14 @@ def test_calibrate_temperature_flattens_only_when_seeds_disagree():
     assert calibrate_temperature(D2, np.array([0, 1, 0, -1]), 0.5) == pytest.approx(0.5)
     wrong = calibrate_temperature(D2, np.array([0, 1, 1, 0]), 0.5)  # one seed nearer class 0
     assert 0.5 < wrong <= 50.0
+
+
+def test_two_classes_keep_graded_scores(corpus):
+    X, y, seeds, _ = corpus
+    keep = np.isin(y, ["sci.space", "rec.sport.hockey"])
+    m = SemiLDC().fit(X[keep], seeds[keep])
+    assert not m.normalized_ and m.cluster_centers_.shape == (2, 1)
+    P = m.predict_proba(X[keep])
+    assert np.unique(P[:, 0]).size > 10  # graded, not just two values
+    unl = seeds[keep] == None  # noqa: E711
+    assert macro_f1(y[keep][unl], m.classes_[m.labels_][unl]) > 0.8

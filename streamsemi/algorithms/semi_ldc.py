@@ -575,7 +575,9 @@ class SemiLDC(ClassifierMixin, BaseEstimator):
         Regularisation of Eq. 14, relative to the mean eigenvalue of S_w.
     normalize_projection : bool, default=True
         l2-normalise the projected documents before constrained k-means (cosine
-        k-means in the LDA space); False uses the plain Euclidean projection.
+        k-means in the LDA space); False uses the plain Euclidean projection. Ignored
+        for two clusters (K - 1 = 1 dimension), where normalising would leave only the
+        sign and make every score one of two values.
     plsa_alpha, plsa_beta, plsa_init_mix, plsa_tol, plsa_max_iter :
         Parameters of the :class:`ConstrainedPLSA` that produces the soft labels.
     kmeans_max_iter : int, default=100
@@ -616,6 +618,8 @@ class SemiLDC(ClassifierMixin, BaseEstimator):
         Constrained k-means iterations (last round).
     n_refine_done_ : int
         Refinement rounds actually run.
+    normalized_ : bool
+        Whether projected rows are l2-normalised (``normalize_projection`` and K > 2).
     """
 
     def __init__(self, weighting: str = "tfidf", pca_variance: float = 0.9,
@@ -678,6 +682,7 @@ class SemiLDC(ClassifierMixin, BaseEstimator):
         Z = np.asarray(Ws @ V) - (mean @ V)[None, :]
 
         labels = None
+        self.normalized_ = bool(self.normalize_projection) and K - 1 >= 2
         self.n_refine_done_ = 0
         for round_ in range(int(self.n_refine) + 1):
             if round_ > 0:  # refinement: LDA on the previous assignment (extension)
@@ -716,7 +721,7 @@ class SemiLDC(ClassifierMixin, BaseEstimator):
     def _embed_weighted(self, WP: Any) -> np.ndarray:
         """Centre a projected weighted matrix and optionally l2-normalise its rows."""
         Y = np.asarray(WP) - self.offset_[None, :]
-        if self.normalize_projection:
+        if self.normalized_:
             norms = np.linalg.norm(Y, axis=1, keepdims=True)
             norms[norms == 0] = 1.0
             Y = Y / norms
