@@ -74,14 +74,15 @@ def class_proba(counts: np.ndarray, alpha: float) -> np.ndarray:
 def prune_vocabulary(X: sp.csr_matrix, min_df: int | float) -> np.ndarray:
     """Hashed columns kept as words: document frequency >= ``min_df``.
 
-    An int is an absolute count (the paper used 15); a float in (0, 1) is a
-    fraction of the documents (rounded up).
+    An int is an absolute count (the paper used 15), capped at ``max(2, N // 100)``
+    so that a small window keeps its words (from N = 1,500 documents on, 15 applies
+    in full); a float in (0, 1) is a fraction of the documents (rounded up).
     """
     n = X.shape[0]
     if isinstance(min_df, float) and 0.0 < min_df < 1.0:
         threshold = int(np.ceil(min_df * n))
     else:
-        threshold = int(min_df)
+        threshold = min(int(min_df), max(2, n // 100))
     df = np.bincount(X.indices, minlength=X.shape[1])
     return np.flatnonzero(df >= max(threshold, 1)).astype(np.int64)
 
@@ -193,8 +194,9 @@ class DLDA(ClassifierMixin, BaseEstimator):
     fold_in_sweeps : int, default=10
         Fold-in sweeps per new document (``predict``); the last half is averaged.
     min_df : int or float, default=15
-        Document-frequency threshold on the hashed columns (paper: 15); a float in
-        (0, 1) is a fraction of the documents.
+        Document-frequency threshold on the hashed columns (paper: 15), capped at
+        ``max(2, N // 100)`` for small windows; a float in (0, 1) is a fraction of
+        the documents.
     max_doc_tokens : int, default=1000
         Length cap: longer documents have their counts scaled down (see
         :func:`capped_counts`). 0 disables the cap.
