@@ -114,6 +114,7 @@ class Worker:
         self.reset_requested = threading.Event()
         self.reset_sources: set[str] = set()
         self.last_reset = -1e18
+        self.reset_seek_until = -1e18
         self.last_checkpoint = time.monotonic()
         self.restore_report: checkpoint.RestoreReport | None = None
         self.checkpointer = (checkpoint.Checkpointer(settings.state_dir, self._checkpoint_done, self._checkpoint_failed)
@@ -173,6 +174,8 @@ class Worker:
             self.restore_report = checkpoint.restore(self.engine, s.state_dir)
             self.catchup_from = {TopicPartition(t, p): o for (t, p), o in self.restore_report.offsets.items()
                                  if t == s.documents_topic}
+            if self.restore_report.status == "restored":
+                self.checkpoint_signature = self._signature()  # nothing new to write yet
             if self.engine.models and not self.engine.ready:
                 self.engine.request_refit("restore")  # rebuild the models that could not be restored
         self.last_checkpoint = time.monotonic()
@@ -286,7 +289,8 @@ class Worker:
         try:
             if self._settle():
                 self._commit()
-                if self.checkpointer and time.monotonic() - self.last_checkpoint >= self.settings.checkpoint_interval_s:
+                if (self.checkpointer and time.monotonic() - self.last_checkpoint >= self.settings.checkpoint_interval_s
+                        and self.consumer.assignment()):  # not while joining: keep this thread in poll()
                     self._checkpoint("interval")
         except CommitFailedError as exc:
             self.broker_error("commit")
@@ -445,15 +449,28 @@ class Worker:
             if hw is None:
                 continue
             nxt = self.next_offset.get(tp)
-            # (no consumer.position() here: it can block, and a JoinGroup reply that arrives
-            # while the loop is outside poll() is lost on kafka-python 3.0.12)
-            if nxt is not None and nxt > hw:
+            pos = self._known_position(tp)
+            if (nxt is not None and nxt > hw) or (pos is not None and pos > hw):
                 self.on_broker_reset("documents_topic")
                 self.next_offset.pop(tp, None)
                 self.committed.pop(tp, None)
                 self.consumer.seek_to_beginning(tp)
                 event(log, "documents_log_lost", logging.WARNING, topic=tp.topic, partition=tp.partition,
-                      processed_up_to=nxt, highwater=hw, action="reading the partition from the beginning")
+                      processed_up_to=nxt, position=pos, highwater=hw, action="reading the partition from the beginning")
+
+    def _known_position(self, tp: TopicPartition) -> int | None:
+        """The consumer's fetch position if it is known, without any network call.
+
+        ``KafkaConsumer.position()`` may block on the coordinator, and a JoinGroup reply
+        that arrives while the loop is outside ``poll()`` is lost on kafka-python 3.0.12;
+        so this reads the subscription state (kafka-python internals; None if they change).
+        """
+        try:
+            state = self.consumer._subscription.assignment[tp]
+            position = state.position
+            return None if position is None else int(position.offset)
+        except Exception:  # noqa: BLE001 - internals of another version: skip this check
+            return None
 
     def _handle_broker_reset(self) -> None:
         """The broker lost its data: recreate topics, forget old offsets, replace the producer, send again."""
@@ -469,6 +486,12 @@ class Worker:
             event(log, "topics_recreate_failed", logging.WARNING, error=str(exc))
         self.next_offset.clear()
         self.committed.clear()
+        # Positions (and cached committed offsets) refer to the old logs: read the new ones from the beginning,
+        # now and for partitions assigned during this episode.
+        self.reset_seek_until = now + RESET_EPISODE_S
+        parts = list(self.consumer.assignment()) if self.consumer is not None else []
+        if parts:
+            self.consumer.seek_to_beginning(*parts)
         if not new_episode:
             return
         self.m_resets.inc()
@@ -525,6 +548,10 @@ class Worker:
     # ------------------------------------------------------------------ window catch-up after a restore
     def on_assigned(self, assigned: set[TopicPartition]) -> None:
         self.catchup_todo |= {tp for tp in assigned if tp in self.catchup_from}
+        if assigned and time.monotonic() < self.reset_seek_until:
+            self.consumer.seek_to_beginning(*assigned)
+            event(log, "partitions_read_from_beginning", partitions=sorted(tp.partition for tp in assigned),
+                  reason="assigned shortly after a broker reset")
 
     def _catch_up(self) -> None:
         """Read back into the window the documents committed after the restored checkpoint was taken.

@@ -187,7 +187,7 @@ def test_broker_loss_and_empty_restart(tmp_path, r8):
     b = start_own_broker(tmp_path)
     port = b.port
     state = tmp_path / "state"
-    args = ["--state-dir", str(state), "--checkpoint-interval-s", "1", "--refit-every-docs", "0",
+    args = ["--state-dir", str(state), "--checkpoint-interval-s", "2", "--refit-every-docs", "0",
             "--min-docs-first-refit", "300", "--no-drift-detection"]
     try:
         topics = Topics()
@@ -222,8 +222,11 @@ def test_broker_loss_and_empty_restart(tmp_path, r8):
             second = Replay(bs, topics, r8, 300, rate=2000, prefix="after", seed_every=0)
             second.run()
             assert second.error is None
-            out = [json.loads(r.value) for r in read_topic(bs, topics.assignments, expect=300, timeout=90)]
-            assert {m["id"] for m in out} == {f"after{j}" for j in range(300)}, "new documents are all assigned"
+            want = {f"after{j}" for j in range(300)}
+            assert wait_until(lambda: set(assigned_ids(bs, topics.assignments, idle=1.0)) >= want, 90, 1.0), \
+                "new documents are all assigned"
+            out = [json.loads(r.value) for r in read_topic(bs, topics.assignments, idle=1.0)]
+            assert {m["id"] for m in out} == want
             assert min(m["model_version"] for m in out) >= version, "with the model kept through the loss"
             assert w.metric("streamsemi_seed_documents") == 60, "seeds kept"
             assert w.proc.poll() is None
@@ -238,9 +241,10 @@ def test_broker_loss_and_empty_restart(tmp_path, r8):
             assert w2.metric("streamsemi_seed_documents") == 60
             third = Replay(bs, topics, r8, 100, rate=2000, prefix="third", seed_every=0)
             third.run()
-            out = [json.loads(r.value) for r in read_topic(bs, topics.assignments, expect=400, timeout=90)]
-            late = [m for m in out if m["id"].startswith("third")]
-            assert len({m["id"] for m in late}) == 100 and min(m["model_version"] for m in late) >= version
+            want = {f"third{j}" for j in range(100)}
+            assert wait_until(lambda: set(assigned_ids(bs, topics.assignments, idle=1.0)) >= want, 90, 1.0)
+            out = [json.loads(r.value) for r in read_topic(bs, topics.assignments, idle=1.0)]
+            assert min(m["model_version"] for m in out if m["id"] in want) >= version
         finally:
             assert w2.terminate() == 0
         assert _events(w2, "checkpoint_restored")[0]["seeds"] == 60
