@@ -292,7 +292,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed-fraction", type=float, default=0.05)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--algorithms", default="constrained-kmeans")
-    p.add_argument("--refit-every-docs", type=int, default=1000)
+    p.add_argument("--refit-every-docs", type=int, default=500)
     p.add_argument("--port", type=int, default=None, help="broker port (default: a free one)")
     p.add_argument("--metrics-port", type=int, default=9464)
     p.add_argument("--bootstrap-servers", default=None, help="use this Kafka instead of the embedded broker")

@@ -74,7 +74,7 @@ def run_demo(args: argparse.Namespace) -> int:
                "--assignments-topic", settings.assignments_topic, "--deadletter-topic", settings.deadletter_topic,
                "--refit-every-docs", str(args.refit_every_docs), "--metrics-port", str(args.metrics_port),
                "--session-timeout-ms", "6000", "--heartbeat-interval-ms", "1000", "--min-docs-first-refit",
-               str(min(300, max(50, len(order) // 4)))]
+               str(min(2000, max(300, len(order) // 3)))]
         with open(log_path, "ab") as log_fh:
             worker = subprocess.Popen(cmd, stdout=log_fh, stderr=log_fh, start_new_session=True)
         _print(f"streamsemi demo: broker {bootstrap}{' (embedded Tansu)' if broker else ''}, worker pid {worker.pid}, "
@@ -102,6 +102,7 @@ def run_demo(args: argparse.Namespace) -> int:
         assign_all(reader, settings.assignments_topic)
         truth: dict[str, str] = {}
         pred: dict[str, str] = {}
+        used_version: dict[str, int] = {}
         version = 0
         assigned = 0
         last_print = 0.0
@@ -124,6 +125,7 @@ def run_demo(args: argparse.Namespace) -> int:
                         if true is not None:
                             truth[doc_id] = true
                             pred[doc_id] = msg.get("label") or msg.get("cluster")
+                            used_version[doc_id] = int(msg.get("model_version", 0))
             now = time.monotonic()
             if worker.poll() is not None:
                 _print(f"the worker exited with code {worker.returncode}; see {log_path}")
@@ -139,6 +141,9 @@ def run_demo(args: argparse.Namespace) -> int:
                 ids = list(pred)
                 f1 = macro_f1([truth[i] for i in ids], [pred[i] for i in ids]) if ids else float("nan")
                 _print(f"all {len(order)} documents assigned: macro-F1 {f1:.3f} on {len(ids)} non-seed documents, model v{version}")
+                for v in sorted(set(used_version.values())):
+                    vi = [i for i in ids if used_version[i] == v]
+                    _print(f"  assigned by model v{v}: {len(vi):6d} documents, macro-F1 {macro_f1([truth[i] for i in vi], [pred[i] for i in vi]):.3f}")
                 if args.docs is not None:
                     break
                 _print("  (still running: Ctrl-C to stop)")
