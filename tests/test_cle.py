@@ -13,6 +13,7 @@ from streamsemi.algorithms.cle import (
     contracted_graph,
     knn_graph,
     solve_map,
+    top_k_inverted,
     top_k_similar,
     unit_rows,
 )
@@ -70,6 +71,59 @@ def test_top_k_similar_matches_brute_force():
     np.testing.assert_allclose(sim, np.maximum(expected, 0), atol=1e-12)
     np.testing.assert_allclose(np.take_along_axis(dense, idx, axis=1), expected, atol=1e-12)
     assert not np.any(idx == np.arange(X.shape[0])[:, None])
+
+
+def _assert_same_neighbours(a_idx, a_sim, b_idx, b_sim, Q, R):
+    """Same similarity lists; indices may differ only among exactly tied similarities."""
+    np.testing.assert_allclose(a_sim, b_sim, rtol=0, atol=1e-12)
+    exact = (Q @ R.T).toarray()
+    pos = a_sim > 0
+    rows = np.nonzero(pos)[0]
+    np.testing.assert_allclose(exact[rows, a_idx[pos]], a_sim[pos], atol=1e-12)
+    np.testing.assert_allclose(exact[rows, b_idx[pos]], b_sim[pos], atol=1e-12)
+
+
+def test_inverted_kernel_matches_sparse_blocks_on_real_text(r8_subset):
+    X = unit_rows(r8_subset[0], "tf", None)
+    XT = sp.csr_matrix(X.T)
+    # the graph case: all documents against themselves, self excluded
+    b_idx, b_sim = top_k_similar(X, X, XT, 15, exclude_self_offset=0, block_memory_mb=0.1)
+    a_idx, a_sim = top_k_inverted(X, XT, 15, exclude_self_offset=0)
+    assert not np.any(a_idx[a_sim > 0] == np.nonzero(a_sim > 0)[0])
+    _assert_same_neighbours(a_idx, a_sim, b_idx, b_sim, X, X)
+    assert np.all(np.diff(a_sim, axis=1) <= 0)  # sorted by decreasing similarity
+    # out-of-sample queries against a window
+    W, Q = X[:200], X[200:]
+    b_idx, b_sim = top_k_similar(Q, W, sp.csr_matrix(W.T), 15)
+    a_idx, a_sim = top_k_inverted(Q, sp.csr_matrix(W.T), 15)
+    _assert_same_neighbours(a_idx, a_sim, b_idx, b_sim, Q, W)
+    assert a_idx.shape == (100, 15) and a_idx.max() < 200
+
+
+def test_inverted_kernel_zero_similarity_and_small_window():
+    X = l2_normalize_rows(sp.csr_matrix(np.array([[1.0, 0, 0], [1.0, 1, 0], [0, 0, 2]])))
+    idx, sim = top_k_inverted(X, sp.csr_matrix(X.T), 5, exclude_self_offset=0)
+    assert idx.shape == (3, 2)  # k capped at N - 1
+    np.testing.assert_allclose(sim[0], [1 / np.sqrt(2), 0.0])
+    assert idx[0, 0] == 1
+    np.testing.assert_array_equal(sim[2], 0.0)  # shares no term: no neighbour at all
+    q = sp.csr_matrix(([1.0], ([0], [2])), shape=(1, 3))
+    idx, sim = top_k_inverted(q, sp.csr_matrix(X.T), 2)
+    assert idx[0, 0] == 2 and sim[0, 0] == pytest.approx(1.0) and sim[0, 1] == 0.0
+
+
+def test_knn_methods_give_the_same_model(r8_subset):
+    X, y, _, _, _ = r8_subset
+    a = CLE(knn_method="inverted").fit(X, y)
+    b = CLE(knn_method="blocks", block_memory_mb=0.5).fit(X, y)
+    # the neighbour similarities are identical (test above); the graphs differ only where
+    # a k-th neighbour is tied (duplicate stories), i.e. in a handful of edges
+    assert a.graph_.nnz == b.graph_.nnz
+    assert len((a.graph_ != b.graph_).nonzero()[0]) <= 8
+    np.testing.assert_allclose(np.sort(a.graph_.data), np.sort(b.graph_.data), atol=1e-12)
+    assert np.corrcoef(a.embedding_.ravel(), b.embedding_.ravel())[0, 1] > 0.999
+    assert np.mean(a.labels_ == b.labels_) >= 0.99
+    assert np.mean(a.predict(X[:100]) == b.predict(X[:100])) >= 0.98
 
 
 def test_knn_graph_is_symmetric_union_with_dot_product_weights():
@@ -304,6 +358,8 @@ def test_degenerate_inputs():
         CLE(n_new_clusters=1).fit(X, y)
     with pytest.raises(ValueError, match="unknown weighting"):
         CLE(weighting="bm25").fit(X, y)
+    with pytest.raises(ValueError, match="unknown knn_method"):
+        CLE(knn_method="annoy").fit(X, y)
     with pytest.raises(ValueError, match="n_neighbors must be >= 1"):
         CLE(n_neighbors=0).fit(X, y)
     est = CLE(n_neighbors=3).fit(X, y)

@@ -14,9 +14,16 @@ the highest map wins (measured better on Reuters, see the design notes).
 Implementation choices (details and measurements in ``docs/algorithms/cle.md``):
 
 * Graph: symmetric kNN (``i in kNN(j) or j in kNN(i)``) with dot-product weights
-  on unit-length rows, computed in row blocks of the sparse product
-  ``Xn[block] @ Xn.T`` with a top-k per row by ``argpartition``; never a dense
-  ``N x N`` matrix. Zero-similarity neighbours are not edges.
+  on unit-length rows; never a dense ``N x N`` matrix. Zero-similarity neighbours
+  are not edges. Two exact ways to find the top-k (``knn_method``): the default
+  ``"inverted"`` is a compiled (numba) inverted-index kernel that accumulates one
+  query's dot products over the posting lists of its terms (``X.T`` in CSR) into
+  a length-``N`` buffer and keeps the k best in a heap, so no similarity block is
+  ever materialised; ``"blocks"`` computes row blocks of the sparse product
+  ``Xn[block] @ Xn.T`` densified to ``block x N`` with a top-k per row by
+  ``argpartition``. Both give the same similarities (neighbour order may differ
+  only among exact ties); the kernel is 2-5x faster, which is what makes the
+  out-of-sample predict and the 50k-document graph fast enough.
 * Subspace trick as graph contraction: ``y = P_k z`` with the paper's ``P_k``
   spans the same space as the 0/1 incidence matrix ``P`` that sends class-``k``
   seeds to node 0, other seeds to node 1 and every unlabeled document to its own
@@ -47,6 +54,7 @@ import scipy.linalg as sla
 import scipy.sparse as sp
 import scipy.sparse.csgraph as csgraph
 import scipy.sparse.linalg as spla
+from numba import njit
 from scipy.optimize import minimize_scalar
 from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils.validation import check_is_fitted
@@ -65,6 +73,7 @@ from streamsemi.features import idf_weights, l2_normalize_rows, tfidf
 WEIGHTINGS = ("tf", "tfidf")
 MAP_SCALINGS = ("seeds", "none")
 ASSIGNS = ("calibrated", "prior", "kmeans")
+KNN_METHODS = ("inverted", "blocks")
 DENSE_EIGEN_MAX = 400  # components up to this size are solved with dense eigh
 
 
@@ -127,16 +136,130 @@ def top_k_similar(Q: sp.csr_matrix, R: sp.csr_matrix, RT: sp.csr_matrix, n_neigh
     return idx, sim
 
 
+@njit(cache=True)
+def _heap_push(hv: np.ndarray, hi: np.ndarray, hn: int, k: int, v: float, j: int) -> int:
+    """Offer ``(v, j)`` to a min-heap of the ``k`` best (ties: the smaller index is better)."""
+    if hn < k:
+        c = hn
+        hn += 1
+        while c > 0:
+            par = (c - 1) // 2
+            if hv[par] > v or (hv[par] == v and hi[par] < j):
+                hv[c], hi[c] = hv[par], hi[par]
+                c = par
+            else:
+                break
+        hv[c], hi[c] = v, j
+        return hn
+    if v > hv[0] or (v == hv[0] and j < hi[0]):
+        c = 0
+        while True:
+            left = 2 * c + 1
+            if left >= k:
+                break
+            m = left
+            if left + 1 < k and (hv[left + 1] < hv[left]
+                                 or (hv[left + 1] == hv[left] and hi[left + 1] > hi[left])):
+                m = left + 1
+            if hv[m] < v or (hv[m] == v and hi[m] > j):
+                hv[c], hi[c] = hv[m], hi[m]
+                c = m
+            else:
+                break
+        hv[c], hi[c] = v, j
+    return hn
+
+
+@njit(cache=True)
+def _top_k_inverted(q_indptr: np.ndarray, q_indices: np.ndarray, q_data: np.ndarray,
+                    t_indptr: np.ndarray, t_indices: np.ndarray, t_data: np.ndarray,
+                    n_r: int, k: int, self_offset: int) -> tuple[np.ndarray, np.ndarray]:
+    """Exact top-k dot products of CSR queries against an inverted index (``R.T`` in CSR).
+
+    Per query: accumulate ``q_f * r_jf`` over the posting list of every query term
+    ``f`` into ``acc`` (touched documents are remembered), then scan the touched
+    documents with a size-``k`` heap and reset them. ``self_offset >= 0`` excludes
+    document ``self_offset + i`` for query ``i``. Unfilled slots: index 0, similarity 0.
+    """
+    n_q = q_indptr.size - 1
+    idx = np.zeros((n_q, k), np.int64)
+    sim = np.zeros((n_q, k))
+    acc = np.zeros(n_r)
+    mark = np.zeros(n_r, np.bool_)
+    touched = np.empty(n_r, np.int64)
+    hv = np.empty(k)
+    hi = np.empty(k, np.int64)
+    for i in range(n_q):
+        nt = 0
+        for p in range(q_indptr[i], q_indptr[i + 1]):
+            f = q_indices[p]
+            w = q_data[p]
+            for pp in range(t_indptr[f], t_indptr[f + 1]):
+                j = t_indices[pp]
+                if not mark[j]:
+                    mark[j] = True
+                    touched[nt] = j
+                    nt += 1
+                acc[j] += w * t_data[pp]
+        if self_offset >= 0:
+            acc[self_offset + i] = 0.0
+        hn = 0
+        for a in range(nt):
+            j = touched[a]
+            v = acc[j]
+            acc[j] = 0.0
+            mark[j] = False
+            if v > 0.0:
+                hn = _heap_push(hv, hi, hn, k, v, j)
+        order = np.argsort(-hv[:hn], kind="mergesort")
+        for a in range(hn):
+            idx[i, a] = hi[order[a]]
+            sim[i, a] = hv[order[a]]
+    return idx, sim
+
+
+def top_k_inverted(Q: sp.csr_matrix, RT: sp.csr_matrix, n_neighbors: int,
+                   exclude_self_offset: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Same result as :func:`top_k_similar`, by the compiled inverted-index kernel.
+
+    ``RT`` is ``R.T`` in CSR (rows = features, the posting lists). Memory is
+    ``O(len(R))`` per call besides the output; work is ``sum_f df_Q(f) df_R(f)``
+    multiply-adds plus one heap scan over the touched documents per query.
+    Neighbours are sorted by decreasing similarity (ties: smaller index first);
+    slots beyond the positive similarities hold index 0 and similarity 0.
+    """
+    n_r = RT.shape[1]
+    k = min(n_neighbors, n_r - (1 if exclude_self_offset is not None else 0))
+    if k <= 0:
+        return np.zeros((Q.shape[0], 0), dtype=np.int64), np.zeros((Q.shape[0], 0))
+    Q = sp.csr_matrix(Q, dtype=np.float64)
+    RT = sp.csr_matrix(RT, dtype=np.float64)
+    return _top_k_inverted(Q.indptr.astype(np.int64), Q.indices.astype(np.int64), Q.data,
+                           RT.indptr.astype(np.int64), RT.indices.astype(np.int64), RT.data,
+                           int(n_r), int(k), -1 if exclude_self_offset is None else int(exclude_self_offset))
+
+
+def find_neighbors(Q: sp.csr_matrix, R: sp.csr_matrix, RT: sp.csr_matrix, n_neighbors: int,
+                   method: str = "inverted", exclude_self_offset: int | None = None,
+                   block_memory_mb: float = 64.0) -> tuple[np.ndarray, np.ndarray]:
+    """Exact top-k neighbours by ``method`` ("inverted" kernel or sparse-product "blocks")."""
+    if method == "inverted":
+        return top_k_inverted(Q, RT, n_neighbors, exclude_self_offset)
+    if method == "blocks":
+        return top_k_similar(Q, R, RT, n_neighbors, exclude_self_offset, block_memory_mb)
+    raise ValueError(f"unknown knn_method {method!r}; expected one of {KNN_METHODS}")
+
+
 def knn_graph(Xn: sp.csr_matrix, n_neighbors: int = 15, block_memory_mb: float = 64.0,
-              XnT: sp.csr_matrix | None = None) -> sp.csr_matrix:
+              XnT: sp.csr_matrix | None = None, method: str = "inverted") -> sp.csr_matrix:
     """Symmetric kNN graph with dot-product weights (paper 3.3 steps 1-2, "k nearest neighbors").
 
     ``i ~ j`` if ``j`` is among the ``n_neighbors`` most similar rows of ``i`` or
     vice versa, with ``W_ij = x_i . x_j``; pairs with zero similarity are not edges.
     """
     XnT = sp.csr_matrix(Xn.T) if XnT is None else XnT
-    idx, sim = top_k_similar(Xn, Xn, XnT, n_neighbors, exclude_self_offset=0,
-                             block_memory_mb=block_memory_mb)
+    idx, sim = find_neighbors(Xn, Xn, XnT, n_neighbors, method, exclude_self_offset=0,
+                              block_memory_mb=block_memory_mb)
     return graph_from_neighbors(idx, sim)
 
 
@@ -385,8 +508,12 @@ class CLE(ClassifierMixin, BaseEstimator):
         k-means iterations.
     eigen_tol : float, default=1e-8
         Tolerance of the sparse eigensolver.
+    knn_method : {"inverted", "blocks"}, default="inverted"
+        How the exact top-k neighbours are found (graph and out-of-sample
+        extension): the compiled inverted-index kernel, or row blocks of the
+        sparse product ``X[block] @ X.T``. Same similarities either way.
     block_memory_mb : float, default=64
-        Size of one dense block of similarities while building the graph.
+        Size of one dense block of similarities (``knn_method="blocks"`` only).
     random_state : int or None, default=0
         Tie-breaking for the extra clusters' initialisation.
 
@@ -419,7 +546,8 @@ class CLE(ClassifierMixin, BaseEstimator):
     def __init__(self, n_neighbors: int = 15, weighting: str = "tf", seed_link: float = 1000.0,
                  assign: str = "calibrated", map_scaling: str = "seeds", constrained: bool = True,
                  n_new_clusters: int = 0, max_iter: int = 100, eigen_tol: float = 1e-8,
-                 block_memory_mb: float = 64.0, random_state: int | None = 0) -> None:
+                 knn_method: str = "inverted", block_memory_mb: float = 64.0,
+                 random_state: int | None = 0) -> None:
         self.n_neighbors = n_neighbors
         self.weighting = weighting
         self.seed_link = seed_link
@@ -429,6 +557,7 @@ class CLE(ClassifierMixin, BaseEstimator):
         self.n_new_clusters = n_new_clusters
         self.max_iter = max_iter
         self.eigen_tol = eigen_tol
+        self.knn_method = knn_method
         self.block_memory_mb = block_memory_mb
         self.random_state = random_state
 
@@ -441,6 +570,8 @@ class CLE(ClassifierMixin, BaseEstimator):
             raise ValueError(f"unknown map_scaling {self.map_scaling!r}; expected one of {MAP_SCALINGS}")
         if self.assign not in ASSIGNS:
             raise ValueError(f"unknown assign {self.assign!r}; expected one of {ASSIGNS}")
+        if self.knn_method not in KNN_METHODS:
+            raise ValueError(f"unknown knn_method {self.knn_method!r}; expected one of {KNN_METHODS}")
         if not float(self.seed_link) > 0:
             raise ValueError(f"seed_link must be > 0, got {self.seed_link}")
         if int(self.n_new_clusters) < 0:
@@ -463,8 +594,8 @@ class CLE(ClassifierMixin, BaseEstimator):
         self.idf_ = idf_weights(X)
         Xn = unit_rows(X, self.weighting, self.idf_)
         XnT = sp.csr_matrix(Xn.T)
-        nn_idx, nn_sim = top_k_similar(Xn, Xn, XnT, int(self.n_neighbors), exclude_self_offset=0,
-                                       block_memory_mb=self.block_memory_mb)
+        nn_idx, nn_sim = find_neighbors(Xn, Xn, XnT, int(self.n_neighbors), self.knn_method,
+                                        exclude_self_offset=0, block_memory_mb=self.block_memory_mb)
         W = graph_from_neighbors(nn_idx, nn_sim)
         times["graph"] = time.perf_counter() - t0
 
@@ -550,8 +681,8 @@ class CLE(ClassifierMixin, BaseEstimator):
         if X.nnz and X.data.min() < 0:
             raise ValueError("X must be non-negative term counts")
         Q = unit_rows(X, self.weighting, self.idf_)
-        idx, sim = top_k_similar(Q, self.X_fit_, self.X_fit_T_, int(self.n_neighbors),
-                                 block_memory_mb=self.block_memory_mb)
+        idx, sim = find_neighbors(Q, self.X_fit_, self.X_fit_T_, int(self.n_neighbors),
+                                  self.knn_method, block_memory_mb=self.block_memory_mb)
         raw_fit = self.embedding_ * self.map_scale_ + self.map_offset_
         return (nystrom(raw_fit, idx, sim, self.eigenvalues_) - self.map_offset_) / self.map_scale_
 
@@ -583,4 +714,5 @@ class CLE(ClassifierMixin, BaseEstimator):
         return explain_weights(self.classes_, self.class_term_weights_, sketch, top_n)
 
 
-__all__ = ["CLE", "loo_calibration", "prior_thresholds", "knn_graph", "graph_from_neighbors", "nystrom", "contracted_graph", "solve_map", "top_k_similar", "unit_rows"]
+__all__ = ["CLE", "loo_calibration", "prior_thresholds", "knn_graph", "graph_from_neighbors", "nystrom", "contracted_graph", "solve_map", "top_k_similar",
+           "top_k_inverted", "find_neighbors", "unit_rows"]
