@@ -3,7 +3,7 @@
 Usage::
 
     OMP_NUM_THREADS=1 python benchmarks/bench_cle.py speed [--sizes 2000 10000 50000]
-    OMP_NUM_THREADS=1 python benchmarks/bench_cle.py quality [--draws 5] [--balanced]
+    OMP_NUM_THREADS=1 python benchmarks/bench_cle.py quality [--draws 5] [--balanced] [--variants NAME ...]
 
 ``speed`` pools the texts of 20newsgroups + reuters-r52 + reuters-r8 + reuters21578
 (duplicates across the Reuters sets are kept: they are real documents for timing
@@ -18,7 +18,8 @@ topic, the 30 largest topics, r = 2..6 random topics, ``--draws`` draws per r, a
 100 seeds per topic, i.e. the same seed count for every topic, capped at half the
 topic); accuracy (Hungarian) and NMI (max) over all documents of the draw, for
 several CLE variants and ConstrainedKMeans on the same draws. Results go to
-``benchmarks/results/cle.json`` (key ``quality`` or ``quality_balanced``).
+``benchmarks/results/cle.json`` (key ``quality`` or ``quality_balanced``; with
+``--variants``, a subset of the CLE variants, the key gets a ``_subset`` suffix).
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ RESULTS = Path(__file__).parent / "results" / "cle.json"
 
 VARIANTS = {
     "cle (default: tf, seed_link=1000, calibrated)": {},
+    "cle knn_method=blocks": {"knn_method": "blocks"},
     "cle seed_link=100": {"seed_link": 100.0},
     "cle assign=prior": {"assign": "prior"},
     "cle assign=kmeans": {"assign": "kmeans"},
@@ -70,13 +72,13 @@ def reuters30() -> tuple[list[str], np.ndarray]:
     return [t for t, _ in keep], np.array([lab for _, lab in keep], dtype=object)
 
 
-def quality(draws: int, balanced: bool, seed: int = 12345) -> dict:
+def quality(draws: int, balanced: bool, seed: int = 12345, variants: list[str] | None = None) -> dict:
     texts, y = reuters30()
     X = TextFeaturizer().transform(texts, update_sketch=False)
     top = [c for c, _ in Counter(y).most_common(30)]
     pcts = [0.03, 0.05, 0.07, 0.09]
     rng = np.random.default_rng(seed)
-    names = list(VARIANTS) + ["constrained-kmeans"]
+    names = [v for v in VARIANTS if variants is None or v in variants] + ["constrained-kmeans"]
     scores: dict[str, dict[str, list]] = {n: {str(p): [] for p in pcts} for n in names}
     per_r: dict[str, dict[str, list]] = {n: {str(r): [] for r in range(2, 7)} for n in names}
     seconds = dict.fromkeys(names, 0.0)
@@ -160,6 +162,9 @@ def speed(sizes: list[int], n_predict: int = 5000, seed: int = 0) -> dict:
         t0 = time.perf_counter()
         ckm.predict(held)
         t_pred_ckm = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        cle.set_params(knn_method="blocks").predict(held)  # the former sparse-product path
+        t_pred_blocks = time.perf_counter() - t0
         row = {
             "n_docs": n, "n_features": X.shape[1], "n_classes": int(len(cle.classes_)),
             "cle_fit_s": round(t_cle, 2), "ckm_fit_s": round(t_ckm, 2),
@@ -168,6 +173,7 @@ def speed(sizes: list[int], n_predict: int = 5000, seed: int = 0) -> dict:
             "cle_eigen_s": round(cle.fit_times_["eigen"], 2),
             "cle_assign_s": round(cle.fit_times_["assign"], 2),
             "cle_predict_docs_per_s": round(n_predict / t_pred),
+            "cle_predict_blocks_docs_per_s": round(n_predict / t_pred_blocks),
             "ckm_predict_docs_per_s": round(n_predict / t_pred_ckm),
             "peak_rss_mb_so_far": round(_peak_rss_mb()),
         }
@@ -176,6 +182,8 @@ def speed(sizes: list[int], n_predict: int = 5000, seed: int = 0) -> dict:
         del cle, ckm
     return {"corpus": "pooled 20newsgroups + reuters-r52 + reuters-r8 + reuters21578, shuffled, "
                       "5% random seeds (pooled labels), 5,000 held-out docs for predict",
+            "knn": "exact top-k by the numba inverted-index kernel (knn_method='inverted', default); "
+                   "cle_predict_blocks_docs_per_s = same model with the sparse-product blocks",
             "threads": "OMP_NUM_THREADS=1 (shared 2-core machine)", "rows": rows}
 
 
@@ -185,12 +193,15 @@ def main() -> None:
     ap.add_argument("--sizes", type=int, nargs="+", default=[2000, 10000, 50000])
     ap.add_argument("--draws", type=int, default=5)
     ap.add_argument("--balanced", action="store_true")
+    ap.add_argument("--variants", nargs="+", default=None,
+                    help="quality: only these CLE variant names (ConstrainedKMeans always runs)")
     args = ap.parse_args()
     if args.mode == "speed":
         _save("speed", speed(args.sizes))
     else:
-        res = quality(args.draws, args.balanced)
-        _save("quality_balanced" if args.balanced else "quality", res)
+        res = quality(args.draws, args.balanced, variants=args.variants)
+        key = "quality_balanced" if args.balanced else "quality"
+        _save(key + ("_subset" if args.variants else ""), res)
         for name, v in res["results"].items():
             print(f"{name:45s} acc {list(v['accuracy'].values())} nmi {list(v['nmi'].values())}")
 

@@ -178,8 +178,9 @@ def _top_k_inverted(q_indptr: np.ndarray, q_indices: np.ndarray, q_data: np.ndar
 
     Per query: accumulate ``q_f * r_jf`` over the posting list of every query term
     ``f`` into ``acc`` (touched documents are remembered), then scan the touched
-    documents with a size-``k`` heap and reset them. ``self_offset >= 0`` excludes
-    document ``self_offset + i`` for query ``i``. Unfilled slots: index 0, similarity 0.
+    documents with a size-``k`` heap and reset them.
+    ``self_offset >= 0`` excludes document ``self_offset + i`` for query ``i``.
+    Unfilled slots: index 0, similarity 0.
     """
     n_q = q_indptr.size - 1
     idx = np.zeros((n_q, k), np.int64)
@@ -209,7 +210,7 @@ def _top_k_inverted(q_indptr: np.ndarray, q_indices: np.ndarray, q_data: np.ndar
             v = acc[j]
             acc[j] = 0.0
             mark[j] = False
-            if v > 0.0:
+            if v > 0.0 and (hn < k or v >= hv[0]):
                 hn = _heap_push(hv, hi, hn, k, v, j)
         order = np.argsort(-hv[:hn], kind="mergesort")
         for a in range(hn):
