@@ -69,6 +69,14 @@ class Telemetry:
                                    ["algorithm"], registry=r)
         self.broker_errors = Counter("streamsemi_broker_errors", "Kafka client errors, by kind", ["kind"], registry=r)
         self.ready = Gauge("streamsemi_ready", "1 when partitions are assigned and a model is loaded", registry=r)
+        self.broker_resets = Counter("streamsemi_broker_resets",
+                                     "Broker data losses detected (topics or logs gone) and recovered from", registry=r)
+        self.output_resends = Counter("streamsemi_output_resends", "Output records sent again after a failed or lost send",
+                                      registry=r)
+        self.checkpoints = Counter("streamsemi_checkpoints", "Checkpoints written, by outcome", ["outcome"], registry=r)
+        self.last_checkpoint = Gauge("streamsemi_last_checkpoint_timestamp_seconds", "Time of the last checkpoint written",
+                                     registry=r)
+        self.checkpoint_bytes = Gauge("streamsemi_checkpoint_bytes", "Size of the last checkpoint written", registry=r)
 
     def class_label(self, name: str | None, new_cluster: bool = False) -> str:
         """Bounded label value for a class name."""

@@ -30,7 +30,6 @@ from kafka import ConsumerRebalanceListener, TopicPartition
 from kafka.errors import CommitFailedError, KafkaError
 from kafka.future import Future
 from kafka.structs import OffsetAndMetadata
-from prometheus_client import Counter, Gauge
 
 from streamsemi import checkpoint
 from streamsemi.config import Settings
@@ -123,15 +122,9 @@ class Worker:
         self.records_seen = 0
         self.catchup_from: dict[TopicPartition, int] = {}   # checkpoint offsets not caught up yet
         self.catchup_todo: set[TopicPartition] = set()
-        r = self.telemetry.registry
-        self.m_resets = Counter("streamsemi_broker_resets", "Broker data losses detected (topics or logs gone) and recovered from",
-                                registry=r)
-        self.m_resends = Counter("streamsemi_output_resends", "Output records sent again after a failed or lost send",
-                                 registry=r)
-        self.m_checkpoints = Counter("streamsemi_checkpoints", "Checkpoints written, by outcome", ["outcome"], registry=r)
-        self.m_checkpoint_ts = Gauge("streamsemi_last_checkpoint_timestamp_seconds", "Time of the last checkpoint written",
-                                     registry=r)
-        self.m_checkpoint_bytes = Gauge("streamsemi_checkpoint_bytes", "Size of the last checkpoint written", registry=r)
+        t = self.telemetry
+        self.m_resets, self.m_resends, self.m_checkpoints = t.broker_resets, t.output_resends, t.checkpoints
+        self.m_checkpoint_ts, self.m_checkpoint_bytes = t.last_checkpoint, t.checkpoint_bytes
 
     # ------------------------------------------------------------------ health
     def health(self) -> tuple[bool, dict[str, Any]]:

@@ -54,8 +54,12 @@ def test_replay_r8_every_document_assigned_once_per_algorithm(broker, tmp_path):
         truth = [ds.labels[int(m["id"].split(":")[1])] for m in scored]
         f1 = macro_f1(truth, [m["label"] for m in scored])
         assert f1 >= 0.75, f"macro-F1 {f1:.3f} of constrained k-means on non-seed R8 documents"
-        # more documents flow; refits happen meanwhile and the model version advances
-        _produce(broker.bootstrap, topics, "--skip", str(n_warm), "--limit", str(n_more), "--rate", "150")
+        # more documents flow; a refit happens meanwhile and the model version advances:
+        # once the second refit has finished, documents sent afterwards carry version >= 2
+        _produce(broker.bootstrap, topics, "--skip", str(n_warm), "--limit", "300", "--rate", "300")
+        assert worker.wait_metric("streamsemi_refits_total", 2, timeout=120,
+                                  labels={"algorithm": "constrained-kmeans", "outcome": "success"}) >= 2
+        _produce(broker.bootstrap, topics, "--skip", str(n_warm + 300), "--limit", str(n_more - 300), "--rate", "300")
         records = read_topic(broker.bootstrap, topics.assignments, expect=2 * (n_warm + n_more), timeout=120)
         msgs = _values(records)
         per = Counter((m["id"], m["algorithm"]) for m in msgs)
@@ -63,8 +67,9 @@ def test_replay_r8_every_document_assigned_once_per_algorithm(broker, tmp_path):
         assert set(per) == {(i, a) for i in expected_ids for a in ("constrained-kmeans", "seeded-kmeans")}
         assert max(per.values()) == 1, "no duplicates without crashes"
         assert {r.key.decode() for r in records} == {m["id"] for m in msgs}
-        late = [m["model_version"] for m in msgs if m["primary"] and int(m["id"].split(":")[1]) in set(order[n_warm + 300: n_warm + n_more].tolist())]
-        assert min(late) >= 2, "documents arriving later are assigned by a refitted model"
+        late_ids = {f"reuters-r8:{int(i)}" for i in order[n_warm + 300: n_warm + n_more]}
+        late = [m["model_version"] for m in msgs if m["primary"] and m["id"] in late_ids]
+        assert len(late) == n_more - 300 and min(late) >= 2, "documents arriving later are assigned by a refitted model"
         assert worker.metric("streamsemi_refits_total", {"algorithm": "constrained-kmeans", "outcome": "success"}) >= 3
         assert worker.metric("streamsemi_documents_consumed_total") == n_warm + n_more
         assert worker.metric("streamsemi_seed_documents") == len(seeds)
