@@ -24,7 +24,7 @@ import numpy as np
 import scipy.sparse as sp
 from river.drift import ADWIN
 
-from streamsemi.algorithms import build_estimator
+from streamsemi.algorithms import MULTILABEL, build_estimator
 from streamsemi.features import TextFeaturizer
 from streamsemi.logs import event
 from streamsemi.messages import Document, Rejected
@@ -34,7 +34,6 @@ from streamsemi.telemetry import Telemetry
 log = logging.getLogger("streamsemi.engine")
 
 FALLBACK_ALGORITHM = "constrained-kmeans"
-MULTILABEL_ALGORITHMS = {"pseudo-lsc"}
 AGREEMENT_SAMPLE = 1000
 LABEL_PROB_MIN = 1e-3
 LABELS_IN_OUTPUT = 10
@@ -545,7 +544,7 @@ class Engine:
         est = build_estimator(name, self.config.algorithm_params.get(name), self.config.n_new_clusters,
                               self.config.random_state)
         cls = type(est)
-        multilabel = name in MULTILABEL_ALGORITHMS or bool(getattr(cls, "accepts_multilabel", False))
+        multilabel = name in MULTILABEL
         y = self._targets(multilabel, snap.seed_labels)
         prev = self.models.get(name)
         if getattr(cls, "supports_warm_start", False) and prev is not None and not prev.fallback:

@@ -27,6 +27,9 @@ REGISTRY: dict[str, tuple[str, str, dict[str, Any]]] = {
     "pseudo-lsc": ("streamsemi.algorithms.pseudo_lsc", "PseudoLSC", {}),
 }
 
+#: Registry names whose estimators take label SETS (lists) as seeds; the others get one label.
+MULTILABEL: frozenset[str] = frozenset({"pseudo-lsc"})
+
 _CLASS_MODULES = {cls: mod for mod, cls, _ in REGISTRY.values()}
 _CLASS_MODULES["ConstrainedPLSA"] = "streamsemi.algorithms.semi_ldc"
 
@@ -96,5 +99,5 @@ def __getattr__(attr: str) -> Any:
     raise AttributeError(f"module 'streamsemi.algorithms' has no attribute {attr!r}")
 
 
-__all__ = ["REGISTRY", "AlgorithmNotAvailable", "DegenerateInputError", "algorithm_class",
+__all__ = ["REGISTRY", "MULTILABEL", "AlgorithmNotAvailable", "DegenerateInputError", "algorithm_class",
            "make_estimator", "build_estimator", "accepts_param", "is_available"]

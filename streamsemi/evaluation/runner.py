@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from streamsemi.algorithms import MULTILABEL
 from streamsemi.evaluation import metrics
 from streamsemi.evaluation.baselines import make_method
 from streamsemi.evaluation.protocols import (
@@ -29,7 +30,7 @@ from streamsemi.evaluation.protocols import (
     make_draw,
 )
 
-MULTILABEL_ALGORITHMS = {"pseudo-lsc"}
+MULTILABEL_ALGORITHMS = MULTILABEL  # one definition, next to the registry
 
 #: Datasets of the current evaluation, set before worker processes fork.
 _STATE: dict[str, Any] = {}
