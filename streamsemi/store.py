@@ -118,11 +118,16 @@ class Seed:
 
 
 class SeedStore:
-    """Seed-labeled documents, kept after they leave the window (oldest out beyond ``max_docs``)."""
+    """Seed-labeled documents, kept after they leave the window (oldest out beyond ``max_docs``).
+
+    Per-class counts are maintained incrementally (label floods must not cost
+    O(seeds) per label).
+    """
 
     def __init__(self, max_docs: int) -> None:
         self.max_docs = int(max_docs)
         self._seeds: OrderedDict[str, Seed] = OrderedDict()
+        self._counts: dict[str, int] = {}
 
     def __len__(self) -> int:
         return len(self._seeds)
@@ -133,34 +138,47 @@ class SeedStore:
     def get(self, doc_id: str) -> Seed | None:
         return self._seeds.get(doc_id)
 
+    def _count(self, labels: tuple[str, ...], delta: int) -> None:
+        for label in labels:
+            n = self._counts.get(label, 0) + delta
+            if n:
+                self._counts[label] = n
+            else:
+                self._counts.pop(label, None)
+
     def put(self, doc_id: str, labels: tuple[str, ...], row: Row) -> list[str]:
         """Add or replace a seed; return ids evicted by the bound."""
-        self._seeds.pop(doc_id, None)
+        self.remove(doc_id)
         self._seeds[doc_id] = Seed(tuple(labels), row)
+        self._count(tuple(labels), +1)
         evicted = []
         while len(self._seeds) > self.max_docs:
-            evicted.append(self._seeds.popitem(last=False)[0])
+            old_id, old = self._seeds.popitem(last=False)
+            self._count(old.labels, -1)
+            evicted.append(old_id)
         return evicted
 
     def relabel(self, doc_id: str, labels: tuple[str, ...]) -> bool:
         seed = self._seeds.get(doc_id)
         if seed is None:
             return False
+        self._count(seed.labels, -1)
         seed.labels = tuple(labels)
+        self._count(seed.labels, +1)
         return True
 
     def remove(self, doc_id: str) -> bool:
-        return self._seeds.pop(doc_id, None) is not None
+        seed = self._seeds.pop(doc_id, None)
+        if seed is None:
+            return False
+        self._count(seed.labels, -1)
+        return True
 
     def items(self) -> Iterable[tuple[str, Seed]]:
         return self._seeds.items()
 
     def class_counts(self) -> dict[str, int]:
-        counts: dict[str, int] = {}
-        for seed in self._seeds.values():
-            for label in seed.labels:
-                counts[label] = counts.get(label, 0) + 1
-        return counts
+        return dict(self._counts)
 
 
 @dataclass
