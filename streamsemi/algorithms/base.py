@@ -70,6 +70,14 @@ def check_count_matrix(X: Any, allow_empty_rows: bool = False, name: str = "X") 
     return X
 
 
+def check_predict_matrix(X: Any, n_features_in: int) -> sp.csr_matrix:
+    """Rows to score with a fitted model: CSR float64 with the fitted number of columns."""
+    X = sp.csr_matrix(X, dtype=np.float64)
+    if X.shape[1] != n_features_in:
+        raise ValueError(f"X has {X.shape[1]} features, the model was fitted on {n_features_in}")
+    return X
+
+
 def encode_single_labels(y: Sequence[Any], n_samples: int, min_classes: int = 2) -> tuple[np.ndarray, np.ndarray]:
     """Encode seed labels.
 

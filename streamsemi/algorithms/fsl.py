@@ -127,6 +127,7 @@ from streamsemi.algorithms.base import (
     DegenerateInputError,
     check_count_matrix,
     check_n_clusters,
+    check_predict_matrix,
     encode_single_labels,
     explain_weights,
     new_cluster_names,
@@ -797,9 +798,7 @@ class FSL(ClassifierMixin, BaseEstimator):
 
     def _similarities(self, X: Any) -> np.ndarray:
         check_is_fitted(self, "cluster_centers_")
-        X = sp.csr_matrix(X, dtype=np.float64)
-        if X.shape[1] != self.n_features_in_:
-            raise ValueError(f"X has {X.shape[1]} features, the model was fitted on {self.n_features_in_}")
+        X = check_predict_matrix(X, self.n_features_in_)
         Xn = tfidf(sp.csr_matrix(X[:, self.columns_]), self.idf_)
         return weighted_cosine(Xn, Xn.multiply(Xn).tocsr(), self.cluster_centers_, self.feature_scales_)
 

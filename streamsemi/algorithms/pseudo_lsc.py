@@ -58,6 +58,7 @@ from streamsemi.algorithms.base import (
     DegenerateInputError,
     check_count_matrix,
     check_n_clusters,
+    check_predict_matrix,
     encode_multi_labels,
     explain_weights,
 )
@@ -534,9 +535,7 @@ class PseudoLSC(ClassifierMixin, BaseEstimator):
 
     def _distances(self, X: Any) -> np.ndarray:
         check_is_fitted(self, "cluster_centers_")
-        X = sp.csr_matrix(X)
-        if X.shape[1] != self.n_features_in_:
-            raise ValueError(f"X has {X.shape[1]} features, the model was fitted on {self.n_features_in_}")
+        X = check_predict_matrix(X, self.n_features_in_)
         Xb = project_binary(X, self._remap, self.feature_indices_.size)
         return subspace_distances(Xb, self.cluster_centers_, self.dimension_weights_ ** self.q)
 

@@ -36,6 +36,7 @@ from streamsemi.algorithms.base import (
     DegenerateInputError,
     check_count_matrix,
     check_n_clusters,
+    check_predict_matrix,
     encode_single_labels,
     explain_weights,
     new_cluster_names,
@@ -517,9 +518,7 @@ class ConstrainedPLSA(ClassifierMixin, BaseEstimator):
 
     def _log_joint(self, X: Any) -> np.ndarray:
         check_is_fitted(self, "log_theta_")
-        X = sp.csr_matrix(X, dtype=np.float64)
-        if X.shape[1] != self.n_features_in_:
-            raise ValueError(f"X has {X.shape[1]} features, the model was fitted on {self.n_features_in_}")
+        X = check_predict_matrix(X, self.n_features_in_)
         # terms outside the fitting vocabulary are ignored (equal for every topic)
         Xs = self._tf(sp.csr_matrix(X[:, self.columns_]))
         return np.asarray(Xs @ self.log_theta_.T) + self.log_pz_[None, :]
@@ -744,9 +743,7 @@ class SemiLDC(ClassifierMixin, BaseEstimator):
     def transform(self, X: Any) -> np.ndarray:
         """Project documents (counts) into the K-1 dimensional soft-LDA space."""
         check_is_fitted(self, "projection_")
-        X = sp.csr_matrix(X, dtype=np.float64)
-        if X.shape[1] != self.n_features_in_:
-            raise ValueError(f"X has {X.shape[1]} features, the model was fitted on {self.n_features_in_}")
+        X = check_predict_matrix(X, self.n_features_in_)
         return self._embed_weighted(_weight(X, self.weighting, self.idf_) @ self.projection_)
 
     def predict_proba(self, X: Any) -> np.ndarray:
