@@ -33,11 +33,11 @@ from pathlib import Path
 
 import numpy as np
 
-from streamsemi import datasets
 from streamsemi.algorithms.cle import CLE
 from streamsemi.algorithms.constrained_kmeans import ConstrainedKMeans
+from streamsemi.core import datasets
+from streamsemi.core.features import TextFeaturizer
 from streamsemi.evaluation.metrics import accuracy_hungarian, nmi
-from streamsemi.features import TextFeaturizer
 
 RESULTS = Path(__file__).parent / "results" / "cle.json"
 

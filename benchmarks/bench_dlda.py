@@ -47,13 +47,13 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from streamsemi import datasets
 from streamsemi.algorithms import _dlda_gibbs as gibbs
 from streamsemi.algorithms.constrained_kmeans import ConstrainedKMeans
 from streamsemi.algorithms.dlda import DLDA
+from streamsemi.core import datasets
+from streamsemi.core.features import TextFeaturizer, idf_weights, tfidf
 from streamsemi.evaluation.metrics import nmi, pairwise_prf
 from streamsemi.evaluation.protocols import DLDA_TASKS
-from streamsemi.features import TextFeaturizer, idf_weights, tfidf
 
 RESULTS = Path(__file__).resolve().parent / "results"
 TAUS = (0.80, 0.86, 0.92, 0.98)  # paper: 0.80..0.98 step 0.02 (coarser grid to keep the run short)

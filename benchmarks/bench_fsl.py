@@ -33,11 +33,11 @@ from pathlib import Path
 
 import numpy as np
 
-from streamsemi import datasets
 from streamsemi.algorithms.constrained_kmeans import ConstrainedKMeans
 from streamsemi.algorithms.fsl import FSL
+from streamsemi.core import datasets
+from streamsemi.core.features import TextFeaturizer
 from streamsemi.evaluation.metrics import entropy, f_measure
-from streamsemi.features import TextFeaturizer
 
 RESULTS = Path(__file__).resolve().parent / "results"
 

@@ -52,8 +52,8 @@ RESULTS = Path(__file__).resolve().parent / "results"
 
 def reuters_top20() -> tuple[Any, list[list[str]], list[str], list]:
     """Counts, labels restricted to the 20 most frequent topics, the topics, dates."""
-    from streamsemi import datasets
-    from streamsemi.features import TextFeaturizer
+    from streamsemi.core import datasets
+    from streamsemi.core.features import TextFeaturizer
 
     d = datasets.load("reuters21578")
     counts = Counter(t for labels in d.labels for t in labels)
@@ -69,8 +69,8 @@ def reuters_top20() -> tuple[Any, list[list[str]], list[str], list]:
 
 def pooled_corpus(n: int) -> tuple[Any, list[list[str]]]:
     """``n`` documents from reuters21578 + 20newsgroups (cycled when n exceeds the pool)."""
-    from streamsemi import datasets
-    from streamsemi.features import TextFeaturizer
+    from streamsemi.core import datasets
+    from streamsemi.core.features import TextFeaturizer
 
     r = datasets.load("reuters21578")
     g = datasets.load("20newsgroups")
@@ -172,7 +172,7 @@ def score_methods(Xtr: Any, ytr: list[list[str]], Xte: Any, top: list[str],
 
     from streamsemi.algorithms.constrained_kmeans import ConstrainedKMeans
     from streamsemi.algorithms.pseudo_lsc import PseudoLSC
-    from streamsemi.features import idf_weights, tfidf
+    from streamsemi.core.features import idf_weights, tfidf
 
     out: dict[str, np.ndarray] = {}
     seeds = np.flatnonzero([bool(v) for v in ytr])

@@ -62,8 +62,8 @@ def thinned_copy(X: sp.csr_matrix, seed: int, keep: float = 0.9) -> tuple[sp.csr
 
 def build_corpus(path: Path) -> None:
     """Hash 20NG once and save counts + labels for the subprocesses."""
-    from streamsemi import datasets
-    from streamsemi.features import TextFeaturizer
+    from streamsemi.core import datasets
+    from streamsemi.core.features import TextFeaturizer
 
     ds = datasets.load("20newsgroups")
     X = TextFeaturizer().transform(ds.texts, update_sketch=False)
@@ -146,11 +146,11 @@ def stratified_seeds(y: np.ndarray, fraction: float, seed: int) -> np.ndarray:
 
 def quality(params: dict, runs: int = 3) -> None:
     """SemiLDC vs ConstrainedKMeans macro-F1 on 20NG comp.* and talk.* (see docstring)."""
-    from streamsemi import datasets
     from streamsemi.algorithms.constrained_kmeans import ConstrainedKMeans
     from streamsemi.algorithms.semi_ldc import SemiLDC
+    from streamsemi.core import datasets
+    from streamsemi.core.features import TextFeaturizer
     from streamsemi.evaluation.metrics import macro_f1
-    from streamsemi.features import TextFeaturizer
 
     ds = datasets.load("20newsgroups")
     X = TextFeaturizer().transform(ds.texts, update_sketch=False)

@@ -32,10 +32,10 @@ from pathlib import Path
 from kafka import KafkaProducer
 from prometheus_client.parser import text_string_to_metric_families
 
-from streamsemi import datasets
-from streamsemi.broker import EmbeddedBroker, free_port
-from streamsemi.config import resolve
-from streamsemi.kafka_io import ensure_topics
+from streamsemi.core import datasets
+from streamsemi.devtools.broker import EmbeddedBroker, free_port
+from streamsemi.service.config import resolve
+from streamsemi.service.kafka_io import ensure_topics
 
 RESULTS = Path(__file__).parent / "results"
 

@@ -11,7 +11,7 @@ import time
 from typing import Any
 
 from streamsemi import __version__
-from streamsemi.config import ConfigError, Settings, add_flags, flags_from_args, resolve
+from streamsemi.service.config import ConfigError, Settings, add_flags, flags_from_args, resolve
 
 TOPIC_FLAGS = ("documents_topic", "control_topic", "assignments_topic", "deadletter_topic")
 
@@ -30,14 +30,14 @@ def _add_client_flags(p: argparse.ArgumentParser) -> None:
 
 
 def _producer(settings: Settings) -> Any:
-    from streamsemi.kafka_io import make_producer
+    from streamsemi.service.kafka_io import make_producer
 
     return make_producer(settings)
 
 
 # ---------------------------------------------------------------- commands
 def cmd_broker(args: argparse.Namespace) -> int:
-    from streamsemi.broker import EmbeddedBroker
+    from streamsemi.devtools.broker import EmbeddedBroker
 
     broker = EmbeddedBroker(port=args.port, host=args.host).start()
     print(json.dumps({"event": "broker_started", "bootstrap_servers": broker.bootstrap_servers}), flush=True)
@@ -57,14 +57,14 @@ def cmd_broker(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from streamsemi import logs
+    from streamsemi.core import logs
 
     settings = resolve(flags_from_args(args), config_file=args.config)
     if args.print_config:
         print(json.dumps({"settings": settings.redacted(), "sources": settings.sources}, indent=2, default=str))
         return 0
     logs.setup(settings.log_level)
-    from streamsemi.worker import Worker
+    from streamsemi.service.worker import Worker
 
     worker = Worker(settings)
     worker.install_signal_handlers()
@@ -72,16 +72,16 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_produce(args: argparse.Namespace) -> int:
-    from streamsemi import datasets
-    from streamsemi.kafka_io import ensure_topics
-    from streamsemi.messages import encode_json
-    from streamsemi.replay import (
+    from streamsemi.core import datasets
+    from streamsemi.core.messages import encode_json
+    from streamsemi.devtools.replay import (
         document_message,
         paced,
         replay_order,
         seed_message,
         stratified_seeds,
     )
+    from streamsemi.service.kafka_io import ensure_topics
 
     settings = _client_settings(args)
     ds = datasets.load(args.corpus)
@@ -108,8 +108,8 @@ def cmd_produce(args: argparse.Namespace) -> int:
 
 
 def _send_control(settings: Settings, messages: list[dict]) -> None:
-    from streamsemi.kafka_io import ensure_topics
-    from streamsemi.messages import Limits, Rejected, encode_json, parse_control
+    from streamsemi.core.messages import Limits, Rejected, encode_json, parse_control
+    from streamsemi.service.kafka_io import ensure_topics
 
     limits = Limits()
     for m in messages:
@@ -167,7 +167,7 @@ def cmd_refit(args: argparse.Namespace) -> int:
 
 
 def cmd_tail(args: argparse.Namespace) -> int:
-    from streamsemi.kafka_io import assign_all, make_reader
+    from streamsemi.service.kafka_io import assign_all, make_reader
 
     settings = _client_settings(args)
     topic = args.topic or settings.assignments_topic
@@ -198,13 +198,13 @@ def cmd_tail(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from streamsemi.demo import run_demo
+    from streamsemi.devtools.demo import run_demo
 
     return run_demo(args)
 
 
 def cmd_datasets(args: argparse.Namespace) -> int:
-    from streamsemi import datasets
+    from streamsemi.core import datasets
 
     if args.action == "list":
         have = datasets.available()
@@ -227,7 +227,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
 
 def cmd_state(args: argparse.Namespace) -> int:
-    from streamsemi.checkpoint import inspect_command
+    from streamsemi.service.checkpoint import inspect_command
 
     return inspect_command(args)
 
@@ -336,8 +336,8 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     except Exception as exc:  # noqa: BLE001 - last-resort message instead of a traceback for known failures
-        from streamsemi.broker import BrokerError
-        from streamsemi.datasets import DatasetError
+        from streamsemi.core.datasets import DatasetError
+        from streamsemi.devtools.broker import BrokerError
 
         if isinstance(exc, (BrokerError, DatasetError, ConnectionError)):
             print(f"streamsemi: {exc}", file=sys.stderr)

@@ -1,6 +1,6 @@
 """The daemon's core without Kafka: vectorise, window + seeds, refit, model swap, assign.
 
-:class:`Engine` is used by the Kafka worker (:mod:`streamsemi.worker`) and, in
+:class:`Engine` is used by the Kafka worker (:mod:`streamsemi.service.worker`) and, in
 process, by stream-mode evaluation. It is driven from one thread (the polling
 thread); refits run on a snapshot, either inline (``background_refit=False``,
 deterministic) or on a background thread, and swap the new models in atomically.
@@ -25,11 +25,11 @@ import scipy.sparse as sp
 from river.drift import ADWIN
 
 from streamsemi.algorithms import MULTILABEL, build_estimator
-from streamsemi.features import TextFeaturizer
-from streamsemi.logs import event
-from streamsemi.messages import Document, Rejected
-from streamsemi.store import PendingLabels, Row, SeedStore, Window, rows_to_csr
-from streamsemi.telemetry import Telemetry
+from streamsemi.core.features import TextFeaturizer
+from streamsemi.core.logs import event
+from streamsemi.core.messages import Document, Rejected
+from streamsemi.core.store import PendingLabels, Row, SeedStore, Window, rows_to_csr
+from streamsemi.core.telemetry import Telemetry
 
 log = logging.getLogger("streamsemi.engine")
 
@@ -77,7 +77,7 @@ class EngineConfig:
 
     @classmethod
     def from_settings(cls, s: Any) -> EngineConfig:
-        """Build from :class:`streamsemi.config.Settings`."""
+        """Build from :class:`streamsemi.service.config.Settings`."""
         return cls(
             algorithms=s.algorithm_list, primary=s.primary_algorithm,
             algorithm_params=dict(s.algorithm_params), n_new_clusters=s.n_new_clusters,
@@ -628,7 +628,7 @@ class Engine:
         event(log, "refit_round_done", version=snap.version, seconds=round(time.perf_counter() - t_round, 3),
               failed=failed)
 
-    # ------------------------------------------------------------------ recovery (used by streamsemi.worker)
+    # ------------------------------------------------------------------ recovery (used by streamsemi.service.worker)
     def absorb(self, docs: Sequence[Document]) -> int:
         """Put documents that were already assigned back into the window (no assignment, no refit).
 

@@ -15,7 +15,7 @@ from kafka_utils import BrokerHandle  # noqa: E402
 @pytest.fixture(scope="session")
 def broker(tmp_path_factory: pytest.TempPathFactory):
     """A Tansu broker on a free port for the whole session."""
-    from streamsemi.broker import BrokerError, EmbeddedBroker
+    from streamsemi.devtools.broker import BrokerError, EmbeddedBroker
 
     log = tmp_path_factory.mktemp("broker") / "tansu.log"
     try:

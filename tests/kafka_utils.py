@@ -16,9 +16,9 @@ from typing import Any
 
 from kafka import KafkaProducer, TopicPartition
 
-from streamsemi.broker import EmbeddedBroker, free_port
-from streamsemi.config import resolve
-from streamsemi.kafka_io import assign_all, ensure_topics, make_reader
+from streamsemi.devtools.broker import EmbeddedBroker, free_port
+from streamsemi.service.config import resolve
+from streamsemi.service.kafka_io import assign_all, ensure_topics, make_reader
 
 
 @dataclass

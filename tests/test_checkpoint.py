@@ -12,18 +12,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from streamsemi import checkpoint
 from streamsemi.algorithms import REGISTRY, is_available, make_estimator
-from streamsemi.checkpoint import (
+from streamsemi.core.datasets import load
+from streamsemi.core.features import TextFeaturizer
+from streamsemi.core.messages import Document
+from streamsemi.engine import Engine, EngineConfig
+from streamsemi.service import checkpoint
+from streamsemi.service.checkpoint import (
     CheckpointError,
     UnsupportedState,
     estimator_state,
     restore_estimator,
 )
-from streamsemi.datasets import load
-from streamsemi.engine import Engine, EngineConfig
-from streamsemi.features import TextFeaturizer
-from streamsemi.messages import Document
 
 
 @pytest.fixture(scope="module")
@@ -147,7 +147,7 @@ def test_engine_state_round_trip(r8, tmp_path):
 
 
 def test_missing_and_corrupted_checkpoints_give_an_empty_engine(r8, tmp_path, caplog):
-    caplog.set_level(logging.INFO, logger="streamsemi.checkpoint")
+    caplog.set_level(logging.INFO, logger="streamsemi.service.checkpoint")
     e = _engine()
     assert checkpoint.restore(e, tmp_path / "nothing").status == "missing"
     a = _engine()

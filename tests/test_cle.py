@@ -17,7 +17,7 @@ from streamsemi.algorithms.cle import (
     top_k_similar,
     unit_rows,
 )
-from streamsemi.features import TextFeaturizer, l2_normalize_rows
+from streamsemi.core.features import TextFeaturizer, l2_normalize_rows
 
 # ----------------------------------------------------------------------------- fixtures
 
@@ -25,7 +25,7 @@ from streamsemi.features import TextFeaturizer, l2_normalize_rows
 @pytest.fixture(scope="module")
 def r8_subset():
     """300 Reuters-R8 stories of 3 classes, ~10% seeds, hashed at 2^18."""
-    datasets = pytest.importorskip("streamsemi.datasets")
+    datasets = pytest.importorskip("streamsemi.core.datasets")
     if not datasets.available().get("reuters-r8"):
         pytest.skip("reuters-r8 corpus not cached")
     d = datasets.load("reuters-r8")

@@ -10,7 +10,7 @@ import sys
 import pytest
 from kafka_utils import Topics, read_topic
 
-from streamsemi.broker import free_port
+from streamsemi.devtools.broker import free_port
 
 
 def run(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:

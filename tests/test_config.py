@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from streamsemi.config import ConfigError, resolve
+from streamsemi.service.config import ConfigError, resolve
 
 
 def test_precedence_flags_over_env_over_toml_over_defaults(tmp_path):

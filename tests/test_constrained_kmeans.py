@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from streamsemi.algorithms import DegenerateInputError, make_estimator
-from streamsemi.datasets import load
+from streamsemi.core.datasets import load
+from streamsemi.core.features import TextFeaturizer
 from streamsemi.evaluation.metrics import macro_f1
-from streamsemi.features import TextFeaturizer
 
 
 @pytest.fixture(scope="module")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from streamsemi import datasets
-from streamsemi.datasets import DatasetError, parse_tab
+from streamsemi.core import datasets
+from streamsemi.core.datasets import DatasetError, parse_tab
 
 
 def test_corpora_load_with_expected_sizes_and_label_shapes():

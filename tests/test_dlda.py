@@ -411,8 +411,8 @@ def test_one_known_class_with_new_clusters_is_allowed(corpus):
 
 
 def test_real_corpus_subset_discovers_unseeded_group():
-    from streamsemi import datasets
-    from streamsemi.features import TextFeaturizer
+    from streamsemi.core import datasets
+    from streamsemi.core.features import TextFeaturizer
 
     ds = datasets.load("20newsgroups")
     labels = np.asarray(ds.labels)

@@ -11,9 +11,9 @@ from collections import Counter
 import pytest
 from kafka_utils import Topics, WorkerProcess, committed_offsets, producer, read_topic, send_json
 
-from streamsemi import datasets
+from streamsemi.core import datasets
+from streamsemi.devtools.replay import replay_order, stratified_seeds
 from streamsemi.evaluation.metrics import macro_f1
-from streamsemi.replay import replay_order, stratified_seeds
 
 pytestmark = pytest.mark.slow
 

@@ -9,7 +9,7 @@ import pytest
 from kafka_utils import Topics, WorkerProcess, producer, read_topic, send_json
 
 from streamsemi.algorithms import REGISTRY
-from streamsemi.datasets import load
+from streamsemi.core.datasets import load
 
 pytestmark = pytest.mark.slow
 

@@ -7,9 +7,9 @@ import time
 import numpy as np
 import pytest
 
-from streamsemi.datasets import load
+from streamsemi.core.datasets import load
+from streamsemi.core.messages import Document
 from streamsemi.engine import Engine, EngineConfig
-from streamsemi.messages import Document
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from streamsemi.features import TextFeaturizer, WordSketch, feature_index, idf_weights, tfidf
+from streamsemi.core.features import TextFeaturizer, WordSketch, feature_index, idf_weights, tfidf
 
 
 def test_feature_index_matches_the_vectorizer():

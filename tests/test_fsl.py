@@ -156,8 +156,8 @@ def test_ap_preferences_eq11_and_labeled_points_are_exemplars():
 
 @pytest.fixture(scope="module")
 def corpus():
-    from streamsemi import datasets
-    from streamsemi.features import TextFeaturizer
+    from streamsemi.core import datasets
+    from streamsemi.core.features import TextFeaturizer
 
     d = datasets.load("20newsgroups")
     groups = ["rec.sport.hockey", "sci.space", "talk.politics.mideast", "comp.graphics"]

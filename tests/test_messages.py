@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streamsemi.messages import (
+from streamsemi.core.messages import (
     REASONS,
     ControlMessage,
     Document,

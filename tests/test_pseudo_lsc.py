@@ -9,7 +9,6 @@ import pytest
 import scipy.sparse as sp
 from scipy.stats import chi2_contingency
 
-from streamsemi import datasets
 from streamsemi.algorithms import make_estimator
 from streamsemi.algorithms.base import DegenerateInputError, encode_multi_labels
 from streamsemi.algorithms.pseudo_lsc import (
@@ -24,8 +23,9 @@ from streamsemi.algorithms.pseudo_lsc import (
     subspace_distances,
     update_dimension_weights,
 )
+from streamsemi.core import datasets
+from streamsemi.core.features import TextFeaturizer
 from streamsemi.evaluation.metrics import macro_auc
-from streamsemi.features import TextFeaturizer
 
 # ----------------------------------------------------------------------------- fixtures
 

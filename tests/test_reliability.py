@@ -34,8 +34,8 @@ from kafka_utils import (
     wait_until,
 )
 
-from streamsemi import datasets
-from streamsemi.broker import EmbeddedBroker
+from streamsemi.core import datasets
+from streamsemi.devtools.broker import EmbeddedBroker
 
 pytestmark = pytest.mark.slow
 

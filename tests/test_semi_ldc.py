@@ -14,8 +14,8 @@ from streamsemi.algorithms.semi_ldc import (
     soft_lda_projection,
     soft_scatter_matrices,
 )
+from streamsemi.core.features import TextFeaturizer
 from streamsemi.evaluation.metrics import macro_f1
-from streamsemi.features import TextFeaturizer
 
 GROUPS = ["comp.graphics", "rec.sport.hockey", "sci.space", "talk.politics.guns"]
 
@@ -23,7 +23,7 @@ GROUPS = ["comp.graphics", "rec.sport.hockey", "sci.space", "talk.politics.guns"
 @pytest.fixture(scope="module")
 def corpus():
     """~400 real 20 Newsgroups posts from 4 groups, hashed, with 10% seeds."""
-    from streamsemi import datasets
+    from streamsemi.core import datasets
 
     ds = datasets.load("20newsgroups")
     rng = np.random.default_rng(0)
@@ -269,7 +269,7 @@ def test_invalid_parameters():
 
 def test_fast_tfidf_matches_features_tfidf(corpus):
     from streamsemi.algorithms.semi_ldc import sublinear_tfidf_rows
-    from streamsemi.features import idf_weights, tfidf
+    from streamsemi.core.features import idf_weights, tfidf
 
     X = corpus[0]
     idf = idf_weights(X)

@@ -3,8 +3,8 @@
 promtool validates the scrape configuration, the rules and every alert's unit tests, and
 parses every dashboard query; the dashboard, the Compose file, the Dockerfile and the
 Kubernetes manifests are checked for structure and for agreeing with each other and with
-the daemon (metric names from :class:`streamsemi.telemetry.Telemetry`, settings from
-:mod:`streamsemi.config`). `.ci/install_prometheus.sh` installs promtool.
+the daemon (metric names from :class:`streamsemi.core.telemetry.Telemetry`, settings from
+:mod:`streamsemi.service.config`). `.ci/install_prometheus.sh` installs promtool.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 import yaml
 
-from streamsemi import config as ss_config
-from streamsemi.telemetry import Telemetry
+from streamsemi.core.telemetry import Telemetry
+from streamsemi.service import config as ss_config
 
 ROOT = Path(__file__).resolve().parents[1]
 PROM_DIR = ROOT / "services" / "prometheus"
@@ -252,7 +252,7 @@ def test_rules_use_only_exposed_metrics():
 
 
 def test_latency_slo_threshold_is_a_histogram_bucket():
-    from streamsemi.telemetry import LATENCY_BUCKETS
+    from streamsemi.core.telemetry import LATENCY_BUCKETS
 
     bounds = set(re.findall(r'le=~"([^"]+)"', RULES_FILE.read_text()))
     assert bounds == {"2\\\\.5(0*)?"}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
-from streamsemi.store import PendingLabels, Row, SeedStore, Window, rows_to_csr
+from streamsemi.core.store import PendingLabels, Row, SeedStore, Window, rows_to_csr
 
 
 def row(*cols: int) -> Row:

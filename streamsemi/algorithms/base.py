@@ -11,7 +11,7 @@ Every algorithm in :mod:`streamsemi.algorithms` is a scikit-learn estimator with
 * ``new_clusters_``: the subset of ``classes_`` that are discovered clusters,
   not seeded classes (named ``new-0``, ``new-1``, ...); empty when none.
 * ``explain(sketch=None, top_n=10)``: class -> top words (through a
-  :class:`streamsemi.features.WordSketch`; without one, feature ids ``f123``).
+  :class:`streamsemi.core.features.WordSketch`; without one, feature ids ``f123``).
 * ``multilabel_``: True for multi-label estimators, whose ``predict`` returns a
   0/1 indicator matrix over ``classes_``.
 """

@@ -68,7 +68,7 @@ from streamsemi.algorithms.base import (
     new_cluster_names,
     softmax_rows,
 )
-from streamsemi.features import idf_weights, l2_normalize_rows, tfidf
+from streamsemi.core.features import idf_weights, l2_normalize_rows, tfidf
 
 WEIGHTINGS = ("tf", "tfidf")
 MAP_SCALINGS = ("seeds", "none")

@@ -24,7 +24,7 @@ from streamsemi.algorithms.base import (
     new_cluster_names,
     softmax_rows,
 )
-from streamsemi.features import idf_weights, l2_normalize_rows, tfidf
+from streamsemi.core.features import idf_weights, l2_normalize_rows, tfidf
 
 
 def _normalize_dense_rows(C: np.ndarray) -> np.ndarray:

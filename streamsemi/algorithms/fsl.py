@@ -134,7 +134,7 @@ from streamsemi.algorithms.base import (
     softmax_rows,
 )
 from streamsemi.algorithms.constrained_kmeans import farthest_point_centroids
-from streamsemi.features import idf_weights, tfidf
+from streamsemi.core.features import idf_weights, tfidf
 
 VARIANTS = ("sk", "ck", "ap", "sap")
 

@@ -43,7 +43,7 @@ from streamsemi.algorithms.base import (
     softmax_rows,
 )
 from streamsemi.algorithms.constrained_kmeans import farthest_point_centroids, seed_means
-from streamsemi.features import idf_weights, l2_normalize_rows, tfidf
+from streamsemi.core.features import idf_weights, l2_normalize_rows, tfidf
 
 WEIGHTINGS = ("tfidf", "tf-l2", "counts")
 
@@ -314,7 +314,7 @@ def _check_common(X: Any, y: Any, n_new_clusters: int) -> tuple[sp.csr_matrix, n
 def sublinear_tfidf_rows(X: sp.csr_matrix, idf: np.ndarray) -> sp.csr_matrix:
     """``(1 + ln n) * idf`` with l2-normalised rows, computed on the CSR arrays directly.
 
-    Numerically the same as :func:`streamsemi.features.tfidf` (sublinear, normalised)
+    Numerically the same as :func:`streamsemi.core.features.tfidf` (sublinear, normalised)
     but without the diagonal sparse product, which dominates predict time.
     """
     X = sp.csr_matrix(X, dtype=np.float64, copy=True)

@@ -46,7 +46,7 @@ from streamsemi.algorithms.base import (
     encode_single_labels,
     new_cluster_names,
 )
-from streamsemi.features import idf_weights, tfidf
+from streamsemi.core.features import idf_weights, tfidf
 
 
 class _TfidfBaseline(ClassifierMixin, BaseEstimator):

@@ -2,7 +2,7 @@
 
 A *dataset id* names a corpus and a subset of it (``20ng-comp5``,
 ``reuters-top30-r3``, ...); :func:`prepare` vectorises each corpus once with
-:class:`streamsemi.features.TextFeaturizer` (only the rows some requested dataset
+:class:`streamsemi.core.features.TextFeaturizer` (only the rows some requested dataset
 needs) and every run and method reuses that matrix. A *protocol* fixes the
 datasets, the label amounts, the metrics and the number of runs of one paper's
 experiment; :func:`make_draw` draws the seed labels of one run.
@@ -23,8 +23,8 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from streamsemi import datasets
-from streamsemi.features import TextFeaturizer
+from streamsemi.core import datasets
+from streamsemi.core.features import TextFeaturizer
 
 NG_COMP5 = ["comp.graphics", "comp.os.ms-windows.misc", "comp.sys.ibm.pc.hardware",
             "comp.sys.mac.hardware", "comp.windows.x"]
@@ -57,7 +57,7 @@ class DatasetSpec:
     id : str
         Dataset id used on the command line and in the JSON records.
     corpus : str
-        :func:`streamsemi.datasets.load` name.
+        :func:`streamsemi.core.datasets.load` name.
     kind : {"single", "multi"}
         ``"single"``: one class per document; ``"multi"``: a list of classes.
     classes : tuple of str or None

@@ -103,8 +103,8 @@ def replay_engine(protocol: Protocol, data: PreparedDataset, draw: Draw, order: 
         of prequential assignments made by the fallback model) and
         ``prequential_positions`` (the positions scored prequentially).
     """
+    from streamsemi.core.messages import Document
     from streamsemi.engine import Engine, EngineConfig
-    from streamsemi.messages import Document
 
     multi = data.spec.kind == "multi"
     clock_value = [0.0]

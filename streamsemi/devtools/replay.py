@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from streamsemi.datasets import Dataset
+from streamsemi.core.datasets import Dataset
 
 
 def replay_order(ds: Dataset, order: str = "auto", seed: int = 0, limit: int | None = None) -> np.ndarray:

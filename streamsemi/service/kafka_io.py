@@ -12,8 +12,8 @@ from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import NewTopic
 from kafka.errors import KafkaError, TopicAlreadyExistsError
 
-from streamsemi.config import Settings, kafka_security
-from streamsemi.logs import event
+from streamsemi.core.logs import event
+from streamsemi.service.config import Settings, kafka_security
 
 log = logging.getLogger("streamsemi.kafka")
 

@@ -22,12 +22,9 @@ import time
 import uuid
 from typing import Any
 
-from streamsemi import datasets
-from streamsemi.config import resolve
-from streamsemi.evaluation.metrics import macro_f1
-from streamsemi.kafka_io import assign_all, ensure_topics, make_producer, make_reader
-from streamsemi.messages import encode_json
-from streamsemi.replay import (
+from streamsemi.core import datasets
+from streamsemi.core.messages import encode_json
+from streamsemi.devtools.replay import (
     document_message,
     paced,
     primary_label,
@@ -35,6 +32,9 @@ from streamsemi.replay import (
     seed_message,
     stratified_seeds,
 )
+from streamsemi.evaluation.metrics import macro_f1
+from streamsemi.service.config import resolve
+from streamsemi.service.kafka_io import assign_all, ensure_topics, make_producer, make_reader
 
 
 def _print(line: str) -> None:
@@ -43,7 +43,7 @@ def _print(line: str) -> None:
 
 
 def run_demo(args: argparse.Namespace) -> int:
-    from streamsemi.broker import EmbeddedBroker
+    from streamsemi.devtools.broker import EmbeddedBroker
 
     ds = datasets.load(args.corpus)
     order = [int(i) for i in replay_order(ds, "auto", args.seed) if ds.texts[int(i)].strip()][: args.docs]

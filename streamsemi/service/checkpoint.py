@@ -50,12 +50,12 @@ import numpy as np
 import scipy.sparse as sp
 
 from streamsemi import __version__
-from streamsemi.logs import event
+from streamsemi.core.logs import event
 
 if TYPE_CHECKING:  # pragma: no cover
     from streamsemi.engine import Engine
 
-log = logging.getLogger("streamsemi.checkpoint")
+log = logging.getLogger("streamsemi.service.checkpoint")
 
 FORMAT = "streamsemi-checkpoint"
 FORMAT_VERSION = 1
@@ -320,7 +320,7 @@ def _rows_to_arrays(rows: list[Any], prefix: str) -> dict[str, np.ndarray]:
 
 
 def _arrays_to_rows(z: dict[str, np.ndarray], prefix: str, n: int, n_features: int) -> list[Any]:
-    from streamsemi.store import Row
+    from streamsemi.core.store import Row
 
     indptr, indices, data = z[f"{prefix}indptr"], z[f"{prefix}indices"], z[f"{prefix}data"]
     if len(indptr) != n + 1 or indptr[-1] != len(indices) or len(indices) != len(data) or np.any(np.diff(indptr) < 0):
@@ -681,7 +681,7 @@ def _restore_models(engine: Engine, loaded: Loaded, report: RestoreReport) -> di
 
 
 def _apply(engine: Engine, loaded: Loaded, report: RestoreReport) -> None:
-    from streamsemi.features import WordSketch
+    from streamsemi.core.features import WordSketch
 
     m = loaded.manifest
     cfg = engine.config

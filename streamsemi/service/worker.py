@@ -9,7 +9,7 @@ a document still buffered (no model yet) holds back its partition's commit, and 
 does an output whose send failed or is not acknowledged yet (it is sent again).
 
 Reliability (docs/reliability.md): the engine's state is checkpointed to
-``state_dir`` (:mod:`streamsemi.checkpoint`) every ``checkpoint_interval_s`` and at
+``state_dir`` (:mod:`streamsemi.service.checkpoint`) every ``checkpoint_interval_s`` and at
 shutdown, and restored at start. A broker that lost its data (restarted empty) is
 detected (missing topics, a control-topic position past the log end, a document
 offset past the high watermark): topics are created again, offsets that refer to the
@@ -31,20 +31,8 @@ from kafka.errors import CommitFailedError, KafkaError
 from kafka.future import Future
 from kafka.structs import OffsetAndMetadata
 
-from streamsemi import checkpoint
-from streamsemi.config import Settings
-from streamsemi.engine import Assignment, Engine, EngineConfig
-from streamsemi.httpserver import StatusServer
-from streamsemi.kafka_io import (
-    BrokerWatch,
-    ControlReader,
-    ensure_topics,
-    make_document_consumer,
-    make_producer,
-    make_reader,
-)
-from streamsemi.logs import event
-from streamsemi.messages import (
+from streamsemi.core.logs import event
+from streamsemi.core.messages import (
     ControlMessage,
     Limits,
     Rejected,
@@ -53,9 +41,21 @@ from streamsemi.messages import (
     parse_control,
     parse_document,
 )
-from streamsemi.telemetry import Telemetry
+from streamsemi.core.telemetry import Telemetry
+from streamsemi.engine import Assignment, Engine, EngineConfig
+from streamsemi.service import checkpoint
+from streamsemi.service.config import Settings
+from streamsemi.service.httpserver import StatusServer
+from streamsemi.service.kafka_io import (
+    BrokerWatch,
+    ControlReader,
+    ensure_topics,
+    make_document_consumer,
+    make_producer,
+    make_reader,
+)
 
-log = logging.getLogger("streamsemi.worker")
+log = logging.getLogger("streamsemi.service.worker")
 
 RESET_EPISODE_S = 30.0  # detections of one broker loss within this time count once
 FLUSH_TIMEOUT_S = 10.0
@@ -89,7 +89,7 @@ class Worker:
     Parameters
     ----------
     settings : Settings
-        Effective settings (:func:`streamsemi.config.resolve`).
+        Effective settings (:func:`streamsemi.service.config.resolve`).
     """
 
     def __init__(self, settings: Settings) -> None:
