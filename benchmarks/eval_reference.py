@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from streamsemi.evaluation import report
-from streamsemi.evaluation.command import evaluate
+from streamsemi.evaluation.driver import evaluate
 from streamsemi.evaluation.protocols import PROTOCOLS
 
 OUT = Path(__file__).resolve().parent / "results"
@@ -28,10 +28,11 @@ def main() -> None:
     a = ap.parse_args()
     p = PROTOCOLS["semi-ldc"]
     t0 = time.perf_counter()
-    recs = evaluate(p, ["constrained-kmeans", "label-spreading"], ["20ng-comp5", "20ng-talk4", "reuters-r8"],
-                    [1, 5], a.runs, max_docs=a.max_docs, progress=False)
-    recs += evaluate(p, ["constrained-kmeans"], ["20ng-comp5"], [5], 1, stream=True, max_docs=a.max_docs,
-                     progress=False, batch=False)
+    recs = evaluate(p, methods=["constrained-kmeans", "label-spreading"],
+                    datasets=["20ng-comp5", "20ng-talk4", "reuters-r8"], labels=[1, 5], runs=a.runs,
+                    max_docs=a.max_docs, progress=False)
+    recs += evaluate(p, methods=["constrained-kmeans"], datasets=["20ng-comp5"], labels=[5], runs=1,
+                     batch=False, stream=True, max_docs=a.max_docs, progress=False)
     OUT.mkdir(exist_ok=True)
     (OUT / "eval_reference.json").write_text(json.dumps(recs, indent=1) + "\n")
     (OUT / "eval_reference.md").write_text(

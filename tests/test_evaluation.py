@@ -30,10 +30,16 @@ def run_json(tmp_path: Path, argv: list[str]) -> list[dict]:
     assert run_cli(argv + ["--json", str(out), "--no-progress"]) == 0
     records = json.loads(out.read_text())
     assert isinstance(records, list) and records
+    fits: dict[tuple, float] = {}
     for r in records:
         assert FIELDS <= set(r), r
-        assert r["runs"] >= 1 and r["std"] >= 0 and r["fit_seconds"] >= 0
-        assert 0.0 <= r["mean"] <= 1.0
+        assert r["runs"] >= 1 and 0.0 <= r["mean"] <= 1.0
+        # values in [0, 1]: std (ddof=0) is 0 for one run and at most half the range otherwise
+        assert r["std"] == 0.0 if r["runs"] == 1 else 0.0 <= r["std"] <= 0.5, r
+        assert 0.0 < r["fit_seconds"] < 600.0, r
+        # every metric of a (dataset, method, amount, mode) comes from the same fits
+        key = (r["dataset"], r["algorithm"], r["label_fraction"], r.get("mode"))
+        assert fits.setdefault(key, r["fit_seconds"]) == r["fit_seconds"], r
     return records
 
 
@@ -86,6 +92,30 @@ def test_dlda_and_fsl_and_cle_draws() -> None:
     c2 = make_draw(PROTOCOLS["cle"], data["reuters-top30-r3"], 9, run=4)
     assert len(c1.classes) == 3 and c1.classes == c2.classes  # same classes for every label amount
     assert protocols.label_fraction_of(PROTOCOLS["fsl"], 400) == 0.5
+
+
+def test_aggregate_mean_std_and_failed_runs() -> None:
+    from streamsemi.evaluation.runner import RunOutcome, aggregate
+
+    p = PROTOCOLS["cle"]  # metrics: accuracy, nmi_max
+    outs = [RunOutcome("d", "m", 5, 0, {"accuracy": 0.5, "nmi_max": 0.2}, 1.0, 10, 90),
+            RunOutcome("d", "m", 5, 1, {"accuracy": 0.9, "nmi_max": 0.4}, 3.0, 12, 88),
+            RunOutcome("d", "m", 5, 2, {}, 9.0, 11, 89, error="ValueError: boom"),
+            RunOutcome("d", "bad", 5, 0, {}, 1.0, 10, 90, error="ValueError: boom")]
+    records = aggregate(p, outs, "batch")
+    assert [(r["algorithm"], r["metric"]) for r in records] == [("m", "accuracy"), ("m", "nmi_max")]
+    acc, nmi = records
+    assert acc["mean"] == pytest.approx(0.7) and acc["std"] == pytest.approx(0.2) and acc["runs"] == 2
+    assert nmi["mean"] == pytest.approx(0.3) and nmi["std"] == pytest.approx(0.1)
+    assert acc["fit_seconds"] == 2.0 and acc["n_labeled"] == 11.0 and acc["n_scored"] == 89.0
+    assert acc["label_fraction"] == 0.05 and acc["mode"] == "batch"
+
+
+def test_evaluate_is_keyword_only() -> None:
+    from streamsemi.evaluation.driver import evaluate
+
+    with pytest.raises(TypeError, match="positional"):
+        evaluate(PROTOCOLS["semi-ldc"], ["constrained-kmeans"])
 
 
 # ----------------------------------------------------------------------------- protocols

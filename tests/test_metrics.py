@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
 import math
+from collections import Counter
 
 import numpy as np
 import pytest
@@ -30,8 +32,12 @@ def test_contingency_counts() -> None:
 def test_accuracy_hungarian_hand_computed() -> None:
     # best matching a-0 (2), b-1 (1), c-2 (1): 4 of 6
     assert M.accuracy_hungarian(Y_TRUE, Y_PRED) == pytest.approx(4 / 6)
-    # a permutation of cluster names does not matter
-    assert M.accuracy_hungarian(["x", "x", "y"], [5, 5, 7]) == 1.0
+    # cluster names in the opposite order of the classes: the identity matching scores 0, the best 1
+    assert M.accuracy_hungarian(["x", "x", "y"], [7, 7, 5]) == 1.0
+    # 3 classes, 3 clusters, best matching a-2, b-0, c-1 (a cyclic shift): 5 of 6
+    assert M.accuracy_hungarian(["a", "a", "b", "b", "c", "c"], [2, 2, 0, 1, 1, 1]) == pytest.approx(5 / 6)
+    # more clusters than classes: only one cluster per class counts
+    assert M.accuracy_hungarian(["a", "a", "a", "b"], [3, 3, 1, 0]) == pytest.approx(3 / 4)
 
 
 def test_macro_f1_majority_mapping_hand_computed() -> None:
@@ -105,12 +111,167 @@ def test_macro_auc_against_sklearn_and_skips_constant_columns() -> None:
         M.macro_auc(np.ones((3, 2)), np.ones((3, 2)))
 
 
-def test_all_single_label_names_and_errors() -> None:
-    out = M.all_single_label(Y_TRUE, Y_PRED)
-    assert sorted(out) == sorted(["macro_f1", "accuracy", "nmi_max", "nmi_mean", "pairwise_f",
-                                  "f_measure", "entropy"])
-    assert out["accuracy"] == pytest.approx(4 / 6)
+def test_contingency_errors() -> None:
     with pytest.raises(ValueError, match="empty"):
         M.contingency([], [])
     with pytest.raises(ValueError, match="elements"):
         M.contingency(["a"], [0, 1])
+
+
+# ----------------------------------------------------------------------------- brute force
+# Every report metric against a from-scratch computation (all permutations, all pairs, loops)
+# on random small cases whose best class/cluster matching is generally not the identity.
+
+def _brute_accuracy(y_true: list, y_pred: list) -> float:
+    classes, clusters = sorted(set(y_true)), sorted(set(y_pred))
+    n = len(y_true)
+    best = 0
+    if len(clusters) >= len(classes):
+        for perm in itertools.permutations(clusters, len(classes)):
+            match = dict(zip(classes, perm, strict=True))
+            best = max(best, sum(match[t] == p for t, p in zip(y_true, y_pred, strict=True)))
+    else:
+        for perm in itertools.permutations(classes, len(clusters)):
+            match = dict(zip(clusters, perm, strict=True))
+            best = max(best, sum(match[p] == t for t, p in zip(y_true, y_pred, strict=True)))
+    return best / n
+
+
+def _entropy_bits(counts: Counter) -> float:
+    n = sum(counts.values())
+    return -sum(c / n * math.log(c / n) for c in counts.values() if c)
+
+
+def _brute_nmi(y_true: list, y_pred: list, norm: str) -> float:
+    n = len(y_true)
+    ct, cp, joint = Counter(y_true), Counter(y_pred), Counter(zip(y_true, y_pred, strict=True))
+    mi = sum(c / n * math.log((c / n) / (ct[t] / n * cp[p] / n)) for (t, p), c in joint.items())
+    ht, hp = _entropy_bits(ct), _entropy_bits(cp)
+    denom = max(ht, hp) if norm == "max" else (ht + hp) / 2
+    return mi / denom if denom else 1.0
+
+
+def _brute_pairwise_f(y_true: list, y_pred: list) -> float:
+    tp = same_pred = same_true = 0
+    for i, j in itertools.combinations(range(len(y_true)), 2):
+        st, sp_ = y_true[i] == y_true[j], y_pred[i] == y_pred[j]
+        tp += st and sp_
+        same_pred += sp_
+        same_true += st
+    p = tp / same_pred if same_pred else 0.0
+    r = tp / same_true if same_true else 0.0
+    return 2 * p * r / (p + r) if p + r else 0.0
+
+
+def _brute_f_measure(y_true: list, y_pred: list) -> float:
+    n = len(y_true)
+    total = 0.0
+    for c in set(y_true):
+        n_i = y_true.count(c)
+        best = 0.0
+        for k in set(y_pred):
+            n_j = y_pred.count(k)
+            n_ij = sum(t == c and p == k for t, p in zip(y_true, y_pred, strict=True))
+            if n_ij:
+                P, R = n_ij / n_j, n_ij / n_i
+                best = max(best, 2 * P * R / (P + R))
+        total += n_i / n * best
+    return total
+
+
+def _brute_entropy(y_true: list, y_pred: list) -> float:
+    q = len(set(y_true))
+    if q < 2:
+        return 0.0
+    n = len(y_true)
+    total = 0.0
+    for k in set(y_pred):
+        members = Counter(t for t, p in zip(y_true, y_pred, strict=True) if p == k)
+        n_j = sum(members.values())
+        total += n_j / n * _entropy_bits(members) / math.log(q)
+    return total
+
+
+def _brute_macro_f1(y_true: list, y_pred: list) -> float:
+    classes = sorted(set(y_true))
+    mapped = []
+    for p in y_pred:
+        if p in classes:
+            mapped.append(p)
+        else:
+            members = Counter(t for t, q in zip(y_true, y_pred, strict=True) if q == p)
+            top = max(members.values())
+            mapped.append(min(c for c, v in members.items() if v == top))  # ties: first class
+    return float(f1_score(y_true, mapped, labels=classes, average="macro", zero_division=0))
+
+
+BRUTE = {
+    "macro_f1": _brute_macro_f1,
+    "accuracy": _brute_accuracy,
+    "nmi_max": lambda t, p: _brute_nmi(t, p, "max"),
+    "nmi_mean": lambda t, p: _brute_nmi(t, p, "mean"),
+    "pairwise_f": _brute_pairwise_f,
+    "f_measure": _brute_f_measure,
+    "entropy": _brute_entropy,
+}
+
+
+def _random_case(rng: np.random.Generator) -> tuple[list, list]:
+    n = int(rng.integers(6, 25))
+    k_true, k_pred = int(rng.integers(2, 5)), int(rng.integers(2, 6))
+    y_true = [f"c{v}" for v in rng.integers(0, k_true, n)]
+    names = rng.permutation(k_pred)  # cluster ids in an order unrelated to the classes
+    y_pred = [f"k{names[v]}" for v in rng.integers(0, k_pred, n)]
+    # make the prediction informative: most documents follow a random class -> cluster map
+    target = {c: f"k{v}" for c, v in zip(sorted(set(y_true)), rng.permutation(max(k_pred, k_true)), strict=False)}
+    for i in range(n):
+        if rng.random() < 0.7 and y_true[i] in target:
+            y_pred[i] = target[y_true[i]]
+    return y_true, y_pred
+
+
+def test_every_report_metric_matches_a_brute_force_computation() -> None:
+    rng = np.random.default_rng(7)
+    non_identity = 0
+    for _ in range(60):
+        y_true, y_pred = _random_case(rng)
+        got = M.single_label_scores(y_true, y_pred)
+        assert list(got) == list(M.SINGLE_LABEL_METRICS) == list(BRUTE)
+        for name, fn in BRUTE.items():
+            assert got[name] == pytest.approx(fn(y_true, y_pred), abs=1e-12), (name, y_true, y_pred)
+        C, _, _ = M.contingency(y_true, y_pred)
+        k = min(C.shape)
+        non_identity += C[np.arange(k), np.arange(k)].sum() / len(y_true) < got["accuracy"] - 1e-12
+    assert non_identity >= 30, "the cases exercise matchings other than the identity"
+
+
+def test_nmi_normalisations_differ_when_the_entropies_differ() -> None:
+    # 2 balanced classes split into 4 pure clusters: I = H(true) = ln 2, H(pred) = ln 4
+    y_true = ["a"] * 4 + ["b"] * 4
+    y_pred = [0, 0, 1, 1, 2, 2, 3, 3]
+    scores = M.single_label_scores(y_true, y_pred, ["nmi_max", "nmi_mean"])
+    assert scores["nmi_max"] == pytest.approx(math.log(2) / math.log(4))          # 0.5
+    assert scores["nmi_mean"] == pytest.approx(math.log(2) / ((math.log(2) + math.log(4)) / 2))  # 2/3
+    for avg, name in (("max", "nmi_max"), ("arithmetic", "nmi_mean")):
+        assert scores[name] == pytest.approx(
+            normalized_mutual_info_score(y_true, [str(v) for v in y_pred], average_method=avg))
+
+
+def test_single_label_scores_subset_and_unknown_names() -> None:
+    out = M.single_label_scores(Y_TRUE, Y_PRED, ["entropy", "accuracy"])
+    assert list(out) == ["entropy", "accuracy"]
+    assert out["accuracy"] == pytest.approx(4 / 6)
+    assert out["entropy"] == pytest.approx(_brute_entropy(Y_TRUE, [str(v) for v in Y_PRED]))
+    with pytest.raises(ValueError, match="not a single-label metric: 'macro_auc'"):
+        M.single_label_scores(Y_TRUE, Y_PRED, ["accuracy", "macro_auc"])
+
+
+def test_accuracy_hungarian_against_all_permutations_of_larger_tables() -> None:
+    rng = np.random.default_rng(11)
+    for _ in range(30):
+        k = int(rng.integers(3, 6))
+        n = int(rng.integers(10, 40))
+        y_true = [f"c{v}" for v in rng.integers(0, k, n)]
+        perm = rng.permutation(k)
+        y_pred = [f"k{perm[int(t[1:])]}" if rng.random() < 0.6 else f"k{rng.integers(0, k)}" for t in y_true]
+        assert M.accuracy_hungarian(y_true, y_pred) == pytest.approx(_brute_accuracy(y_true, y_pred))

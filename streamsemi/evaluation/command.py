@@ -1,4 +1,4 @@
-"""``streamsemi evaluate``: argument parsing and the evaluation driver.
+"""``streamsemi evaluate``: argument parsing; the driver is :mod:`streamsemi.evaluation.driver`.
 
 Usage::
 
@@ -14,15 +14,12 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from collections.abc import Sequence
-from typing import Any, TextIO
 
-from streamsemi.evaluation import report
-from streamsemi.evaluation.baselines import method_available
-from streamsemi.evaluation.protocols import DATASETS, PROTOCOLS, Protocol, prepare
-from streamsemi.evaluation.runner import aggregate, failures, run_batch
-from streamsemi.evaluation.stream import StreamSettings, run_stream_job, split_mode, stream_methods
+from streamsemi.evaluation import report, results_page
+from streamsemi.evaluation.driver import evaluate, resolve_methods
+from streamsemi.evaluation.protocols import DATASETS, PROTOCOLS
+from streamsemi.evaluation.stream import StreamSettings
 
 
 def _csv(value: str) -> list[str]:
@@ -76,74 +73,9 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
                              "runs and label amounts)")
 
 
-def resolve_methods(protocol: Protocol, algorithms: Sequence[str] | None, baselines: bool = True,
-                    out: TextIO | None = None) -> list[str]:
-    """Available requested algorithms followed by the protocol's baselines.
-
-    Prints one ``algorithm 'X' is not available: ...`` line per name that cannot
-    be loaded.
-    """
-    out = out or sys.stderr
-    names = list(algorithms) if algorithms else [protocol.default_algorithm]
-    methods: list[str] = []
-    for name in names:
-        ok, why = method_available(name)
-        if ok:
-            methods.append(name)
-        else:
-            print(f"algorithm {name!r} is not available: {why}", file=out)
-    if baselines:
-        methods += [b for b in protocol.baselines if b not in methods]
-    return list(dict.fromkeys(methods))
-
-
-def evaluate(protocol: Protocol, methods: Sequence[str], datasets: Sequence[str] | None = None,
-             labels: Sequence[float] | None = None, runs: int | None = None, stream: bool = False,
-             jobs: int = 1, max_docs: int | None = None, seed: int = 0,
-             stream_settings: StreamSettings | None = None, progress: bool = True,
-             out: TextIO | None = None, batch: bool = True, threads: int = 1) -> list[dict[str, Any]]:
-    """Run ``protocol`` for ``methods``; return the aggregated records (batch, then stream).
-
-    ``batch=False`` with ``stream=True`` runs only the stream replays.
-    """
-    out = out or sys.stderr
-    datasets = list(datasets or protocol.datasets)
-    labels = list(labels or protocol.labels)
-    runs = int(runs or protocol.runs)
-    t0 = time.perf_counter()
-    data = prepare(datasets, max_docs=max_docs, seed=seed)
-    print(f"{protocol.name}: {', '.join(f'{d} ({len(v)} docs)' for d, v in data.items())} "
-          f"vectorised in {time.perf_counter() - t0:.1f}s; methods: {', '.join(methods)}; "
-          f"labels {', '.join(f'{v:g}' for v in labels)}"
-          f"{'%' if protocol.label_unit == 'percent' else ' labeled docs'}; {runs} run(s)", file=out)
-    records: list[dict[str, Any]] = []
-    if batch:
-        outcomes = run_batch(protocol, data, methods, labels, runs, jobs=jobs, seed=seed,
-                             progress=progress, extra_state={"threads": threads})
-        for line in failures(outcomes):
-            print(line, file=out)
-        records = aggregate(protocol, outcomes, "batch")
-    if stream:
-        smethods = stream_methods(methods)
-        if protocol.name == "pseudo-lsc":
-            smethods = [m for m in smethods if m != "river-mnb"]
-            print("stream mode: the River baseline is single-label; not run for pseudo-lsc", file=out)
-        souts = run_batch(protocol, data, smethods, labels, runs, jobs=jobs, seed=seed,
-                          progress=progress, job_fn=run_stream_job, desc="stream",
-                          extra_state={"stream_settings": stream_settings or StreamSettings(),
-                                       "threads": threads})
-        for line in failures(souts):
-            print(f"stream: {line}", file=out)
-        for mode, group in split_mode(souts).items():
-            records += aggregate(protocol, group, mode)
-    return records
-
-
 def run(args: argparse.Namespace) -> int:
     """Execute ``streamsemi evaluate``; returns the exit status."""
     if getattr(args, "results_page", None):
-        from streamsemi.evaluation import results_page
-
         return results_page.generate_from_args(args)
     if not args.protocol:
         print("streamsemi evaluate: --protocol is required (or --results-page FILE)", file=sys.stderr)
@@ -170,9 +102,10 @@ def run(args: argparse.Namespace) -> int:
         return 1
     settings = StreamSettings(batch_size=args.stream_batch, refit_every_docs=args.refit_every,
                               window_max_docs=args.window)
-    records = evaluate(protocol, methods, args.datasets, args.labels, args.runs, args.stream,
-                       args.jobs, args.max_docs, args.seed, settings, not args.no_progress,
-                       threads=args.threads)
+    records = evaluate(protocol, methods=methods, datasets=args.datasets, labels=args.labels,
+                       runs=args.runs, stream=args.stream, jobs=args.jobs, threads=args.threads,
+                       max_docs=args.max_docs, seed=args.seed, stream_settings=settings,
+                       progress=not args.no_progress)
     print(report.format_table(records))
     if args.json:
         report.write_json(records, args.json)

@@ -7,7 +7,7 @@ which one it builds (majority mapping or Hungarian matching).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -148,15 +148,57 @@ def macro_auc(Y_true: Any, scores: Any) -> float:
     return float(np.mean(aucs))
 
 
-def all_single_label(y_true: Sequence[Any], y_pred: Sequence[Any]) -> dict[str, float]:
-    """Every single-label metric by its report name."""
-    _, _, pf = pairwise_prf(y_true, y_pred)
-    return {
-        "macro_f1": macro_f1(y_true, y_pred),
-        "accuracy": accuracy_hungarian(y_true, y_pred),
-        "nmi_max": nmi(y_true, y_pred, "max"),
-        "nmi_mean": nmi(y_true, y_pred, "arithmetic"),
-        "pairwise_f": pf,
-        "f_measure": f_measure(y_true, y_pred),
-        "entropy": entropy(y_true, y_pred),
-    }
+def nmi_max(y_true: Sequence[Any], y_pred: Sequence[Any]) -> float:
+    """NMI normalised by the larger of the two entropies (the CLE paper's NMI)."""
+    return nmi(y_true, y_pred, "max")
+
+
+def nmi_mean(y_true: Sequence[Any], y_pred: Sequence[Any]) -> float:
+    """NMI normalised by the arithmetic mean of the two entropies (the D-LDA paper's NMI)."""
+    return nmi(y_true, y_pred, "arithmetic")
+
+
+def pairwise_f(y_true: Sequence[Any], y_pred: Sequence[Any]) -> float:
+    """Pairwise F of :func:`pairwise_prf`."""
+    return pairwise_prf(y_true, y_pred)[2]
+
+
+#: Single-label metrics by their report name (the names protocols list in ``metrics``).
+SINGLE_LABEL_METRICS: dict[str, Callable[[Sequence[Any], Sequence[Any]], float]] = {
+    "macro_f1": macro_f1,
+    "accuracy": accuracy_hungarian,
+    "nmi_max": nmi_max,
+    "nmi_mean": nmi_mean,
+    "pairwise_f": pairwise_f,
+    "f_measure": f_measure,
+    "entropy": entropy,
+}
+
+
+def single_label_scores(y_true: Sequence[Any], y_pred: Sequence[Any],
+                        names: Sequence[str] | None = None) -> dict[str, float]:
+    """Single-label metrics by report name.
+
+    Parameters
+    ----------
+    y_true, y_pred : sequences
+        True classes and predicted classes or cluster ids.
+    names : sequence of str, optional
+        Report names (keys of :data:`SINGLE_LABEL_METRICS`); all of them by default.
+
+    Returns
+    -------
+    dict
+        ``{name: value}`` in the order of ``names``.
+
+    Raises
+    ------
+    ValueError
+        For a name that is not a single-label metric (``macro_auc`` needs scores).
+    """
+    names = list(SINGLE_LABEL_METRICS if names is None else names)
+    unknown = [n for n in names if n not in SINGLE_LABEL_METRICS]
+    if unknown:
+        raise ValueError(f"not a single-label metric: {', '.join(map(repr, unknown))} "
+                         f"(known: {', '.join(SINGLE_LABEL_METRICS)}; macro_auc needs scores)")
+    return {n: float(SINGLE_LABEL_METRICS[n](y_true, y_pred)) for n in names}

@@ -9,9 +9,6 @@ from typing import Any
 
 import numpy as np
 
-RECORD_FIELDS = ("protocol", "dataset", "algorithm", "label_fraction", "metric", "mean", "std", "runs",
-                 "fit_seconds")
-
 #: The papers' own figures (from ../shared/ALGORITHMS.md and the papers' tables):
 #: (protocol, dataset, metric) -> list of (method label, {label_fraction: value}).
 PAPER_FIGURES: dict[tuple[str, str, str], list[tuple[str, dict[float, float]]]] = {

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from streamsemi.evaluation import report
+from streamsemi.evaluation.driver import evaluate, resolve_methods
 from streamsemi.evaluation.protocols import PROTOCOLS
 from streamsemi.evaluation.stream import StreamSettings
 
@@ -81,7 +82,7 @@ def _describe(settings: dict[str, Any], protocol: str) -> str:
     return "; ".join(parts)
 
 
-def generate(out_path: str | Path, quick: bool = False, protocols: Sequence[str] | None = None,
+def generate(out_path: str | Path, *, quick: bool = False, protocols: Sequence[str] | None = None,
              algorithms: Sequence[str] | None = None, jobs: int = 1, seed: int = 0,
              progress: bool = True, json_path: str | Path | None = None,
              settings_override: dict[str, dict[str, Any]] | None = None) -> list[dict[str, Any]]:
@@ -104,8 +105,6 @@ def generate(out_path: str | Path, quick: bool = False, protocols: Sequence[str]
     settings_override : dict, optional
         Per-protocol settings replacing :func:`page_settings` entries (tests).
     """
-    from streamsemi.evaluation.command import evaluate, resolve_methods
-
     settings = page_settings(quick)
     for k, v in (settings_override or {}).items():
         settings[k] = {**settings.get(k, {}), **v}
@@ -122,12 +121,14 @@ def generate(out_path: str | Path, quick: bool = False, protocols: Sequence[str]
         missing = [a for a in wanted if a not in methods]
         if missing:
             notes.append(f"{name}: not available: {', '.join(missing)}")
-        records += evaluate(p, methods, s["datasets"], s["labels"], s["runs"], False, jobs,
-                            s["max_docs"], seed, progress=progress)
+        records += evaluate(p, methods=methods, datasets=s["datasets"], labels=s["labels"],
+                            runs=s["runs"], jobs=jobs, max_docs=s["max_docs"], seed=seed,
+                            progress=progress)
         if s.get("stream"):
             ds, lab = s["stream"]
-            records += evaluate(p, methods, ds, lab, s["runs"], True, jobs, s["max_docs"], seed,
-                                StreamSettings(), progress=progress, batch=False)
+            records += evaluate(p, methods=methods, datasets=ds, labels=lab, runs=s["runs"],
+                                batch=False, stream=True, jobs=jobs, max_docs=s["max_docs"],
+                                seed=seed, stream_settings=StreamSettings(), progress=progress)
         timings[name] = time.perf_counter() - t0
     if json_path:
         report.write_json(records, json_path)
@@ -195,7 +196,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--json", default=None)
     parser.add_argument("--no-progress", action="store_true")
     a = parser.parse_args(argv)
-    generate(a.out, a.quick, a.protocol, a.algorithm, a.jobs, a.seed, not a.no_progress, a.json)
+    generate(a.out, quick=a.quick, protocols=a.protocol, algorithms=a.algorithm, jobs=a.jobs,
+             seed=a.seed, progress=not a.no_progress, json_path=a.json)
     print(f"wrote {a.out}", file=sys.stderr)
     return 0
 

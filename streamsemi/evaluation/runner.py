@@ -115,26 +115,12 @@ def aligned_scores(est: Any, X: Any, classes: Sequence[str]) -> np.ndarray:
 def score_single(protocol: Protocol, y_true: Sequence[str], y_pred: Sequence[Any],
                  known: Sequence[str]) -> dict[str, float]:
     """The protocol's single-label metrics (macro-F1 on ``known`` classes for D-LDA)."""
-    out: dict[str, float] = {}
-    for m in protocol.metrics:
-        if m == "macro_f1":
-            out[m] = (metrics.macro_f1_known(y_true, y_pred, known) if protocol.name == "d-lda"
-                      else metrics.macro_f1(y_true, y_pred))
-        elif m == "accuracy":
-            out[m] = metrics.accuracy_hungarian(y_true, y_pred)
-        elif m == "nmi_max":
-            out[m] = metrics.nmi(y_true, y_pred, "max")
-        elif m == "nmi_mean":
-            out[m] = metrics.nmi(y_true, y_pred, "arithmetic")
-        elif m == "pairwise_f":
-            out[m] = metrics.pairwise_prf(y_true, y_pred)[2]
-        elif m == "f_measure":
-            out[m] = metrics.f_measure(y_true, y_pred)
-        elif m == "entropy":
-            out[m] = metrics.entropy(y_true, y_pred)
-        else:
-            raise ValueError(f"metric {m!r} needs multi-label scores")
-    return out
+    names = list(protocol.metrics)
+    out = metrics.single_label_scores(y_true, y_pred, [m for m in names if m != "macro_f1"])
+    if "macro_f1" in names:
+        out["macro_f1"] = (metrics.macro_f1_known(y_true, y_pred, known) if protocol.name == "d-lda"
+                           else metrics.macro_f1(y_true, y_pred))
+    return {m: out[m] for m in names}
 
 
 def indicator(y_true: Sequence[Any], classes: Sequence[str]) -> np.ndarray:
