@@ -156,6 +156,49 @@ class ProcessResult:
 
 
 @dataclass
+class EngineState:
+    """What a checkpoint keeps of an :class:`Engine`: :meth:`Engine.export_state` / :meth:`Engine.restore_state`.
+
+    Rows, label tuples and fitted models are never mutated in place by the engine,
+    so an exported state can be encoded on another thread; only the word sketch is
+    updated in place: read it through :meth:`sketch_dict`.
+
+    Attributes
+    ----------
+    window : list of (id, event time, row, kept text or None), oldest first
+    seeds : list of (id, labels, row)
+    pending : list of (id, labels, expiry time, control offset or None), oldest first
+    last_ops : list of (id, control offset, "label" | "unlabel"), oldest first
+    version, refit_count, docs_since_refit : int
+    models : dict of algorithm name -> :class:`ModelSlot`
+    n_features : int
+    stop_words : str or None
+    sketch : WordSketch
+    sketch_lock : lock guarding ``sketch`` while the engine runs (None for a restored state)
+    """
+
+    window: list[tuple[str, float, Row, str | None]]
+    seeds: list[tuple[str, tuple[str, ...], Row]]
+    pending: list[tuple[str, tuple[str, ...], float, int | None]]
+    last_ops: list[tuple[str, int, str]]
+    version: int
+    refit_count: int
+    docs_since_refit: int
+    models: dict[str, ModelSlot]
+    n_features: int
+    stop_words: str | None
+    sketch: Any
+    sketch_lock: Any = None
+
+    def sketch_dict(self) -> dict[str, Any]:
+        """The word sketch as JSON-able data (:meth:`WordSketch.to_dict`), read under its lock."""
+        if self.sketch_lock is None:
+            return self.sketch.to_dict()
+        with self.sketch_lock:
+            return self.sketch.to_dict()
+
+
+@dataclass
 class _Snapshot:
     version: int
     X: sp.csr_matrix
@@ -654,6 +697,72 @@ class Engine:
             n += 1
         self.telemetry.pending.set(len(self.pending))
         return n
+
+    def export_state(self) -> EngineState:
+        """References to the state a checkpoint keeps (O(n) list copies, no encoding).
+
+        Must run on the engine's (polling) thread; the result may then be encoded on
+        any thread (:class:`EngineState`).
+        """
+        return EngineState(
+            window=[(k, e.ts, e.row, e.text) for k, e in self.window.items()],
+            seeds=[(k, s.labels, s.row) for k, s in self.seeds.items()],
+            pending=[(k, p.labels, p.expires, p.offset) for k, p in self.pending.items()],
+            last_ops=[(k, off, op) for k, (off, op) in self._last_op.items()],
+            version=self.version, refit_count=self.refit_count, docs_since_refit=self.docs_since_refit,
+            models=dict(self.models), n_features=self.config.n_features, stop_words=self.config.stop_words,
+            sketch=self.featurizer.sketch, sketch_lock=self.sketch_lock,
+        )
+
+    def restore_state(self, state: EngineState) -> None:
+        """Replace the window, seeds, held labels, control bookkeeping, sketch and models by ``state``.
+
+        Everything is built aside and swapped in at the end: when this raises, the
+        engine is unchanged.
+
+        Raises
+        ------
+        ValueError
+            ``state`` was made with another ``n_features`` or ``stop_words``, or its
+            sketch has another ``n_features``.
+        """
+        cfg = self.config
+        if state.n_features != cfg.n_features or state.stop_words != cfg.stop_words:
+            raise ValueError(f"state made with n_features={state.n_features}, stop_words={state.stop_words!r}; "
+                             f"the engine uses n_features={cfg.n_features}, stop_words={cfg.stop_words!r}")
+        if getattr(state.sketch, "n_features", None) != cfg.n_features:
+            raise ValueError("word sketch of another n_features")
+        window = Window(cfg.window_max_docs, cfg.window_max_age_s, cfg.keep_text_chars)
+        for doc_id, ts, row, text in state.window:
+            window.add(doc_id, row, float(ts), text)
+        seeds = SeedStore(cfg.max_seed_docs)
+        for doc_id, labels, row in state.seeds:
+            seeds.put(doc_id, tuple(labels), row)
+        pending = PendingLabels(cfg.max_pending_labels, cfg.pending_label_ttl_s)
+        for doc_id, labels, expires, offset in state.pending:
+            pending.put(doc_id, tuple(labels), float(expires) - pending.ttl_s, offset)
+        last_op: OrderedDict[str, tuple[int, str]] = OrderedDict()
+        for doc_id, offset, op in state.last_ops[-(cfg.max_seed_docs + cfg.max_pending_labels):]:
+            last_op.pop(doc_id, None)
+            last_op[doc_id] = (int(offset), str(op))
+        models = dict(state.models)
+        version = max([int(state.version), *(s.version for s in models.values())])
+        # swap in (nothing below can fail on bad data)
+        self.window, self.seeds, self.pending, self._last_op = window, seeds, pending, last_op
+        with self.sketch_lock:
+            self.featurizer.sketch = state.sketch
+        self.models = models
+        self.version = version
+        self.refit_count = int(state.refit_count)
+        self.docs_since_refit = int(state.docs_since_refit)
+        self.last_refit_start = self.clock()
+        tel = self.telemetry
+        tel.set_seed_counts(seeds.class_counts())
+        tel.pending.set(len(pending))
+        tel.window.set(len(window))
+        for name, slot in models.items():
+            tel.model_version.labels(name).set(slot.version)
+            tel.new_clusters.labels(name).set(len(slot.new_clusters))
 
     # ------------------------------------------------------------------ introspection
     def stats(self) -> dict[str, Any]:

@@ -16,7 +16,7 @@ from streamsemi.algorithms import REGISTRY, is_available, make_estimator
 from streamsemi.core.datasets import load
 from streamsemi.core.features import TextFeaturizer
 from streamsemi.core.messages import Document
-from streamsemi.engine import Engine, EngineConfig
+from streamsemi.engine import Engine, EngineConfig, EngineState
 from streamsemi.service import checkpoint
 from streamsemi.service.checkpoint import (
     CheckpointError,
@@ -131,7 +131,7 @@ def test_engine_state_round_trip(r8, tmp_path):
         np.testing.assert_array_equal(ea.row.data, eb.row.data)
     assert {k: s.labels for k, s in a.seeds.items()} == {k: s.labels for k, s in b.seeds.items()}
     assert "d6" not in b.seeds and "ghost" in b.pending
-    assert b._last_op == a._last_op
+    assert b.export_state().last_ops == a.export_state().last_ops
     assert b.featurizer.sketch.to_dict() == a.featurizer.sketch.to_dict()
     assert b.version == a.version and b.ready
     assert {n: s.version for n, s in b.models.items()} == {n: s.version for n, s in a.models.items()}
@@ -291,3 +291,117 @@ def test_state_inspect_command(r8, tmp_path):
     bad = subprocess.run([sys.executable, "-m", "streamsemi", "state", "inspect", str(tmp_path / "none")],
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode == 1 and json.loads(bad.stdout)["valid"] is False
+
+
+# ---------------------------------------------------------------- hostile but well-formed checkpoints
+def _two_checkpoints(r8, tmp_path):
+    a = _engine()
+    _fill(a, r8)
+    first = Path(checkpoint.save(a, tmp_path)["path"])
+    a.process([Document("late", r8.texts[400])])
+    second = Path(checkpoint.save(a, tmp_path)["path"])
+    return a, first, second
+
+
+def _rewrite(ckpt: Path, name: str, data: bytes) -> None:
+    """Replace one file of a checkpoint and recompute its checksum and size in the manifest."""
+    import hashlib
+
+    (ckpt / name).write_bytes(data)
+    m = json.loads((ckpt / "manifest.json").read_text())
+    m["files"][name] = {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
+    (ckpt / "manifest.json").write_text(json.dumps(m))
+
+
+def _set_manifest(ckpt: Path, **changes) -> None:
+    m = json.loads((ckpt / "manifest.json").read_text())
+    m.update(changes)
+    (ckpt / "manifest.json").write_text(json.dumps(m))
+
+
+def _engine_json_with(ckpt: Path, **changes) -> None:
+    state = json.loads((ckpt / "engine.json").read_text())
+    state.update(changes)
+    _rewrite(ckpt, "engine.json", json.dumps(state).encode())
+
+
+def _window_with_text_times(ckpt: Path) -> None:
+    """window.npz whose event times are text: it passes the checksums and fails only while applied."""
+    import io
+
+    z = checkpoint._load_npz((ckpt / "window.npz").read_bytes())
+    z["ts"] = np.array(["soon"] * len(z["ts"]))
+    buf = io.BytesIO()
+    np.savez(buf, **z)
+    _rewrite(ckpt, "window.npz", buf.getvalue())
+
+
+HOSTILE = {
+    "models is a number": (lambda c: _set_manifest(c, models=5), "'models' must be a list"),
+    "a model entry of the wrong type": (lambda c: _set_manifest(c, models=[{"algorithm": 3}]), "models[0].algorithm"),
+    "counts of the wrong type": (lambda c: _set_manifest(c, counts=[1, 2]), "'counts' must map"),
+    "very deep nesting": (lambda c: (c / "manifest.json").write_text("[" * 200_000 + "]" * 200_000),
+                          "nested too deeply"),
+    "an integer seed label": (lambda c: _engine_json_with(
+        c, seed_labels=[[7]] + json.loads((c / "engine.json").read_text())["seed_labels"][1:]), "'seed_labels'"),
+    "a control op of the wrong kind": (lambda c: _engine_json_with(c, last_ops=[["d1", 3, "drop"]]), "'last_ops'"),
+    "event times that are text (fails while applied)": (_window_with_text_times, "ValueError"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE))
+def test_a_hostile_newest_checkpoint_falls_back_to_the_previous_one(r8, tmp_path, caplog, case):
+    caplog.set_level(logging.INFO, logger="streamsemi.service.checkpoint")
+    a, first, second = _two_checkpoints(r8, tmp_path)
+    damage, reason = HOSTILE[case]
+    damage(second)
+    e = _engine()
+    rep = checkpoint.restore(e, tmp_path)  # never raises
+    assert rep.status == "restored" and rep.path == str(first), rep.problems
+    assert len(rep.problems) == 1 and reason in rep.problems[0], rep.problems
+    assert "late" not in e.window and len(e.window) == len(a.window) - 1 and e.ready
+    rejected = [r for r in caplog.records if r.getMessage() == "checkpoint_rejected"]
+    assert len(rejected) == 1 and rejected[0].fields["path"] == str(second) and reason in rejected[0].fields["problem"]
+
+
+def test_when_every_checkpoint_is_hostile_the_engine_starts_empty(r8, tmp_path, caplog):
+    caplog.set_level(logging.INFO, logger="streamsemi.service.checkpoint")
+    _, first, second = _two_checkpoints(r8, tmp_path)
+    _set_manifest(second, models=5)
+    _window_with_text_times(first)
+    e = _engine()
+    rep = checkpoint.restore(e, tmp_path)
+    assert rep.status == "unusable" and len(rep.problems) == 2
+    assert len(e.window) == 0 and len(e.seeds) == 0 and len(e.pending) == 0 and not e.models and e.version == 0
+    assert [r.fields["path"] for r in caplog.records if r.getMessage() == "checkpoint_rejected"] == [str(second), str(first)]
+    assert [r.getMessage() for r in caplog.records][-1] == "checkpoint_unusable"
+    e.process([Document("fresh", r8.texts[0])])  # a usable, empty engine
+    assert "fresh" in e.window
+
+
+def test_validate_manifest_accepts_what_save_writes(r8, tmp_path):
+    a = _engine()
+    _fill(a, r8)
+    path = Path(checkpoint.save(a, tmp_path)["path"])
+    m = json.loads((path / "manifest.json").read_text())
+    checkpoint.validate_manifest(m)
+    for key, bad in (("n_features", "262144"), ("format_version", True), ("created", None), ("stop_words", 1),
+                     ("files", {"../x": {"sha256": "0", "bytes": 1}})):
+        with pytest.raises(CheckpointError):
+            checkpoint.validate_manifest({**m, key: bad})
+
+
+def test_restore_state_leaves_the_engine_unchanged_when_it_fails(r8):
+    a = _engine()
+    _fill(a, r8)
+    state = a.export_state()
+    e = _engine()
+    e.process([Document("mine", r8.texts[1])])
+    broken = EngineState(**{**state.__dict__, "window": [("x", "not a time", state.window[0][2], None)]})
+    with pytest.raises(ValueError):
+        e.restore_state(broken)
+    assert e.window.ids() == ["mine"] and len(e.seeds) == 0 and not e.models
+    with pytest.raises(ValueError, match="n_features"):
+        _engine(n_features=2**16).restore_state(state)
+    e.restore_state(state)
+    assert e.window.ids() == a.window.ids() and e.ready and e.version == a.version

@@ -214,6 +214,10 @@ class PendingLabels:
     def pop(self, doc_id: str) -> PendingLabel | None:
         return self._items.pop(doc_id, None)
 
+    def items(self) -> Iterable[tuple[str, PendingLabel]]:
+        """Held labels, oldest first."""
+        return self._items.items()
+
     def expire(self, now: float) -> list[tuple[str, PendingLabel]]:
         """Remove and return labels past their expiry (insertion order = expiry order)."""
         out = []

@@ -42,6 +42,7 @@ import sys
 import threading
 import time
 import uuid
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -53,7 +54,7 @@ from streamsemi import __version__
 from streamsemi.core.logs import event
 
 if TYPE_CHECKING:  # pragma: no cover
-    from streamsemi.engine import Engine
+    from streamsemi.engine import Engine, EngineState
 
 log = logging.getLogger("streamsemi.service.checkpoint")
 
@@ -341,49 +342,17 @@ class Capture:
     skipped: list[dict[str, str]] = field(default_factory=list)
 
 
-@dataclass
-class Gathered:
-    """References to the engine's state, taken between two polls (O(n) list copies, no encoding)."""
-
-    window: list[tuple[str, float, Any, str | None]]
-    seeds: list[tuple[str, tuple[str, ...], Any]]
-    pending: list[list[Any]]
-    last_ops: list[list[Any]]
-    scalars: dict[str, int]
-    models: dict[str, Any]
-    n_features: int
-    stop_words: str | None
-    engine: Any
-    offsets: list[list[Any]] = field(default_factory=list)
-
-
-def gather(engine: Engine, offsets: list[list[Any]] | None = None) -> Gathered:
-    """Take the references a checkpoint needs; must run on the engine's (polling) thread.
-
-    Rows, label tuples and fitted models are never mutated in place, so the
-    encoding (:func:`encode`) can run on another thread afterwards. ``offsets``
-    (``[topic, partition, next offset]``) tell a restore which documents the window
-    already holds: those after them are read back into the window at start.
-    """
-    return Gathered(
-        window=[(k, e.ts, e.row, e.text) for k, e in engine.window.items()],
-        seeds=[(k, s.labels, s.row) for k, s in engine.seeds.items()],
-        pending=[[k, list(p.labels), p.expires, p.offset] for k, p in engine.pending._items.items()],
-        last_ops=[[k, off, op] for k, (off, op) in engine._last_op.items()],
-        scalars={"version": engine.version, "refit_count": engine.refit_count,
-                 "docs_since_refit": engine.docs_since_refit},
-        models=dict(engine.models), n_features=engine.config.n_features, stop_words=engine.config.stop_words,
-        engine=engine, offsets=[list(o) for o in offsets or []],
-    )
-
-
-def capture(engine: Engine) -> Capture:
+def capture(engine: Engine, offsets: list[list[Any]] | None = None) -> Capture:
     """Snapshot the engine's state into file contents (on the engine's thread)."""
-    return encode(gather(engine))
+    return encode(engine.export_state(), offsets)
 
 
-def encode(g: Gathered) -> Capture:
-    """File contents of a checkpoint from :func:`gather` output (may run on any thread)."""
+def encode(g: EngineState, offsets: list[list[Any]] | None = None) -> Capture:
+    """File contents of a checkpoint from :meth:`Engine.export_state` output (may run on any thread).
+
+    ``offsets`` (``[topic, partition, next offset]``) tell a restore which documents
+    the window already holds: those after them are read back into the window at start.
+    """
     from streamsemi.engine import FALLBACK_ALGORITHM
 
     files: dict[str, bytes] = {}
@@ -398,14 +367,16 @@ def encode(g: Gathered) -> Capture:
     sid_blob, sid_off, _ = _strings_to_arrays(seed_ids)
     files["seeds.npz"] = _npz_bytes({"ids_blob": sid_blob, "ids_off": sid_off,
                                      **_rows_to_arrays([r for _, _, r in g.seeds], "")})
-    pending, last_ops = g.pending, g.last_ops
-    files["engine.json"] = _json_bytes({**g.scalars, "seed_labels": [list(lb) for _, lb, _ in g.seeds],
-                                        "pending": pending, "last_ops": last_ops, "offsets": g.offsets})
-    engine = g.engine
-    with engine.sketch_lock:
-        sketch = engine.featurizer.sketch
-        files["sketch.json"] = _json_bytes(sketch.to_dict())
-        n_sketch = len(sketch)
+    pending = [[k, list(labels), expires, off] for k, labels, expires, off in g.pending]
+    last_ops = [[k, off, op] for k, off, op in g.last_ops]
+    files["engine.json"] = _json_bytes({"version": g.version, "refit_count": g.refit_count,
+                                        "docs_since_refit": g.docs_since_refit,
+                                        "seed_labels": [list(lb) for _, lb, _ in g.seeds],
+                                        "pending": pending, "last_ops": last_ops,
+                                        "offsets": [list(o) for o in offsets or []]})
+    sketch = g.sketch_dict()
+    files["sketch.json"] = _json_bytes(sketch)
+    n_sketch = len(sketch["slots"])
     models_meta: list[dict[str, Any]] = []
     skipped: list[dict[str, str]] = []
     stored: dict[int, str] = {}
@@ -435,7 +406,7 @@ def encode(g: Gathered) -> Capture:
     manifest = {
         "format": FORMAT, "format_version": FORMAT_VERSION, "created": time.time(),
         "streamsemi_version": __version__, "n_features": g.n_features, "stop_words": g.stop_words,
-        "model_version": g.scalars["version"],
+        "model_version": g.version,
         "counts": {"window": len(win_ids), "seeds": len(seed_ids), "pending_labels": len(pending),
                    "control_ops": len(last_ops), "sketch_features": n_sketch,
                    "models": len(models_meta)},
@@ -515,14 +486,15 @@ class Checkpointer:
         """Start writing a checkpoint of ``engine``; False if one is still being written."""
         if self.busy:
             return False
-        g = gather(engine, offsets)
-        self._thread = threading.Thread(target=self._run, args=(g, reason), name="checkpoint", daemon=True)
+        state = engine.export_state()
+        self._thread = threading.Thread(target=self._run, args=(state, offsets, reason), name="checkpoint",
+                                        daemon=True)
         self._thread.start()
         return True
 
-    def _run(self, g: Gathered, reason: str) -> None:
+    def _run(self, state: EngineState, offsets: list[list[Any]] | None, reason: str) -> None:
         try:
-            cap = encode(g)
+            cap = encode(state, offsets)
             info = write(self.state_dir, cap)
             info.update(reason=reason, counts=cap.manifest["counts"], model_version=cap.manifest["model_version"],
                         skipped_models=[x["algorithm"] for x in cap.skipped])
@@ -565,42 +537,107 @@ def _checkpoint_dirs(root: Path) -> list[Path]:
     return out
 
 
+def _loads(data: bytes, where: str) -> Any:
+    """JSON from checkpoint bytes; CheckpointError for bad JSON, bad UTF-8 or nesting too deep to parse."""
+    try:
+        return json.loads(data)
+    except RecursionError:
+        raise CheckpointError(f"{where}: not valid JSON (nested too deeply)") from None
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise CheckpointError(f"{where}: not valid JSON ({exc})") from None
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_number(v: Any) -> bool:
+    return (isinstance(v, (int, float)) and not isinstance(v, bool)) and math.isfinite(v)
+
+
+def _is_str_list(v: Any) -> bool:
+    return isinstance(v, list) and all(isinstance(x, str) for x in v)
+
+
+def _require(ok: bool, where: str, what: str) -> None:
+    if not ok:
+        raise CheckpointError(f"{where}: {what}")
+
+
+def validate_manifest(m: Any, where: str = "manifest.json") -> None:
+    """Check the structure and types of a parsed manifest (format and version included).
+
+    Raises
+    ------
+    CheckpointError
+        With the first problem found, e.g. ``manifest.json: 'models' must be a list``.
+    """
+    _require(isinstance(m, dict) and m.get("format") == FORMAT, where, "not a streamsemi checkpoint")
+    _require(m.get("format_version") == FORMAT_VERSION and _is_int(m.get("format_version")), where,
+             f"format version {m.get('format_version')!r}, this streamsemi reads version {FORMAT_VERSION}")
+    _require(_is_number(m.get("created")), where, "'created' must be a number")
+    _require(_is_int(m.get("n_features")) and m["n_features"] > 0, where, "'n_features' must be a positive integer")
+    _require(m.get("stop_words") is None or isinstance(m.get("stop_words"), str), where,
+             "'stop_words' must be text or null")
+    _require(_is_int(m.get("model_version")) and m["model_version"] >= 0, where,
+             "'model_version' must be a non-negative integer")
+    counts = m.get("counts")
+    _require(isinstance(counts, dict) and all(_is_int(v) for v in counts.values()), where,
+             "'counts' must map names to integers")
+    files = m.get("files")
+    _require(isinstance(files, dict), where, "no file list")
+    for fname, meta in files.items():
+        _require(bool(_FILE_NAME.match(fname)) and not fname.startswith(".") and isinstance(meta, dict)
+                 and isinstance(meta.get("sha256"), str) and _is_int(meta.get("bytes")), where,
+                 f"bad file entry {fname!r}")
+    models = m.get("models")
+    _require(isinstance(models, list), where, "'models' must be a list")
+    for i, meta in enumerate(models):
+        at = f"models[{i}]"
+        _require(isinstance(meta, dict), where, f"{at} must be an object")
+        for key in ("algorithm", "registry", "class", "state"):
+            _require(isinstance(meta.get(key), str), where, f"{at}.{key} must be text")
+        _require(bool(re.fullmatch(r"model-[0-9]{1,6}", meta["state"])), where, f"{at}.state must be model-<n>")
+        for suffix in (".json", ".npz"):
+            _require(meta["state"] + suffix in files, where, f"{at}: {meta['state']}{suffix} is not in the file list")
+        _require(_is_int(meta.get("version")) and meta["version"] >= 0, where, f"{at}.version must be an integer")
+        _require(_is_number(meta.get("fitted_at")), where, f"{at}.fitted_at must be a number")
+        _require(_is_int(meta.get("n_train", 0)), where, f"{at}.n_train must be an integer")
+        for key in ("multilabel", "fallback"):
+            _require(isinstance(meta.get(key, False), bool), where, f"{at}.{key} must be true or false")
+        for key in ("classes", "new_clusters"):
+            _require(_is_str_list(meta.get(key, [])), where, f"{at}.{key} must be a list of text")
+        explain = meta.get("explain") or {}
+        _require(isinstance(explain, dict) and all(_is_str_list(v) for v in explain.values()), where,
+                 f"{at}.explain must map clusters to lists of words")
+    _require(isinstance(m.get("skipped_models", []), list), where, "'skipped_models' must be a list")
+
+
 def read_dir(path: str | Path) -> Loaded:
     """Read and verify one checkpoint directory.
 
     Raises
     ------
     CheckpointError
-        Missing manifest, bad JSON, another format or version, a missing file, a
-        size or SHA-256 mismatch.
+        Missing manifest, bad JSON, another format or version, a manifest of the
+        wrong structure (:func:`validate_manifest`), a missing file, a size or
+        SHA-256 mismatch.
     """
     path = Path(path)
     mpath = path / "manifest.json"
     if not mpath.is_file():
         raise CheckpointError(f"{path}: no manifest.json")
-    try:
-        manifest = json.loads(mpath.read_bytes())
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise CheckpointError(f"{mpath}: not valid JSON ({exc})") from None
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-        raise CheckpointError(f"{mpath}: not a streamsemi checkpoint")
-    if manifest.get("format_version") != FORMAT_VERSION:
-        raise CheckpointError(f"{mpath}: format version {manifest.get('format_version')!r}, this streamsemi reads "
-                              f"version {FORMAT_VERSION}")
-    entries = manifest.get("files")
-    if not isinstance(entries, dict):
-        raise CheckpointError(f"{mpath}: no file list")
+    manifest = _loads(mpath.read_bytes(), str(mpath))
+    validate_manifest(manifest, str(mpath))
     files: dict[str, bytes] = {}
-    for fname, meta in entries.items():
-        if not _FILE_NAME.match(fname) or fname.startswith(".") or not isinstance(meta, dict):
-            raise CheckpointError(f"{mpath}: bad file entry {fname!r}")
+    for fname, meta in manifest["files"].items():
         fpath = path / fname
         if not fpath.is_file():
             raise CheckpointError(f"{fpath}: missing")
         data = fpath.read_bytes()
-        if len(data) != meta.get("bytes"):
-            raise CheckpointError(f"{fpath}: {len(data)} bytes, manifest says {meta.get('bytes')} (truncated?)")
-        if hashlib.sha256(data).hexdigest() != meta.get("sha256"):
+        if len(data) != meta["bytes"]:
+            raise CheckpointError(f"{fpath}: {len(data)} bytes, manifest says {meta['bytes']} (truncated?)")
+        if hashlib.sha256(data).hexdigest() != meta["sha256"]:
             raise CheckpointError(f"{fpath}: checksum mismatch")
         files[fname] = data
     for required in ("engine.json", "window.npz", "seeds.npz", "sketch.json"):
@@ -610,7 +647,7 @@ def read_dir(path: str | Path) -> Loaded:
 
 
 def read_latest(state_dir: str | Path) -> tuple[Loaded | None, list[str]]:
-    """Newest valid checkpoint under ``state_dir`` (CURRENT first) and the problems met on the way."""
+    """Newest verified checkpoint under ``state_dir`` (CURRENT first) and the problems met on the way."""
     root = Path(state_dir)
     problems: list[str] = []
     if not root.is_dir():
@@ -644,33 +681,31 @@ class RestoreReport:
 
 
 def _json(files: dict[str, bytes], name: str) -> Any:
-    try:
-        return json.loads(files[name])
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise CheckpointError(f"{name}: not valid JSON ({exc})") from None
+    return _loads(files[name], name)
 
 
-def _restore_models(engine: Engine, loaded: Loaded, report: RestoreReport) -> dict[str, Any]:
+def _decode_models(config: Any, loaded: Loaded, report: RestoreReport) -> dict[str, Any]:
+    """The stored models of enabled algorithms; one that cannot be restored is skipped (the next refit rebuilds it)."""
     from streamsemi.engine import ModelSlot
 
     out: dict[str, Any] = {}
     cache: dict[str, Any] = {}
-    for meta in loaded.manifest.get("models", []):
-        name = meta.get("algorithm")
-        if name not in engine.config.algorithms:
-            report.skipped_models[str(name)] = "not enabled"
+    for meta in loaded.manifest["models"]:
+        name = meta["algorithm"]
+        if name not in config.algorithms:
+            report.skipped_models[name] = "not enabled"
             continue
-        key = meta.get("state")
+        key = meta["state"]
         try:
             if key not in cache:
                 arrays = _load_npz(loaded.files[f"{key}.npz"])
                 cache[key] = restore_estimator(_json(loaded.files, f"{key}.json"), arrays, meta["registry"])
             est = cache[key]
-            slot = ModelSlot(est, int(meta["version"]), float(meta["fitted_at"]), np.asarray(est.classes_),
-                             frozenset(str(c) for c in meta.get("new_clusters", [])), bool(meta["multilabel"]),
-                             {str(k): [str(w) for w in v] for k, v in dict(meta.get("explain") or {}).items()},
-                             fallback=bool(meta.get("fallback")), n_train=int(meta.get("n_train", 0)))
-            if [str(c) for c in slot.classes] != list(meta.get("classes", [])):
+            slot = ModelSlot(est, meta["version"], float(meta["fitted_at"]), np.asarray(est.classes_),
+                             frozenset(meta.get("new_clusters", [])), meta["multilabel"],
+                             {k: list(v) for k, v in (meta.get("explain") or {}).items()},
+                             fallback=meta.get("fallback", False), n_train=meta.get("n_train", 0))
+            if [str(c) for c in slot.classes] != meta.get("classes", []):
                 raise CheckpointError("restored classes differ from the manifest")
         except Exception as exc:  # noqa: BLE001 - one unrestorable model is rebuilt by the next refit
             report.skipped_models[name] = f"{type(exc).__name__}: {exc}"
@@ -680,19 +715,51 @@ def _restore_models(engine: Engine, loaded: Loaded, report: RestoreReport) -> di
     return out
 
 
-def _apply(engine: Engine, loaded: Loaded, report: RestoreReport) -> None:
+def _engine_json(state: Any) -> dict[str, Any]:
+    """Check the structure and types of ``engine.json``."""
+    w = "engine.json"
+    _require(isinstance(state, dict), w, "must be an object")
+    for key in ("version", "refit_count", "docs_since_refit"):
+        _require(_is_int(state.get(key, 0)) and state.get(key, 0) >= 0, w, f"{key!r} must be a non-negative integer")
+    seed_labels = state.get("seed_labels")
+    _require(isinstance(seed_labels, list) and all(_is_str_list(x) for x in seed_labels), w,
+             "'seed_labels' must be a list of lists of text")
+    pending = state.get("pending")
+    _require(isinstance(pending, list) and all(
+        isinstance(x, list) and len(x) == 4 and isinstance(x[0], str) and _is_str_list(x[1]) and _is_number(x[2])
+        and (x[3] is None or _is_int(x[3])) for x in pending), w,
+        "'pending' must be a list of [id, labels, expiry, offset or null]")
+    last_ops = state.get("last_ops")
+    _require(isinstance(last_ops, list) and all(
+        isinstance(x, list) and len(x) == 3 and isinstance(x[0], str) and _is_int(x[1]) and x[2] in ("label", "unlabel")
+        for x in last_ops), w, "'last_ops' must be a list of [id, offset, 'label' | 'unlabel']")
+    offsets = state.get("offsets", [])
+    _require(isinstance(offsets, list) and all(
+        isinstance(x, list) and len(x) == 3 and isinstance(x[0], str) and _is_int(x[1]) and _is_int(x[2])
+        for x in offsets), w, "'offsets' must be a list of [topic, partition, offset]")
+    return state
+
+
+def decode(config: Any, loaded: Loaded, report: RestoreReport) -> EngineState:
+    """The :class:`EngineState` held by a verified checkpoint, for an engine with ``config``.
+
+    Raises
+    ------
+    CheckpointError
+        Settings that do not match ``config``, files of the wrong structure or types.
+    """
     from streamsemi.core.features import WordSketch
+    from streamsemi.engine import EngineState
 
     m = loaded.manifest
-    cfg = engine.config
-    if m.get("n_features") != cfg.n_features or m.get("stop_words") != cfg.stop_words:
-        raise CheckpointError(f"checkpoint made with n_features={m.get('n_features')}, stop_words={m.get('stop_words')!r}; "
-                              f"the worker uses n_features={cfg.n_features}, stop_words={cfg.stop_words!r}")
-    state = _json(loaded.files, "engine.json")
+    if m["n_features"] != config.n_features or m["stop_words"] != config.stop_words:
+        raise CheckpointError(f"checkpoint made with n_features={m['n_features']}, stop_words={m['stop_words']!r}; "
+                              f"the worker uses n_features={config.n_features}, stop_words={config.stop_words!r}")
+    state = _engine_json(_json(loaded.files, "engine.json"))
     try:
         win = _load_npz(loaded.files["window.npz"])
         seeds_z = _load_npz(loaded.files["seeds.npz"])
-    except (ValueError, OSError, KeyError) as exc:
+    except (ValueError, OSError, KeyError, zipfile.BadZipFile) as exc:
         raise CheckpointError(f"cannot read arrays: {exc}") from None
     try:
         win_ids = _arrays_to_strings(win["ids_blob"], win["ids_off"], np.ones(len(win["ids_off"]) - 1, bool))
@@ -700,84 +767,71 @@ def _apply(engine: Engine, loaded: Loaded, report: RestoreReport) -> None:
         ts = win["ts"]
         if not (len(win_ids) == len(texts) == len(ts)):
             raise CheckpointError("window arrays have different lengths")
-        win_rows = _arrays_to_rows(win, "", len(win_ids), cfg.n_features)
+        win_rows = _arrays_to_rows(win, "", len(win_ids), config.n_features)
         seed_ids = _arrays_to_strings(seeds_z["ids_blob"], seeds_z["ids_off"], np.ones(len(seeds_z["ids_off"]) - 1, bool))
-        seed_rows = _arrays_to_rows(seeds_z, "", len(seed_ids), cfg.n_features)
-        seed_labels = state["seed_labels"]
-        if len(seed_labels) != len(seed_ids):
+        seed_rows = _arrays_to_rows(seeds_z, "", len(seed_ids), config.n_features)
+        if len(state["seed_labels"]) != len(seed_ids):
             raise CheckpointError("seed labels and seed rows differ in number")
         sketch = WordSketch.from_dict(_json(loaded.files, "sketch.json"))
-        if sketch.n_features != cfg.n_features:
+        if sketch.n_features != config.n_features:
             raise CheckpointError("word sketch of another n_features")
-        pending = [(str(k), tuple(str(x) for x in labels), float(exp), None if off is None else int(off))
-                   for k, labels, exp, off in state["pending"]]
-        last_ops = [(str(k), int(off), str(op)) for k, off, op in state["last_ops"]]
-        version, refit_count = int(state["version"]), int(state["refit_count"])
-        docs_since = int(state.get("docs_since_refit", 0))
-        offsets = {(str(t), int(p)): int(o) for t, p, o in state.get("offsets", [])}
     except CheckpointError:
         raise
-    except (KeyError, TypeError, ValueError) as exc:
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
         raise CheckpointError(f"engine state: {type(exc).__name__}: {exc}") from None
-    models = _restore_models(engine, loaded, report)
-    # everything parsed: now mutate the engine (nothing below can fail on bad data)
-    for doc_id, row, t, text in zip(win_ids, win_rows, ts.tolist(), texts, strict=True):
-        engine.window.add(doc_id, row, float(t), text)
-    for doc_id, labels, row in zip(seed_ids, seed_labels, seed_rows, strict=True):
-        engine.seeds.put(doc_id, tuple(str(x) for x in labels), row)
-    for doc_id, labels, expires, offset in pending:
-        engine.pending.put(doc_id, labels, expires - engine.pending.ttl_s, offset)
-    for doc_id, offset, op in last_ops:
-        engine._note_op(doc_id, offset, op)
-    with engine.sketch_lock:
-        engine.featurizer.sketch = sketch
-    engine.models = models
-    engine.version = max([version, *(s.version for s in models.values())])
-    engine.refit_count = refit_count
-    engine.docs_since_refit = docs_since
-    engine.last_refit_start = engine.clock()
-    tel = engine.telemetry
-    tel.set_seed_counts(engine.seeds.class_counts())
-    tel.pending.set(len(engine.pending))
-    tel.window.set(len(engine.window))
-    for name, slot in models.items():
-        tel.model_version.labels(name).set(slot.version)
-        tel.new_clusters.labels(name).set(len(slot.new_clusters))
-    report.offsets = offsets
-    report.models = {name: slot.version for name, slot in models.items()}
-    report.model_version = engine.version
-    report.counts = {"window": len(engine.window), "seeds": len(engine.seeds), "pending_labels": len(engine.pending),
-                     "control_ops": len(last_ops), "restored_models": len(models)}
+    models = _decode_models(config, loaded, report)
+    report.offsets = {(t, p): o for t, p, o in state.get("offsets", [])}
+    return EngineState(
+        window=list(zip(win_ids, ts.tolist(), win_rows, texts, strict=True)),
+        seeds=[(k, tuple(lb), row) for k, lb, row in zip(seed_ids, state["seed_labels"], seed_rows, strict=True)],
+        pending=[(k, tuple(lb), float(exp), off) for k, lb, exp, off in state["pending"]],
+        last_ops=[(k, off, op) for k, off, op in state["last_ops"]],
+        version=state["version"], refit_count=state["refit_count"], docs_since_refit=state.get("docs_since_refit", 0),
+        models=models, n_features=config.n_features, stop_words=config.stop_words, sketch=sketch,
+    )
 
 
 def restore(engine: Engine, state_dir: str | Path) -> RestoreReport:
-    """Restore ``engine`` (fresh, empty) from the newest valid checkpoint under ``state_dir``.
+    """Restore ``engine`` (fresh, empty) from the newest usable checkpoint under ``state_dir``.
 
-    Never raises on a bad checkpoint: a missing, old-format or corrupted one is
-    logged and the engine stays empty (the control topic replay brings the seeds
-    back). Returns what was done.
+    Candidates are tried newest first (the one named by ``CURRENT`` first): any
+    failure while reading, verifying, decoding or applying one (logged as
+    ``checkpoint_rejected``) moves on to the previous one; when none is usable the
+    engine stays empty (``checkpoint_unusable``; the control topic replay brings the
+    seeds back). Never raises on a bad checkpoint. Returns what was done.
     """
-    loaded, problems = read_latest(state_dir)
-    if loaded is None:
-        missing = not problems or all("no checkpoint" in p or "no state directory" in p for p in problems)
-        report = RestoreReport("missing" if missing else "unusable", problems=problems)
-        event(log, "checkpoint_missing" if missing else "checkpoint_unusable",
-              logging.INFO if missing else logging.WARNING, state_dir=str(state_dir), problems=problems,
+    root = Path(state_dir)
+    dirs = _checkpoint_dirs(root) if root.is_dir() else []
+    if not dirs:
+        problems = [f"{root}: no state directory" if not root.is_dir() else f"{root}: no checkpoint"]
+        event(log, "checkpoint_missing", state_dir=str(state_dir), problems=problems,
               action="starting from empty state; seeds come back from the control topic")
+        return RestoreReport("missing", problems=problems)
+    problems: list[str] = []
+    for d in dirs:
+        report = RestoreReport("restored", path=str(d), problems=problems)
+        try:
+            loaded = read_dir(d)
+            state = decode(engine.config, loaded, report)
+            engine.restore_state(state)
+        except Exception as exc:  # noqa: BLE001 - any failure: try the previous checkpoint
+            problem = str(exc) if isinstance(exc, CheckpointError) else f"{d}: {type(exc).__name__}: {exc}"
+            problems.append(problem)
+            event(log, "checkpoint_rejected", logging.WARNING, path=str(d), problem=problem,
+                  action="trying the previous checkpoint")
+            continue
+        report.models = {name: slot.version for name, slot in engine.models.items()}
+        report.model_version = engine.version
+        report.counts = {"window": len(engine.window), "seeds": len(engine.seeds),
+                         "pending_labels": len(engine.pending), "control_ops": len(state.last_ops),
+                         "restored_models": len(engine.models)}
+        event(log, "checkpoint_restored", path=str(d), created=loaded.manifest.get("created"),
+              model_version=report.model_version, models=report.models, skipped_models=report.skipped_models,
+              problems=problems, **report.counts)
         return report
-    report = RestoreReport("restored", path=str(loaded.path), problems=problems)
-    try:
-        _apply(engine, loaded, report)
-    except CheckpointError as exc:
-        report.status = "unusable"
-        report.problems.append(str(exc))
-        event(log, "checkpoint_unusable", logging.WARNING, state_dir=str(state_dir), path=str(loaded.path),
-              problems=report.problems, action="starting from empty state; seeds come back from the control topic")
-        return report
-    event(log, "checkpoint_restored", path=str(loaded.path), created=loaded.manifest.get("created"),
-          model_version=report.model_version, models=report.models, skipped_models=report.skipped_models,
-          problems=problems, **report.counts)
-    return report
+    event(log, "checkpoint_unusable", logging.WARNING, state_dir=str(state_dir), problems=problems,
+          action="starting from empty state; seeds come back from the control topic")
+    return RestoreReport("unusable", problems=problems)
 
 
 # ---------------------------------------------------------------- inspect
