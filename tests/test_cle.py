@@ -231,7 +231,10 @@ def test_quality_on_real_subset_and_oos_agrees_with_fit(r8_subset):
     P = est.predict_proba(X)
     assert P.shape == (X.shape[0], 3)
     np.testing.assert_allclose(P.sum(axis=1), 1.0)
-    assert P.min() >= 0 and P.max() <= 1
+    # probabilities carry confidence: they rank right predictions above wrong ones (0.74 measured)
+    from sklearn.metrics import roc_auc_score
+
+    assert roc_auc_score(pred == y_true, P.max(axis=1)) > 0.65
     np.testing.assert_array_equal(est.classes_[P.argmax(axis=1)], pred)
     # the out-of-sample embedding of training documents tracks the fitted one
     assert np.corrcoef(est.transform(X).ravel(), est.embedding_.ravel())[0, 1] > 0.9
@@ -354,13 +357,13 @@ def test_degenerate_inputs():
         CLE().fit(X, ["a", "b", None])
     with pytest.raises(DegenerateInputError, match="non-negative"):
         CLE().fit(-X, y)
-    with pytest.raises(ValueError, match="n_new_clusters > 0 needs assign='kmeans'"):
+    with pytest.raises(ValueError, match="n_new_clusters > 0 needs assign='kmeans' .*got n_new_clusters=1 with assign='calibrated'"):
         CLE(n_new_clusters=1).fit(X, y)
-    with pytest.raises(ValueError, match="unknown weighting"):
+    with pytest.raises(ValueError, match=r"'weighting' parameter of CLE must be a str among .*Got 'bm25' instead"):
         CLE(weighting="bm25").fit(X, y)
-    with pytest.raises(ValueError, match="unknown knn_method"):
+    with pytest.raises(ValueError, match=r"'knn_method' parameter of CLE must be a str among .*Got 'annoy' instead"):
         CLE(knn_method="annoy").fit(X, y)
-    with pytest.raises(ValueError, match="n_neighbors must be >= 1"):
+    with pytest.raises(ValueError, match=r"'n_neighbors' parameter of CLE must be an int in the range \[1, inf\)\. Got 0 instead"):
         CLE(n_neighbors=0).fit(X, y)
     est = CLE(n_neighbors=3).fit(X, y)
     with pytest.raises(ValueError, match="features"):

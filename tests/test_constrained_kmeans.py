@@ -34,7 +34,8 @@ def test_beats_chance_and_seeds_stay_in_their_class(r8):
     f1 = macro_f1(y[unl], m.predict(X[unl]))
     assert f1 > 0.6, f1  # chance for 8 imbalanced classes is ~0.1
     P = m.predict_proba(X[:20])
-    assert np.allclose(P.sum(axis=1), 1) and ((P >= 0) & (P <= 1)).all()
+    S = m.transform(X[:20])  # softmax of the cosine similarities / temperature
+    assert np.allclose(P.sum(axis=1), 1) and np.allclose(np.log(P / P[:, :1]), (S - S[:, :1]) / m.temperature)
     assert (m.predict(X[unl]) == fitted[unl]).mean() > 0.97, "predict on training rows agrees with the fit"
     words = m.explain(None, 5)
     assert set(words) == set(m.classes_) and all(len(w) == 5 for w in words.values())

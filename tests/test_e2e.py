@@ -119,6 +119,7 @@ def test_bad_messages_go_to_dead_letter_and_good_ones_are_assigned(broker, tmp_p
                            log_dir=tmp_path).start()
     ds = datasets.load("reuters-r8")
     good = list(range(300))
+    sent = {}  # reason -> send future of the bad document
     try:
         assert worker.wait_assigned(), "the worker joined its group"
         p = producer(broker.bootstrap)
@@ -127,7 +128,7 @@ def test_bad_messages_go_to_dead_letter_and_good_ones_are_assigned(broker, tmp_p
             if k < 40:
                 send_json(p, topics.control, {"op": "label", "id": f"g{i}", "labels": [ds.labels[i]]}, key=f"g{i}")
             if k % 25 == 0 and k // 25 < len(BAD_DOCS):
-                p.send(topics.documents, value=BAD_DOCS[k // 25][0])
+                sent[BAD_DOCS[k // 25][1]] = p.send(topics.documents, value=BAD_DOCS[k // 25][0])
         for raw, _ in BAD_CONTROL:
             p.send(topics.control, value=raw)
         p.flush()
@@ -139,7 +140,9 @@ def test_bad_messages_go_to_dead_letter_and_good_ones_are_assigned(broker, tmp_p
         for d in dead:
             assert d["detail"] and d["topic"] in (topics.documents, topics.control)
         invalid = next(d for d in dead if d["reason"] == "invalid_utf8")
-        assert invalid["encoding"] == "base64" and invalid["offset"] is not None
+        meta = sent["invalid_utf8"].get(timeout=30)
+        assert invalid["encoding"] == "base64"
+        assert (invalid["partition"], invalid["offset"]) == (meta.partition, meta.offset)
         assert worker.metric("streamsemi_dead_letters_total", {"reason": "no_terms"}) == 1
         assert worker.proc.poll() is None, "the worker survived the bad input"
     finally:

@@ -9,6 +9,7 @@ import pytest
 
 from streamsemi.core.datasets import load
 from streamsemi.core.messages import Document
+from streamsemi.core.store import rows_to_csr
 from streamsemi.engine import Engine, EngineConfig
 
 
@@ -162,9 +163,19 @@ def test_background_refit_swaps_models_while_documents_flow(r8):
             break
         time.sleep(0.1)
     assert len(seen) == 2400
-    assert max(seen.values()) >= 3 and len(set(seen.values())) >= 2
-    agreement = sample(eng.telemetry.agreement, algorithm="constrained-kmeans")
-    assert 0.5 <= agreement <= 1.0
+    versions = [seen[(f"r{i}", "constrained-kmeans")] for i in order[:1200]]
+    assert versions == [seen[(f"r{i}", "seeded-kmeans")] for i in order[:1200]], "one version per batch"
+    assert versions == sorted(versions) and versions[0] >= 1, "versions never go back along the stream"
+    assert len(set(versions)) >= 3 and max(versions) <= min(s.version for s in eng.models.values())
+    # the agreement gauge: share of window documents the old and the new model put in the same class
+    assert eng.wait_for_refit(60) and not eng.refitting
+    old = eng.models["constrained-kmeans"]
+    eng.request_refit()
+    assert eng.wait_for_refit(60) and eng.models["constrained-kmeans"] is not old
+    X = rows_to_csr(eng.window.rows(), eng.config.n_features)
+    idx = np.linspace(0, X.shape[0] - 1, min(X.shape[0], 1000)).astype(int)
+    expected = np.mean(old.model.predict(X[idx]) == eng.models["constrained-kmeans"].model.predict(X[idx]))
+    assert sample(eng.telemetry.agreement, algorithm="constrained-kmeans") == pytest.approx(expected)
 
 
 def test_drift_triggers_an_early_refit(r8):
