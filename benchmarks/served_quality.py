@@ -1,0 +1,791 @@
+"""What users are served: the quality of the output topic of a real worker, against batch.
+
+Issue 14 part 5. Four modes (``python benchmarks/served_quality.py MODE ...``):
+
+``served`` (default)
+    Starts the embedded broker (Tansu) and ``streamsemi run`` as a separate process
+    with its default settings (only ``--algorithms`` is given; the first one is the
+    primary), replays each corpus in a seeded random order (``--docs`` documents, all
+    of them when omitted) at full speed (``--rate 0``) and/or at a given rate, with a
+    stratified ``--seed-fraction`` of seeds sent on the control topic just before
+    their documents, reads the assignments topic until every (document, algorithm)
+    pair has an assignment and the topic has been quiet for ``--idle`` seconds, and
+    writes per enabled algorithm:
+
+    * ``first``: macro-F1 of the first assignment emitted per (document, algorithm);
+    * ``latest``: of the latest one (highest ``revision``, then ``model_version``,
+      then arrival) at the end of the stream;
+    * ``batch``: the same registry algorithm with the worker's parameters
+      (:func:`streamsemi.algorithms.build_estimator`) fitted once in process on all
+      the stream's documents, hashed as the worker does
+      (:class:`streamsemi.core.features.TextFeaturizer`), with the same seeds;
+    * documents served provisionally (outputs with ``"provisional": true``),
+      revision messages per document (assignment records beyond the first per
+      (document, algorithm)), and latency percentiles.
+
+    Every figure scores the primary label (``label``, or the ``cluster`` name for a
+    new cluster, which counts as wrong) of every non-seed document against the
+    corpus' primary label with :func:`streamsemi.evaluation.metrics.macro_f1_known`
+    over the corpus' classes (so a new-N cluster is a miss, never mapped to a
+    class). River's multinomial naive Bayes, prequential on the same stream
+    (:func:`streamsemi.evaluation.stream.replay_river`), is the floor.
+
+    Latency = output record timestamp - document record timestamp. The benchmark
+    stamps each document record's CreateTime itself at send time
+    (``timestamp_ms``); the worker's producer stamps each output record's
+    CreateTime when it sends it; the type found on the output records (CreateTime or
+    LogAppendTime) is written in the results. "Fresh" documents are those sent after
+    the algorithm's first output existed (the others waited for the first model).
+
+``engine``
+    The same stream replayed in process through :class:`streamsemi.engine.Engine`
+    (``background_refit=False``, worker default settings, drift refits off, batches
+    of ``--batch`` documents): per model version, when it was fitted (window size,
+    seeds, seeded classes) and how many documents it labelled at what macro-F1; and
+    what revisions would give: every document in the window at the end re-assigned
+    by the last model, and by one more model fitted at the end.
+
+``gating``
+    In process too: the first refit is held until the seeds cover K classes with M
+    seeds each and the window has ``min_docs`` documents (the settings
+    ``min_seed_classes`` / ``min_seeds_per_class`` the implementation will add);
+    for each (K, M, min_docs) the served macro-F1 and how long documents waited for
+    their first label (in documents, and in seconds at ``--rate``).
+
+``pseudo-lsc``
+    Multi-label Reuters-21578 (``--docs`` documents with topics, time order,
+    ``--seed-fraction`` seeds): how many label sets pseudo-LSC predicts with more
+    than one label and their example-based F1, for its decision rules, against
+    constrained k-means (one label per document).
+
+Results: ``benchmarks/results/served_quality[_MODE][_TAG].json`` and ``.md``.
+
+Examples::
+
+    python benchmarks/served_quality.py served --corpora r8 --algorithms constrained-kmeans
+    python benchmarks/served_quality.py served --corpora r8,20ng --rate 0,200 \\
+        --algorithms constrained-kmeans,semi-ldc,cle,d-lda,fsl-ck,pseudo-lsc
+    python benchmarks/served_quality.py served --quick          # a smoke check (300 R8 documents)
+    python benchmarks/served_quality.py engine --corpora r8,20ng
+    python benchmarks/served_quality.py gating --corpora r8,20ng
+    python benchmarks/served_quality.py pseudo-lsc --docs 3000 --seed-fraction 0.1
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+import uuid
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+
+from streamsemi.algorithms import MULTILABEL, build_estimator
+from streamsemi.core import datasets
+from streamsemi.core.features import TextFeaturizer
+from streamsemi.core.messages import Document, encode_json
+from streamsemi.devtools.broker import EmbeddedBroker, free_port
+from streamsemi.devtools.replay import (
+    document_message,
+    paced,
+    primary_label,
+    replay_order,
+    seed_message,
+    stratified_seeds,
+)
+from streamsemi.evaluation.metrics import macro_f1_known
+
+RESULTS = Path(__file__).parent / "results"
+CORPORA = {"r8": "reuters-r8", "20ng": "20newsgroups", "r52": "reuters-r52", "r21578": "reuters21578"}
+DEFAULT_DOCS = {"r8": None, "20ng": 8000}
+SIX = "constrained-kmeans,semi-ldc,cle,d-lda,fsl-ck,pseudo-lsc"
+
+
+# ---------------------------------------------------------------- the stream
+@dataclass
+class Stream:
+    """A corpus replay: documents in order, which are seeds, their true labels."""
+
+    alias: str
+    ds: datasets.Dataset
+    order: list[int]
+    seeds: set[int]
+    seed_fraction: float
+
+    @property
+    def ids(self) -> list[str]:
+        return [f"{self.ds.name}:{i}" for i in self.order]
+
+    def truth(self, i: int) -> str | None:
+        return primary_label(self.ds.labels[i])
+
+    def describe(self) -> dict[str, Any]:
+        counts = Counter(self.truth(i) for i in self.order)
+        seed_counts = Counter(self.truth(i) for i in self.seeds)
+        return {"corpus": self.ds.name, "documents": len(self.order), "seeds": len(self.seeds),
+                "seed_fraction": self.seed_fraction, "classes": len(counts),
+                "class_sizes": dict(counts.most_common()), "seeds_per_class": dict(seed_counts.most_common())}
+
+
+def make_stream(alias: str, docs: int | None, seed_fraction: float, seed: int, order: str = "random",
+                need_labels: bool = False) -> Stream:
+    """``docs`` documents of corpus ``alias`` (non-empty text) in the replay order, with stratified seeds."""
+    ds = datasets.load(CORPORA.get(alias, alias))
+    idx = [int(i) for i in replay_order(ds, order, seed) if ds.texts[int(i)].strip()
+           and (not need_labels or primary_label(ds.labels[int(i)]) is not None)]
+    idx = idx[:docs] if docs else idx
+    return Stream(alias, ds, idx, stratified_seeds(ds, np.asarray(idx), seed_fraction, seed), seed_fraction)
+
+
+def score(y_true: list[str], y_pred: list[Any]) -> float:
+    """Macro-F1 over the true classes; predictions that are not class names (new-N) are misses."""
+    if not y_true:
+        return float("nan")
+    return macro_f1_known(y_true, [str(p) for p in y_pred], sorted(set(y_true)))
+
+
+def served_label(msg: dict) -> str:
+    """The primary label an output record serves (a new cluster's name when it is not a class)."""
+    return str(msg.get("label") if msg.get("label") is not None else msg.get("cluster"))
+
+
+# ---------------------------------------------------------------- batch and floor
+def featurize(stream: Stream) -> tuple[Any, np.ndarray]:
+    """Hashed counts of the stream's documents as the worker hashes them, and which rows have terms."""
+    X = TextFeaturizer().transform([stream.ds.texts[i] for i in stream.order], update_sketch=False)
+    return X, np.diff(X.indptr) > 0
+
+
+def batch_predictions(stream: Stream, algorithm: str, X: Any, keep: np.ndarray) -> tuple[list[str], float]:
+    """The algorithm fitted once on every document with the seeds; primary label per document (kept rows)."""
+    rows = np.flatnonzero(keep)
+    seeded = [stream.order[r] in stream.seeds for r in rows]
+    if algorithm in MULTILABEL:
+        raw = [stream.ds.labels[stream.order[r]] for r in rows]
+        y: list[Any] = [([str(x) for x in lab] if isinstance(lab, (list, tuple)) else [str(lab)]) if s else []
+                        for lab, s in zip(raw, seeded, strict=True)]
+    else:
+        y = [stream.truth(stream.order[r]) if s else None for r, s in zip(rows, seeded, strict=True)]
+    est = build_estimator(algorithm, None, 0, 0)
+    t0 = time.perf_counter()
+    est.fit(X[rows], y)
+    seconds = time.perf_counter() - t0
+    P = np.asarray(est.predict_proba(X[rows]))
+    classes = np.asarray([str(c) for c in est.classes_], dtype=object)
+    return list(classes[P.argmax(axis=1)]), seconds
+
+
+def river_prequential(stream: Stream) -> float:
+    """River MultinomialNB: predict each non-seed document before it passes, learn every seed (macro-F1)."""
+    from streamsemi.evaluation.protocols import PROTOCOLS, Draw
+    from streamsemi.evaluation.stream import replay_river
+
+    y = [stream.truth(i) for i in stream.order]
+    draw = Draw(rows=np.arange(len(stream.order)), y_true=y,
+                seed_mask=np.array([i in stream.seeds for i in stream.order]),
+                known=sorted(set(y)), n_new=0, classes=sorted(set(y)))
+    data = SimpleNamespace(spec=SimpleNamespace(kind="single"), texts=[stream.ds.texts[i] for i in stream.order])
+    preq, _, _ = replay_river(PROTOCOLS["semi-ldc"], data, draw, np.arange(len(stream.order)), None)
+    return float(preq["macro_f1"])
+
+
+# ---------------------------------------------------------------- served (broker + worker process)
+def _http(port: int, path: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=2) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
+def _wait_assigned(port: int, proc: subprocess.Popen, timeout: float = 90.0) -> None:
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        if proc.poll() is not None:
+            raise RuntimeError(f"the worker exited with code {proc.returncode}")
+        try:
+            _, body = _http(port, "/readyz")
+            if json.loads(body).get("partitions_assigned"):
+                return
+        except (OSError, ValueError):
+            pass
+        time.sleep(0.3)
+    raise RuntimeError("the worker was not assigned its partitions in time")
+
+
+def _worker_events(log_path: Path) -> list[dict]:
+    out = []
+    for line in log_path.read_text(errors="replace").splitlines():
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(rec, dict) and rec.get("event") in ("refit_done", "refit_round_done", "refit_failed",
+                                                           "fallback_in_use", "drift_detected"):
+            out.append(rec)
+    return out
+
+
+def served_run(stream: Stream, algorithms: list[str], rate: float, idle_s: float, timeout_s: float,
+               work_dir: Path) -> dict[str, Any]:
+    """One replay through a worker process; the raw records (not yet scored)."""
+    from streamsemi.service.config import resolve
+    from streamsemi.service.kafka_io import assign_all, ensure_topics, make_producer, make_reader
+
+    broker = EmbeddedBroker(log_file=work_dir / "tansu.log").start()
+    prefix = "sq" + uuid.uuid4().hex[:8]
+    topics = {k: f"{prefix}.{k}" for k in ("documents", "control", "assignments", "deadletter")}
+    settings = resolve({"bootstrap_servers": broker.bootstrap_servers,
+                        **{f"{k}_topic": v for k, v in topics.items()}})
+    port = free_port()
+    log_path = work_dir / f"worker-{prefix}.log"
+    cmd = [sys.executable, "-m", "streamsemi", "run", "--bootstrap-servers", broker.bootstrap_servers,
+           "--algorithms", ",".join(algorithms), "--group-id", f"{prefix}-group", "--metrics-port", str(port),
+           *[x for k, v in topics.items() for x in (f"--{k}-topic", v)]]
+    records: list[tuple[dict, int, int, float]] = []
+    stop = threading.Event()
+    worker = None
+    try:
+        ensure_topics(settings)
+        with open(log_path, "ab") as fh:
+            worker = subprocess.Popen(cmd, stdout=fh, stderr=fh)
+        _wait_assigned(port, worker)
+        reader = make_reader(settings)
+        assign_all(reader, topics["assignments"])
+
+        def read() -> None:
+            while not stop.is_set():
+                for batch in reader.poll(timeout_ms=300).values():
+                    now = time.time()
+                    for r in batch:
+                        try:
+                            records.append((json.loads(r.value), int(r.timestamp), int(r.timestamp_type), now))
+                        except (TypeError, ValueError):
+                            continue
+            reader.close()
+
+        reader_thread = threading.Thread(target=read, name="served-reader", daemon=True)
+        reader_thread.start()
+        producer = make_producer(settings)
+        sent_ms: dict[str, int] = {}
+        t_start = time.time()
+        for i in paced(stream.order, rate):
+            msg = document_message(stream.ds, i)
+            if i in stream.seeds:
+                sm = seed_message(stream.ds, i)
+                producer.send(topics["control"], key=sm["id"].encode(), value=encode_json(sm))
+            ms = int(time.time() * 1000)
+            producer.send(topics["documents"], key=msg["id"].encode(), value=encode_json(msg), timestamp_ms=ms)
+            sent_ms[msg["id"]] = ms
+        producer.flush()
+        producer.close()
+        produce_s = time.time() - t_start
+        expected = len(stream.order) * len(algorithms)
+        t0 = time.monotonic()
+        n_seen = -1
+        last_change = time.monotonic()
+        while time.monotonic() - t0 < timeout_s:
+            if worker.poll() is not None:
+                raise RuntimeError(f"the worker exited with code {worker.returncode}; see {log_path}")
+            pairs = {(m["id"], m["algorithm"]) for m, _, _, _ in list(records)}
+            if len(records) != n_seen:
+                n_seen, last_change = len(records), time.monotonic()
+            if len(pairs) >= expected and time.monotonic() - last_change >= idle_s:
+                break
+            time.sleep(0.5)
+        stop.set()
+        reader_thread.join(10)
+    finally:
+        stop.set()
+        if worker is not None and worker.poll() is None:
+            worker.terminate()
+            try:
+                worker.wait(60)
+            except subprocess.TimeoutExpired:
+                worker.kill()
+        broker.stop()
+    return {"records": records, "sent_ms": sent_ms, "t_start": t_start, "produce_s": produce_s,
+            "events": _worker_events(log_path), "log": str(log_path), "command": cmd}
+
+
+def _key(msg: dict, arrival: int) -> tuple:
+    return (int(msg.get("revision") or 0), int(msg.get("model_version") or 0), arrival)
+
+
+def _pct(values: list[float], q: float) -> float | None:
+    return round(float(np.percentile(values, q)), 3) if values else None
+
+
+def score_served(stream: Stream, algorithms: list[str], run: dict[str, Any], X: Any, keep: np.ndarray,
+                 batch_cache: dict[tuple[str, str], tuple[list[str], float]]) -> dict[str, Any]:
+    """First / latest / batch, provisional and revision counts, latency, per model version."""
+    ids = stream.ids
+    idx_of = {doc_id: i for doc_id, i in zip(ids, stream.order, strict=True)}
+    nonseed = [doc_id for doc_id, i in zip(ids, stream.order, strict=True)
+               if i not in stream.seeds and stream.truth(i) is not None]
+    rows_kept = {doc_id for doc_id, k in zip(ids, keep, strict=True) if k}
+    out: dict[str, Any] = {}
+    ts_types = Counter(t for _, _, t, _ in run["records"])
+    for name in algorithms:
+        first: dict[str, tuple[dict, int]] = {}
+        latest: dict[str, tuple[tuple, dict, int]] = {}
+        n_records: Counter[str] = Counter()
+        provisional: set[str] = set()
+        for k, (msg, ts, _, _) in enumerate(run["records"]):
+            if msg.get("algorithm") != name or msg.get("id") not in idx_of:
+                continue
+            doc_id = msg["id"]
+            n_records[doc_id] += 1
+            first.setdefault(doc_id, (msg, ts))
+            key = _key(msg, k)
+            if doc_id not in latest or key > latest[doc_id][0]:
+                latest[doc_id] = (key, msg, ts)
+            if msg.get("provisional"):
+                provisional.add(doc_id)
+        scored = [d for d in nonseed if d in first]
+        y = [stream.truth(idx_of[d]) for d in scored]
+        res: dict[str, Any] = {
+            "documents_assigned": len(first), "documents_expected": len(ids),
+            "non_seed_scored": len(scored),
+            "first": score(y, [served_label(first[d][0]) for d in scored]),
+            "latest": score(y, [served_label(latest[d][1]) for d in scored]),
+            "provisional_documents": len(provisional),
+            "revisions_per_document": (sum(n_records.values()) - len(n_records)) / max(len(n_records), 1),
+        }
+        if (stream.alias, name) not in batch_cache:
+            batch_cache[(stream.alias, name)] = batch_predictions(stream, name, X, keep)
+        bpred, bsec = batch_cache[(stream.alias, name)]
+        bmap = dict(zip([d for d in ids if d in rows_kept], bpred, strict=True))
+        bscored = [d for d in nonseed if d in bmap]
+        res["batch"] = score([stream.truth(idx_of[d]) for d in bscored], [bmap[d] for d in bscored])
+        res["batch_fit_seconds"] = round(bsec, 2)
+        # latency: output CreateTime/LogAppendTime - document CreateTime (both stamped on this host)
+        if first:
+            t_first_out = min(ts for _, ts in first.values())
+            lat_all = [(ts - run["sent_ms"][d]) / 1000 for d, (_, ts) in first.items()]
+            fresh = [(ts - run["sent_ms"][d]) / 1000 for d, (_, ts) in first.items() if run["sent_ms"][d] >= t_first_out]
+            res["latency_s"] = {"p50_all": _pct(lat_all, 50), "p99_all": _pct(lat_all, 99),
+                                "fresh_documents": len(fresh), "p50_fresh": _pct(fresh, 50),
+                                "p99_fresh": _pct(fresh, 99), "max_fresh": _pct(fresh, 100),
+                                "first_output_after_s": round((t_first_out / 1000) - run["t_start"], 2)}
+        per_version: dict[int, list[str]] = {}
+        for d in scored:
+            per_version.setdefault(int(first[d][0].get("model_version") or 0), []).append(d)
+        res["per_version"] = {
+            str(v): {"documents": len(ds_), "macro_f1": score([stream.truth(idx_of[d]) for d in ds_],
+                                                              [served_label(first[d][0]) for d in ds_]),
+                     "fallback": sum(1 for d in ds_ if first[d][0].get("fallback"))}
+            for v, ds_ in sorted(per_version.items())}
+        res["refits"] = [{k: e.get(k) for k in ("version", "documents", "seeds", "seconds", "trigger", "ts")}
+                         for e in run["events"] if e.get("event") == "refit_done" and e.get("algorithm") == name]
+        out[name] = res
+    return {"algorithms": out, "output_timestamp_types": {("LogAppendTime" if t == 1 else "CreateTime"): n
+                                                          for t, n in ts_types.items()},
+            "produce_seconds": round(run["produce_s"], 2), "worker_log": run["log"],
+            "failures": [e for e in run["events"] if e.get("event") in ("refit_failed", "fallback_in_use")][:20],
+            "drift_refits": sum(1 for e in run["events"] if e.get("event") == "drift_detected")}
+
+
+def mode_served(args: argparse.Namespace) -> dict[str, Any]:
+    algorithms = args.algorithms.split(",")
+    rates = [float(r) for r in args.rate.split(",")]
+    work_dir = Path(args.work_dir or "/tmp") / f"served-quality-{uuid.uuid4().hex[:6]}"
+    work_dir.mkdir(parents=True, exist_ok=True)
+    runs = []
+    batch_cache: dict[tuple[str, str], tuple[list[str], float]] = {}
+    for alias in args.corpora.split(","):
+        stream = make_stream(alias, args.docs if args.docs else DEFAULT_DOCS.get(alias), args.seed_fraction, args.seed)
+        X, keep = featurize(stream)
+        floor = river_prequential(stream)
+        for rate in rates:
+            print(f"[served] {alias}: {len(stream.order)} documents, {len(stream.seeds)} seeds, "
+                  f"rate {_rate(rate)}, {','.join(algorithms)}", flush=True)
+            t0 = time.monotonic()
+            run = served_run(stream, algorithms, rate, args.idle, args.timeout, work_dir)
+            res = score_served(stream, algorithms, run, X, keep, batch_cache)
+            res.update(stream=stream.describe(), corpus=alias, rate=rate, river_mnb_prequential=floor,
+                       seconds=round(time.monotonic() - t0, 1))
+            runs.append(res)
+            for name, r in res["algorithms"].items():
+                print(f"  {name:20s} first {r['first']:.3f} latest {r['latest']:.3f} batch {r['batch']:.3f} "
+                      f"assigned {r['documents_assigned']}/{r['documents_expected']} "
+                      f"p99 fresh {r.get('latency_s', {}).get('p99_fresh')}", flush=True)
+    return {"runs": runs}
+
+
+def _rate(rate: float) -> str:
+    return "full speed" if not rate else f"{rate:g}/s"
+
+
+def served_markdown(result: dict[str, Any]) -> str:
+    lines = ["| corpus | rate | algorithm | first | latest | batch | River MNB (preq.) | provisional docs "
+             "| revisions/doc | p99 fresh (s) | p99 all (s) | assigned |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for run in result["runs"]:
+        for name, r in run["algorithms"].items():
+            lat = r.get("latency_s", {})
+            lines.append(
+                f"| {run['corpus']} ({run['stream']['documents']}) | {_rate(run['rate'])} "
+                f"| {name} | {r['first']:.3f} | {r['latest']:.3f} | {r['batch']:.3f} | {run['river_mnb_prequential']:.3f} "
+                f"| {r['provisional_documents']} | {r['revisions_per_document']:.3f} | {lat.get('p99_fresh')} "
+                f"| {lat.get('p99_all')} | {r['documents_assigned']}/{r['documents_expected']} |")
+    lines.append("")
+    lines.append("Per model version (first assignments, non-seed documents): documents / macro-F1")
+    lines.append("")
+    for run in result["runs"]:
+        for name, r in run["algorithms"].items():
+            parts = [f"v{v}: {x['documents']} / {x['macro_f1']:.3f}" for v, x in r["per_version"].items()]
+            lines.append(f"- {run['corpus']} {_rate(run['rate'])} {name}: "
+                         + "; ".join(parts))
+    return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------- in process: the engine
+def _engine(algorithm: str, n_docs: int, **overrides: Any) -> Any:
+    from streamsemi.engine import Engine, EngineConfig
+
+    cfg = EngineConfig(algorithms=[algorithm], background_refit=False, drift_detection=False, explain_words=0,
+                       max_buffered_docs=max(20000, n_docs + 1), **overrides)
+    return Engine(cfg, clock=time.time)
+
+
+def engine_replay(stream: Stream, algorithm: str, batch: int, gate: tuple[int, int, int] | None = None,
+                  rate: float = 200.0, **overrides: Any) -> dict[str, Any]:
+    """Replay through an in-process Engine; first assignment per document, refit log, revision figures.
+
+    ``gate`` = (K classes, M seeds per class, min_docs): the first refit waits until
+    the seeds cover K classes with at least M seeds each and the window holds
+    min_docs documents (then refits follow ``refit_every_docs`` as usual); at the
+    end of the stream a first refit is forced if the gate never opened.
+    """
+    ids = stream.ids
+    idx_of = {doc_id: i for doc_id, i in zip(ids, stream.order, strict=True)}
+    pos_of = {doc_id: p for p, doc_id in enumerate(ids)}
+    if gate is not None:
+        overrides["min_docs_first_refit"] = 10**9
+    eng = _engine(algorithm, len(ids), **overrides)
+    first: dict[str, tuple[str, int, int]] = {}  # id -> (label, version, position when assigned)
+    refits: list[dict[str, Any]] = []
+    fit_seconds = 0.0
+    seen_versions = 0
+
+    def note_refit(pos: int, secs: float) -> None:
+        nonlocal seen_versions
+        slot = eng.models.get(algorithm)
+        if slot is not None and slot.version != seen_versions:
+            seen_versions = slot.version
+            counts = eng.seed_classes()
+            refits.append({"version": slot.version, "at_document": pos, "train_documents": slot.n_train,
+                           "window": len(eng.window), "seeds": len(eng.seeds), "seeded_classes": len(counts),
+                           "seeds_per_class": dict(sorted(counts.items(), key=lambda kv: -kv[1])),
+                           "fit_seconds": round(secs, 3)})
+
+    def take(assignments: list[Any], pos: int) -> None:
+        for a in assignments:
+            if a.id not in first:
+                first[a.id] = (a.label if a.label is not None else a.cluster, a.model_version, pos)
+
+    gate_open_at = None
+    for start in range(0, len(ids), batch):
+        chunk = stream.order[start:start + batch]
+        docs = []
+        for i in chunk:
+            doc_id = f"{stream.ds.name}:{i}"
+            if i in stream.seeds:
+                lab = stream.ds.labels[i]
+                eng.label(doc_id, [str(x) for x in lab] if isinstance(lab, (list, tuple)) else [str(lab)])
+            docs.append(Document(id=doc_id, text=stream.ds.texts[i]))
+        t0 = time.perf_counter()
+        result = eng.process(docs)
+        pos = start + len(chunk)
+        if gate is not None and not eng.models and gate_open_at is None:
+            k, m, min_docs = gate
+            counts = eng.seed_classes()
+            if len(eng.window) >= min_docs and sum(1 for c in counts.values() if c >= m) >= k:
+                gate_open_at = pos
+                eng.request_refit("docs")
+                result.assignments.extend(eng.flush())
+        dt = time.perf_counter() - t0
+        fit_seconds += dt
+        take(result.assignments, pos)
+        note_refit(pos, dt)
+    forced = False
+    if not eng.models:
+        forced = True
+        eng.request_refit("docs")
+        take(eng.flush(), len(ids))
+        note_refit(len(ids), 0.0)
+    # what revisions would give
+    last_slot = eng.models[algorithm]
+    window_ids = eng.window.ids()
+
+    def relabel(slot: Any) -> dict[str, str]:
+        from streamsemi.core.store import rows_to_csr
+
+        X = rows_to_csr(eng.window.rows(), eng.config.n_features)
+        return {d: (lab if lab is not None else cl) for d, (lab, _, _, cl, _) in
+                zip(window_ids, eng._assign_with(slot, X), strict=True)}
+
+    last_map = relabel(last_slot)
+    eng.request_refit("docs")
+    final_map = relabel(eng.models[algorithm])
+    nonseed = [d for d in ids if idx_of[d] not in stream.seeds and stream.truth(idx_of[d]) is not None and d in first]
+    y = [stream.truth(idx_of[d]) for d in nonseed]
+    served = [first[d][0] for d in nonseed]
+    per_version: dict[int, list[int]] = {}
+    for k, d in enumerate(nonseed):
+        per_version.setdefault(first[d][1], []).append(k)
+    n = len(ids)
+    waits = [first[d][2] - min(n, (pos_of[d] // batch + 1) * batch) for d in nonseed]  # documents after its batch
+    with_last = [last_map.get(d, first[d][0]) for d in nonseed]
+    with_final = [final_map.get(d, first[d][0]) for d in nonseed]
+    first_fit_pos = refits[0]["at_document"] if refits else None
+    waited = [w for w in waits if w > 0]
+    return {
+        "algorithm": algorithm, "served_first": score(y, served),
+        "revised_by_last_model": score(y, with_last), "revised_by_final_refit": score(y, with_final),
+        "window_at_end": len(window_ids), "forced_first_refit": forced, "first_refit_at_document": first_fit_pos,
+        "mean_wait_documents": float(np.mean(waits)) if waits else 0.0,
+        "p99_wait_documents": float(np.percentile(waits, 99)) if waits else 0.0,
+        "p99_wait_s_at_rate": (float(np.percentile(waits, 99)) / rate
+                               + (refits[0]["fit_seconds"] if refits else 0.0)) if waits else 0.0,
+        "documents_that_waited": len(waited),
+        "refits": refits,
+        "per_version": {str(v): {"documents": len(ks), "macro_f1": score([y[k] for k in ks], [served[k] for k in ks])}
+                        for v, ks in sorted(per_version.items())},
+        "seconds": round(fit_seconds, 2),
+    }
+
+
+def mode_engine(args: argparse.Namespace) -> dict[str, Any]:
+    out = []
+    for alias in args.corpora.split(","):
+        stream = make_stream(alias, args.docs if args.docs else DEFAULT_DOCS.get(alias), args.seed_fraction, args.seed)
+        X, keep = featurize(stream)
+        for name in args.algorithms.split(","):
+            r = engine_replay(stream, name, args.batch)
+            bpred, _ = batch_predictions(stream, name, X, keep)
+            ids = [d for d, k in zip(stream.ids, keep, strict=True) if k]
+            idx_of = dict(zip(stream.ids, stream.order, strict=True))
+            ns = [(d, p) for d, p in zip(ids, bpred, strict=True) if idx_of[d] not in stream.seeds]
+            r["batch"] = score([stream.truth(idx_of[d]) for d, _ in ns], [p for _, p in ns])
+            r["corpus"] = alias
+            r["stream"] = stream.describe()
+            out.append(r)
+            print(f"[engine] {alias} {name}: served {r['served_first']:.3f} | last model on window "
+                  f"{r['revised_by_last_model']:.3f} | final refit {r['revised_by_final_refit']:.3f} | "
+                  f"batch {r['batch']:.3f} | per version "
+                  + "; ".join(f"v{v} {x['documents']} @ {x['macro_f1']:.3f}" for v, x in r["per_version"].items()),
+                  flush=True)
+    return {"runs": out, "batch_size": args.batch}
+
+
+def engine_markdown(result: dict[str, Any]) -> str:
+    lines = ["| corpus | algorithm | served (first) | last model re-assigns window | one more refit at end | batch |"
+             " first fit: at doc / window / seeds / classes |", "|---|---|---|---|---|---|---|"]
+    for r in result["runs"]:
+        f = r["refits"][0] if r["refits"] else {}
+        lines.append(f"| {r['corpus']} | {r['algorithm']} | {r['served_first']:.3f} | {r['revised_by_last_model']:.3f} "
+                     f"| {r['revised_by_final_refit']:.3f} | {r['batch']:.3f} | {f.get('at_document')} / "
+                     f"{f.get('window')} / {f.get('seeds')} / {f.get('seeded_classes')} |")
+    lines += ["", "Per model version: documents labelled / macro-F1 (first assignments, non-seed)", ""]
+    for r in result["runs"]:
+        lines.append(f"- {r['corpus']} {r['algorithm']}: " + "; ".join(
+            f"v{v} {x['documents']} / {x['macro_f1']:.3f}" for v, x in r["per_version"].items()))
+    return "\n".join(lines) + "\n"
+
+
+def mode_gating(args: argparse.Namespace) -> dict[str, Any]:
+    out = []
+    ks = [int(x) for x in args.gate_classes.split(",")]
+    ms = [int(x) for x in args.gate_seeds.split(",")]
+    mins = [int(x) for x in args.gate_min_docs.split(",")]
+    for alias in args.corpora.split(","):
+        stream = make_stream(alias, args.docs if args.docs else DEFAULT_DOCS.get(alias), args.seed_fraction, args.seed)
+        n_classes = len({stream.truth(i) for i in stream.order})
+        for name in args.algorithms.split(","):
+            for min_docs in mins:
+                for k in ks:
+                    kk = n_classes if k == 0 else min(k, n_classes)
+                    for m in ms:
+                        r = engine_replay(stream, name, args.batch, gate=(kk, m, min_docs), rate=args.gate_rate)
+                        row = {"corpus": alias, "algorithm": name, "min_seed_classes": kk, "min_seeds_per_class": m,
+                               "min_docs": min_docs, **{k2: r[k2] for k2 in (
+                                   "served_first", "first_refit_at_document", "forced_first_refit",
+                                   "documents_that_waited", "mean_wait_documents", "p99_wait_documents",
+                                   "p99_wait_s_at_rate", "per_version")},
+                               "first_fit": r["refits"][0] if r["refits"] else None}
+                        out.append(row)
+                        print(f"[gating] {alias} {name} K={kk} M={m} min_docs={min_docs}: served {r['served_first']:.3f}"
+                              f" first fit at doc {r['first_refit_at_document']} waited {r['documents_that_waited']}"
+                              f" p99 wait {r['p99_wait_documents']:.0f} docs ({r['p99_wait_s_at_rate']:.1f}s at "
+                              f"{args.gate_rate:g}/s)", flush=True)
+    return {"runs": out, "rate_for_seconds": args.gate_rate, "batch_size": args.batch}
+
+
+def gating_markdown(result: dict[str, Any]) -> str:
+    lines = ["| corpus | algorithm | K classes | M seeds/class | min_docs | served macro-F1 | first fit at doc "
+             f"| docs that waited | p99 wait (docs) | p99 wait (s at {result['rate_for_seconds']:g}/s) |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in result["runs"]:
+        lines.append(f"| {r['corpus']} | {r['algorithm']} | {r['min_seed_classes']} | {r['min_seeds_per_class']} "
+                     f"| {r['min_docs']} | {r['served_first']:.3f} | {r['first_refit_at_document']}"
+                     f"{' (forced)' if r['forced_first_refit'] else ''} | {r['documents_that_waited']} "
+                     f"| {r['p99_wait_documents']:.0f} | {r['p99_wait_s_at_rate']:.1f} |")
+    return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------- pseudo-LSC label sets
+def example_f1(truth: list[set[str]], pred: list[set[str]]) -> float:
+    """Example-based F1: mean over documents of 2|T & P| / (|T| + |P|)."""
+    return float(np.mean([2 * len(t & p) / (len(t) + len(p)) if (t or p) else 1.0
+                          for t, p in zip(truth, pred, strict=True)]))
+
+
+def mode_pseudo_lsc(args: argparse.Namespace) -> dict[str, Any]:
+    stream = make_stream("r21578", args.docs or 3000, args.seed_fraction, args.seed, order="time", need_labels=True)
+    X, keep = featurize(stream)
+    rows = np.flatnonzero(keep)
+    labels = [[str(x) for x in stream.ds.labels[stream.order[r]]] for r in rows]
+    is_seed = np.array([stream.order[r] in stream.seeds for r in rows])
+    y = [lab if s else [] for lab, s in zip(labels, is_seed, strict=True)]
+    Xk = X[rows]
+    ev = np.flatnonzero(~is_seed)
+    truth = [set(labels[k]) for k in ev]
+    multi_truth = sum(1 for t in truth if len(t) > 1)
+    out: dict[str, Any] = {"stream": stream.describe(), "non_seed": int(ev.size), "multi_label_truth": multi_truth,
+                           "variants": []}
+
+    def record(name: str, sets: list[set[str]], extra: dict | None = None) -> None:
+        row = {"variant": name, "example_f1": example_f1(truth, sets),
+               "single_label_sets": sum(1 for s in sets if len(s) == 1),
+               "mean_set_size": float(np.mean([len(s) for s in sets])),
+               "example_f1_on_multi_truth": example_f1([t for t in truth if len(t) > 1],
+                                                       [s for t, s in zip(truth, sets, strict=True) if len(t) > 1]),
+               **(extra or {})}
+        out["variants"].append(row)
+        print(f"[pseudo-lsc] {name:48s} example-F1 {row['example_f1']:.3f} single {row['single_label_sets']}/{ev.size}"
+              f" mean |set| {row['mean_set_size']:.2f} F1 on multi-label docs {row['example_f1_on_multi_truth']:.3f}",
+              flush=True)
+
+    ck = build_estimator("constrained-kmeans", None, 0, 0)
+    ck.fit(Xk, [lab[0] if s else None for lab, s in zip(labels, is_seed, strict=True)])
+    Pc = np.asarray(ck.predict_proba(Xk[ev]))
+    record("constrained-kmeans (first label of each seed)", [{str(ck.classes_[j])} for j in Pc.argmax(axis=1)])
+    base = build_estimator("pseudo-lsc", None, 0, 0)
+    t0 = time.perf_counter()
+    base.fit(Xk, y)
+    fit_s = time.perf_counter() - t0
+    P = np.asarray(base.predict_proba(Xk[ev]))
+    classes = np.asarray([str(c) for c in base.classes_], dtype=object)
+    srt = -np.sort(-P, axis=1)
+    out["fit_seconds"] = round(fit_s, 2)
+    out["n_clusters"] = int(base.cluster_centers_.shape[0])
+    out["pseudo_label_sets"] = len(base.pseudo_label_sets_)
+    out["second_probability_quantiles"] = {str(q): round(float(np.quantile(srt[:, 1], q)), 3)
+                                           for q in (0.5, 0.9, 0.99)}
+    out["second_probability_on_multi_truth_median"] = round(float(np.median(
+        srt[[k for k, t in enumerate(truth) if len(t) > 1], 1])), 3) if multi_truth else None
+
+    def sets_from(ind: np.ndarray) -> list[set[str]]:
+        return [set(classes[np.flatnonzero(r)]) for r in ind]
+
+    record("pseudo-lsc defaults (threshold 0.5, kappa 10)", sets_from(base.predict(Xk[ev])))
+    for thr in (0.4, 0.3, 0.2):
+        base.set_params(threshold=thr)
+        record(f"pseudo-lsc threshold {thr}", sets_from(base.decide(P)))
+    base.set_params(threshold=0.5, decision="rcut")
+    record("pseudo-lsc rcut", sets_from(base.decide(P)))
+    base.set_params(decision="threshold")
+    for kappa in (1, 3):
+        base.set_params(kappa=kappa)
+        Pk = np.asarray(base.predict_proba(Xk[ev]))
+        record(f"pseudo-lsc kappa {kappa} threshold 0.5", sets_from(base.decide(Pk)))
+        base.set_params(decision="rcut")
+        record(f"pseudo-lsc kappa {kappa} rcut", sets_from(base.decide(Pk)))
+        base.set_params(decision="threshold")
+    return out
+
+
+def pseudo_markdown(result: dict[str, Any]) -> str:
+    lines = [f"Reuters-21578, {result['stream']['documents']} documents with topics (time order), "
+             f"{result['stream']['seeds']} seeds; {result['non_seed']} scored, {result['multi_label_truth']} of them "
+             f"multi-label. pseudo-LSC: {result['n_clusters']} clusters, {result['pseudo_label_sets']} seed label sets; "
+             f"2nd-highest class probability quantiles {result['second_probability_quantiles']}.", "",
+             "| variant | example-based F1 | single-label sets | mean set size | F1 on multi-label docs |",
+             "|---|---|---|---|---|"]
+    for v in result["variants"]:
+        lines.append(f"| {v['variant']} | {v['example_f1']:.3f} | {v['single_label_sets']} | {v['mean_set_size']:.2f} "
+                     f"| {v['example_f1_on_multi_truth']:.3f} |")
+    return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------- main
+def _environment() -> dict[str, Any]:
+    def git(*a: str) -> str:
+        try:
+            return subprocess.run(["git", *a], capture_output=True, text=True, cwd=Path(__file__).parent,
+                                  timeout=10).stdout.strip()
+        except (OSError, subprocess.TimeoutExpired):
+            return ""
+
+    return {"python": platform.python_version(), "cpus": os.cpu_count(), "commit": git("rev-parse", "HEAD"),
+            "uncommitted_engine_or_algorithm_changes": git("status", "--short", "--", "streamsemi").splitlines(),
+            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("mode", nargs="?", default="served", choices=("served", "engine", "gating", "pseudo-lsc"))
+    p.add_argument("--corpora", default="r8,20ng", help="comma-separated: r8, 20ng, r52")
+    p.add_argument("--docs", type=int, default=None, help="documents per corpus (default: all of R8, 8000 of 20NG)")
+    p.add_argument("--rate", default="0", help="comma-separated docs/s; 0 = full speed (served mode)")
+    p.add_argument("--algorithms", default="constrained-kmeans", help=f"comma-separated, e.g. {SIX}")
+    p.add_argument("--seed-fraction", type=float, default=0.05)
+    p.add_argument("--seed", type=int, default=0, help="order and seed draw")
+    p.add_argument("--idle", type=float, default=10.0, help="served: quiet seconds that end a run")
+    p.add_argument("--timeout", type=float, default=3600.0, help="served: longest wait after producing")
+    p.add_argument("--batch", type=int, default=100, help="engine/gating: documents per Engine.process call")
+    p.add_argument("--gate-classes", default="2,4,0", help="gating: K values (0 = every class of the corpus)")
+    p.add_argument("--gate-seeds", default="1,2,3", help="gating: M values")
+    p.add_argument("--gate-min-docs", default="200,500", help="gating: min_docs values")
+    p.add_argument("--gate-rate", type=float, default=200.0, help="gating: docs/s used to express waits in seconds")
+    p.add_argument("--quick", action="store_true", help="a small smoke run (300 R8 documents)")
+    p.add_argument("--tag", default="", help="suffix of the result files")
+    p.add_argument("--work-dir", default=None, help="served: where worker and broker logs go (default /tmp)")
+    p.add_argument("--no-write", action="store_true", help="print only")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.corpora, args.docs, args.idle = "r8", args.docs or 300, min(args.idle, 5.0)
+        args.gate_classes, args.gate_seeds, args.gate_min_docs = "2", "1", "100"
+    t0 = time.monotonic()
+    result = {"mode": args.mode, "args": vars(args), "environment": _environment()}
+    run, md = {"served": (mode_served, served_markdown), "engine": (mode_engine, engine_markdown),
+               "gating": (mode_gating, gating_markdown), "pseudo-lsc": (mode_pseudo_lsc, pseudo_markdown)}[args.mode]
+    result.update(run(args))
+    result["seconds"] = round(time.monotonic() - t0, 1)
+    text = md(result)
+    print(text)
+    if not args.no_write:
+        stem = "served_quality" + ("" if args.mode == "served" else "_" + args.mode.replace("-", "_"))
+        stem += f"_{args.tag}" if args.tag else ""
+        RESULTS.mkdir(exist_ok=True)
+        (RESULTS / f"{stem}.json").write_text(json.dumps(result, indent=1, default=str) + "\n")
+        (RESULTS / f"{stem}.md").write_text(f"# served_quality {args.mode}\n\n`{' '.join(sys.argv)}`\n\n" + text)
+        print(f"wrote {RESULTS / stem}.json and .md")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
