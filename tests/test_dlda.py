@@ -394,7 +394,7 @@ def test_degenerate_inputs_raise(corpus):
     fitted = DLDA(**{**FAST, "n_sweeps": 2}).fit(X, y)
     with pytest.raises(ValueError, match="needs doc_ids"):
         DLDA(**FAST).fit(X, y, warm_start_from=fitted)
-    with pytest.raises(ValueError, match="alpha must be > 0"):
+    with pytest.raises(ValueError, match=r"'alpha' parameter of DLDA must be a float in the range \(0.0, inf\)\. Got 0 instead"):
         DLDA(alpha=0).fit(X, y)
     with pytest.raises(ValueError, match="features"):
         fitted.predict(sp.csr_matrix((1, 7)))

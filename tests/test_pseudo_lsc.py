@@ -295,9 +295,9 @@ def test_degenerate_inputs(reuters):
         PseudoLSC(n_clusters=61).fit(X, labels[:60])
     with pytest.raises(DegenerateInputError, match="y has 3 elements"):
         PseudoLSC().fit(X, [["a"], ["b"], []])
-    with pytest.raises(ValueError, match="fuzzifier must be > 1"):
+    with pytest.raises(ValueError, match=r"'fuzzifier' parameter of PseudoLSC must be a float in the range \(1.0, inf\)\. Got 1.0 instead"):
         PseudoLSC(fuzzifier=1.0).fit(X, labels[:60])
-    with pytest.raises(ValueError, match="decision must be"):
+    with pytest.raises(ValueError, match=r"'decision' parameter of PseudoLSC must be a str among .*Got 'top' instead"):
         PseudoLSC(decision="top").fit(X, labels[:60])
     model = PseudoLSC(n_features_selected=50).fit(X, labels[:60])
     with pytest.raises(ValueError, match="features"):

@@ -12,7 +12,8 @@ import importlib
 import inspect
 from typing import Any
 
-from streamsemi.algorithms.base import DegenerateInputError
+from streamsemi.algorithms.base import DegenerateInputError, StreamsemiEstimator
+from streamsemi.core.errors import StreamsemiError
 
 REGISTRY: dict[str, tuple[str, str, dict[str, Any]]] = {
     "constrained-kmeans": ("streamsemi.algorithms.constrained_kmeans", "ConstrainedKMeans", {}),
@@ -34,7 +35,7 @@ _CLASS_MODULES = {cls: mod for mod, cls, _ in REGISTRY.values()}
 _CLASS_MODULES["ConstrainedPLSA"] = "streamsemi.algorithms.semi_ldc"
 
 
-class AlgorithmNotAvailable(LookupError):
+class AlgorithmNotAvailable(StreamsemiError, LookupError):
     """The named algorithm is unknown or its module cannot be imported."""
 
 
@@ -65,22 +66,35 @@ def accepts_param(cls: type, param: str) -> bool:
 
 
 def build_estimator(name: str, params: dict[str, Any] | None = None, n_new_clusters: int = 0,
-                    random_state: int | None = None) -> Any:
-    """The estimator the daemon fits for ``name``: registry defaults, then ``params``, then
-    the worker-wide ``n_new_clusters`` / ``random_state`` where the class takes them and
-    ``params`` does not set them. Parameter problems the class can detect before fitting
-    (unknown names, invalid values via its ``_check_params``) raise ``TypeError``/``ValueError``.
+                    random_state: int | None = None) -> StreamsemiEstimator:
+    """The estimator the daemon fits for ``name``, with exactly the parameters the settings say.
+
+    Registry defaults, then the worker-wide ``n_new_clusters`` (0 included: a class
+    whose own default opens new clusters gets 0 when the setting is 0) and
+    ``random_state`` where the class takes them, then ``params`` (the
+    ``[algorithm_params.NAME]`` table), which wins over both. Every parameter is
+    validated as ``fit`` would, so a bad value fails here (at worker start) instead of
+    at every refit.
+
+    Raises
+    ------
+    AlgorithmNotAvailable
+        Unknown name or a module that does not import.
+    TypeError
+        A parameter the class does not take.
+    ValueError
+        An invalid parameter value (scikit-learn's ``InvalidParameterError``, naming the
+        parameter and the value got) or combination.
     """
     cls, fixed = algorithm_class(name)
-    merged = {**fixed, **(params or {})}
-    if n_new_clusters and accepts_param(cls, "n_new_clusters") and "n_new_clusters" not in merged:
+    merged = dict(fixed)
+    if accepts_param(cls, "n_new_clusters"):
         merged["n_new_clusters"] = n_new_clusters
-    if random_state is not None and accepts_param(cls, "random_state") and "random_state" not in merged:
+    if random_state is not None and accepts_param(cls, "random_state"):
         merged["random_state"] = random_state
+    merged.update(params or {})
     est = cls(**merged)
-    check = getattr(est, "_check_params", None)
-    if callable(check):
-        check()
+    est._validate_params()
     return est
 
 

@@ -1,6 +1,7 @@
-"""Shared input validation, label encoding and explanation helpers for the algorithms.
+"""The estimator contract every algorithm follows, and the helpers they share.
 
-Every algorithm in :mod:`streamsemi.algorithms` is a scikit-learn estimator with
+Every algorithm in :mod:`streamsemi.algorithms` derives from
+:class:`StreamsemiEstimator` (a scikit-learn ``BaseEstimator``) and offers
 
 * ``fit(X, y)``: ``X`` a sparse non-negative count matrix (documents x hashed
   features); ``y`` array-like, one element per row: a class label, or ``None`` /
@@ -14,22 +15,40 @@ Every algorithm in :mod:`streamsemi.algorithms` is a scikit-learn estimator with
   :class:`streamsemi.core.features.WordSketch`; without one, feature ids ``f123``).
 * ``multilabel_``: True for multi-label estimators, whose ``predict`` returns a
   0/1 indicator matrix over ``classes_``.
+
+and the scikit-learn conventions: a constructor that only stores its (keyword-only
+after the first) parameters, declarative ``_parameter_constraints`` checked at the
+start of ``fit`` (and by :func:`streamsemi.algorithms.build_estimator` before a
+worker starts), ``NotFittedError`` before ``fit``, ``n_features_in_``, and one
+input check (:func:`check_counts`) shared by ``fit`` and every scoring method.
 """
 
 from __future__ import annotations
 
 import numbers
 from collections.abc import Sequence
-from typing import Any
+from numbers import Integral
+from typing import Any, ClassVar
 
 import numpy as np
 import scipy.sparse as sp
+from sklearn.base import BaseEstimator, ClassifierMixin
+from sklearn.utils._param_validation import Interval
+from sklearn.utils._tags import Tags, TransformerTags
+from sklearn.utils.validation import check_array, check_is_fitted
+
+from streamsemi.core.errors import StreamsemiError
 
 NEW_CLUSTER_PREFIX = "new-"
 
+#: Constraint of every algorithm's ``random_state``: a non-negative int or None (the
+#: seeds go to ``np.random.default_rng``).
+RANDOM_STATE: list[Any] = [Interval(Integral, 0, None, closed="left"), None]
 
-class DegenerateInputError(ValueError):
-    """Input that an algorithm cannot fit meaningfully (no seeds, one class, ...)."""
+
+class DegenerateInputError(StreamsemiError, ValueError):
+    """Input an algorithm cannot use: not a finite non-negative count matrix, or one it
+    cannot fit meaningfully (no seeds, one class, empty documents, ...)."""
 
 
 def is_unlabeled(value: Any) -> bool:
@@ -43,22 +62,64 @@ def is_unlabeled(value: Any) -> bool:
     return False
 
 
-def check_count_matrix(X: Any, allow_empty_rows: bool = False, name: str = "X") -> sp.csr_matrix:
-    """Validate a non-negative count matrix and return it as CSR float64.
+def _first_entry(X: sp.csr_matrix, mask: np.ndarray) -> str:
+    """``"<value> at row i, column j"`` for the first stored entry of ``X`` where ``mask`` holds."""
+    p = int(np.flatnonzero(mask)[0])
+    row = int(np.searchsorted(X.indptr, p, side="right") - 1)
+    return f"{float(X.data[p])!r} at row {row}, column {int(X.indices[p])}"
+
+
+def check_counts(X: Any, n_features_in: int | None = None, estimator: Any = None,
+                 name: str = "X") -> sp.csr_matrix:
+    """The input check of every algorithm: a 2-D finite non-negative matrix, as CSR float64.
+
+    Sparse (any format) and dense input are accepted; a CSR float64 matrix is not
+    copied.
+
+    Parameters
+    ----------
+    X : array-like or sparse matrix of shape (n_samples, n_features)
+    n_features_in : int, optional
+        The width the estimator was fitted on (not checked when None).
+    estimator : estimator, optional
+        Named in the messages.
+
+    Raises
+    ------
+    ValueError
+        Not a non-empty 2-D numeric matrix, or a width other than ``n_features_in``.
+    DegenerateInputError
+        NaN, infinite or negative entries (the message shows the first one).
+    """
+    X = check_array(X, accept_sparse="csr", dtype=np.float64, ensure_all_finite=False,
+                    estimator=estimator, input_name=name)
+    X = sp.csr_matrix(X)
+    if not np.isfinite(X.data).all():
+        raise DegenerateInputError(
+            f"{name} contains NaN or inf: term counts must be finite, got "
+            f"{_first_entry(X, ~np.isfinite(X.data))}")
+    if X.nnz and X.data.min() < 0:
+        raise DegenerateInputError(
+            f"{name} must be non-negative term counts, got {_first_entry(X, X.data < 0)}")
+    if n_features_in is not None and X.shape[1] != n_features_in:
+        who = type(estimator).__name__ if estimator is not None else "the model"
+        raise ValueError(f"{name} has {X.shape[1]} features, but {who} is expecting "
+                         f"{n_features_in} features as input.")
+    return X
+
+
+def check_count_matrix(X: Any, allow_empty_rows: bool = False, name: str = "X",
+                       estimator: Any = None) -> sp.csr_matrix:
+    """:func:`check_counts`, then what a fit needs: some terms and (unless
+    ``allow_empty_rows``) no empty document.
 
     Raises
     ------
     DegenerateInputError
-        If the matrix has no rows, is all zero, has negative entries, or (unless
+        If the matrix is all zero, has NaN, infinite or negative entries, or (unless
         ``allow_empty_rows``) has an empty row.
     """
-    X = sp.csr_matrix(X, dtype=np.float64)
-    if X.shape[0] == 0:
-        raise DegenerateInputError(f"{name} has no rows")
-    if X.nnz and X.data.min() < 0:
-        raise DegenerateInputError(f"{name} must be non-negative term counts")
-    if not np.isfinite(X.data).all():
-        raise DegenerateInputError(f"{name} contains NaN or infinite values")
+    X = check_counts(X, estimator=estimator, name=name)
     if X.nnz == 0 or not X.data.any():
         raise DegenerateInputError(f"{name} is all zero: no document has any term")
     if not allow_empty_rows:
@@ -70,12 +131,107 @@ def check_count_matrix(X: Any, allow_empty_rows: bool = False, name: str = "X") 
     return X
 
 
-def check_predict_matrix(X: Any, n_features_in: int) -> sp.csr_matrix:
-    """Rows to score with a fitted model: CSR float64 with the fitted number of columns."""
-    X = sp.csr_matrix(X, dtype=np.float64)
-    if X.shape[1] != n_features_in:
-        raise ValueError(f"X has {X.shape[1]} features, the model was fitted on {n_features_in}")
-    return X
+class StreamsemiEstimator(BaseEstimator):
+    """Base of every algorithm: tags, parameter validation, input check, ``explain``.
+
+    Subclasses declare ``_parameter_constraints`` (scikit-learn's ``Interval`` /
+    ``StrOptions`` style); constraints between parameters go in
+    :meth:`_check_param_combination`. ``fit`` starts with ``self._validate_params()``
+    and ``X = self._validate_counts(X, reset=True)``; every scoring method checks its
+    input with ``self._validate_counts(X, reset=False)``. An estimator is fitted once
+    it has ``classes_`` (set last by every ``fit``).
+    """
+
+    _parameter_constraints: ClassVar[dict[str, list[Any]]] = {}
+
+    def __sklearn_tags__(self) -> Tags:
+        tags = super().__sklearn_tags__()
+        tags.input_tags.sparse = True
+        tags.input_tags.positive_only = True
+        tags.input_tags.allow_nan = False
+        tags.target_tags.required = True
+        if callable(getattr(self, "transform", None)):
+            tags.transformer_tags = TransformerTags()
+        return tags
+
+    def __sklearn_is_fitted__(self) -> bool:
+        return hasattr(self, "classes_")
+
+    def _validate_params(self) -> None:
+        """Check every parameter against ``_parameter_constraints``, then their combination.
+
+        Raises
+        ------
+        sklearn.utils._param_validation.InvalidParameterError
+            (a ``ValueError`` and ``TypeError``) naming the parameter and the value got.
+        """
+        super()._validate_params()
+        self._check_param_combination()
+
+    def _check_param_combination(self) -> None:
+        """Constraints between parameters (none by default); raise ``ValueError``."""
+
+    def _validate_counts(self, X: Any, *, reset: bool) -> sp.csr_matrix:
+        """The input of ``fit`` (``reset=True``: also needs terms in every document, sets
+        ``n_features_in_``) or of a fitted model (``reset=False``: ``NotFittedError``
+        before ``fit``, width checked against ``n_features_in_``)."""
+        if reset:
+            X = check_count_matrix(X, estimator=self)
+            self.n_features_in_ = X.shape[1]
+            return X
+        check_is_fitted(self)
+        # models restored from checkpoints written before n_features_in_ was set everywhere
+        # have no width to check against
+        return check_counts(X, getattr(self, "n_features_in_", None), estimator=self)
+
+    def _explain_weights(self) -> Any:
+        """(n_classes x n_features_in_) non-negative word weights per class (dense or sparse)."""
+        raise NotImplementedError
+
+    def explain(self, sketch: Any = None, top_n: int = 10) -> dict[str, list[str]]:
+        """Top words of each class / cluster (see :func:`explain_weights`).
+
+        Parameters
+        ----------
+        sketch : WordSketch, optional
+            Maps feature indices to words; without it, features are named ``f<index>``.
+        top_n : int
+            Words per class.
+        """
+        check_is_fitted(self)
+        return explain_weights(self.classes_, self._explain_weights(), sketch, top_n)
+
+
+class ScoresClassifierMixin(ClassifierMixin):
+    """``predict`` and ``predict_proba`` of an estimator that scores every class.
+
+    Subclasses implement ``_scores(X)`` (n_samples x n_classes, larger = more likely,
+    input checked there) and ``_softmax_temperature()``; ``predict`` is the argmax of
+    the scores and ``predict_proba`` their row-wise softmax at that temperature, so
+    ``predict`` is the argmax of ``predict_proba``.
+    """
+
+    def _scores(self, X: Any) -> np.ndarray:
+        raise NotImplementedError
+
+    def _softmax_temperature(self) -> float:
+        return 1.0
+
+    def predict_proba(self, X: Any) -> np.ndarray:
+        """Softmax of the class scores (columns follow ``classes_``)."""
+        return softmax_rows(self._scores(X), self._softmax_temperature())
+
+    def predict(self, X: Any) -> np.ndarray:
+        """Class (or ``new-N`` cluster) with the highest score."""
+        scores = self._scores(X)
+        return self.classes_[scores.argmax(axis=1)]
+
+
+def _target_list(y: Any) -> list[Any]:
+    if y is None:
+        raise DegenerateInputError("requires y to be passed, but the target y is None: give one seed "
+                                   "label per row (None, -1 or \"\" for an unlabeled row)")
+    return list(y)
 
 
 def encode_single_labels(y: Sequence[Any], n_samples: int, min_classes: int = 2) -> tuple[np.ndarray, np.ndarray]:
@@ -93,7 +249,7 @@ def encode_single_labels(y: Sequence[Any], n_samples: int, min_classes: int = 2)
     DegenerateInputError
         Length mismatch, no seeds, or fewer than ``min_classes`` classes.
     """
-    y = list(y)
+    y = _target_list(y)
     if len(y) != n_samples:
         raise DegenerateInputError(f"y has {len(y)} elements but X has {n_samples} rows")
     labels = [None if is_unlabeled(v) else str(v) for v in y]
@@ -119,7 +275,7 @@ def encode_multi_labels(y: Sequence[Any], n_samples: int, min_classes: int = 2) 
     classes : ndarray of str
     labeled : ndarray of bool, shape (n_samples,)
     """
-    y = list(y)
+    y = _target_list(y)
     if len(y) != n_samples:
         raise DegenerateInputError(f"y has {len(y)} elements but X has {n_samples} rows")
     sets: list[list[str]] = []
@@ -179,10 +335,12 @@ def explain_weights(classes: Sequence[str], weights: Any, sketch: Any = None, to
     top_n : int
         Words per class.
     """
-    W = weights.toarray() if sp.issparse(weights) else np.asarray(weights)
+    W = sp.csr_matrix(weights) if sp.issparse(weights) else np.asarray(weights)
     out: dict[str, list[str]] = {}
     for k, name in enumerate(classes):
-        row = np.asarray(W[k], dtype=np.float64).ravel()
+        # one row at a time: a sparse (classes x 2^18 hashed features) matrix is never densified
+        row = W[k].toarray().ravel() if sp.issparse(W) else np.asarray(W[k], dtype=np.float64).ravel()
+        row = row.astype(np.float64, copy=False)
         if sketch is not None:
             out[str(name)] = sketch.top_words(row, top_n)
         else:

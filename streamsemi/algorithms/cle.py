@@ -47,6 +47,7 @@ Implementation choices (details and measurements in ``docs/algorithms/cle.md``):
 from __future__ import annotations
 
 import time
+from numbers import Integral, Real
 from typing import Any
 
 import numpy as np
@@ -56,15 +57,15 @@ import scipy.sparse.csgraph as csgraph
 import scipy.sparse.linalg as spla
 from numba import njit
 from scipy.optimize import minimize_scalar
-from sklearn.base import BaseEstimator, ClassifierMixin
-from sklearn.utils.validation import check_is_fitted
+from sklearn.utils._param_validation import Interval, StrOptions
 
 from streamsemi.algorithms.base import (
+    RANDOM_STATE,
     DegenerateInputError,
-    check_count_matrix,
+    ScoresClassifierMixin,
+    StreamsemiEstimator,
     check_n_clusters,
     encode_single_labels,
-    explain_weights,
     new_cluster_names,
     softmax_rows,
 )
@@ -473,7 +474,7 @@ def fit_temperature(S: np.ndarray, target: np.ndarray) -> float:
 
 # ----------------------------------------------------------------------------- estimator
 
-class CLE(ClassifierMixin, BaseEstimator):
+class CLE(ScoresClassifierMixin, StreamsemiEstimator):
     """Constrained Laplacian Eigenmap, then an assignment in the r-dimensional embedding.
 
     Parameters
@@ -515,13 +516,14 @@ class CLE(ClassifierMixin, BaseEstimator):
         sparse product ``X[block] @ X.T``. Same similarities either way.
     block_memory_mb : float, default=64
         Size of one dense block of similarities (``knn_method="blocks"`` only).
-    random_state : int or None, default=0
+    random_state : int >= 0 or None, default=0
         Tie-breaking for the extra clusters' initialisation.
 
     Attributes
     ----------
     classes_ : ndarray of str
     new_clusters_ : list of str
+    n_features_in_ : int
     embedding_ : ndarray of shape (N, r)
         The CLE coordinates of the training documents.
     eigenvalues_ : ndarray of shape (r,)
@@ -544,7 +546,22 @@ class CLE(ClassifierMixin, BaseEstimator):
         Seconds spent in "graph", "eigen" and "assign".
     """
 
-    def __init__(self, n_neighbors: int = 15, weighting: str = "tf", seed_link: float = 1000.0,
+    _parameter_constraints = {
+        "n_neighbors": [Interval(Integral, 1, None, closed="left")],
+        "weighting": [StrOptions(set(WEIGHTINGS))],
+        "seed_link": [Interval(Real, 0, None, closed="neither")],
+        "assign": [StrOptions(set(ASSIGNS))],
+        "map_scaling": [StrOptions(set(MAP_SCALINGS))],
+        "constrained": ["boolean"],
+        "n_new_clusters": [Interval(Integral, 0, None, closed="left")],
+        "max_iter": [Interval(Integral, 1, None, closed="left")],
+        "eigen_tol": [Interval(Real, 0, None, closed="left")],
+        "knn_method": [StrOptions(set(KNN_METHODS))],
+        "block_memory_mb": [Interval(Real, 0, None, closed="neither")],
+        "random_state": RANDOM_STATE,
+    }
+
+    def __init__(self, n_neighbors: int = 15, *, weighting: str = "tf", seed_link: float = 1000.0,
                  assign: str = "calibrated", map_scaling: str = "seeds", constrained: bool = True,
                  n_new_clusters: int = 0, max_iter: int = 100, eigen_tol: float = 1e-8,
                  knn_method: str = "inverted", block_memory_mb: float = 64.0,
@@ -562,28 +579,15 @@ class CLE(ClassifierMixin, BaseEstimator):
         self.block_memory_mb = block_memory_mb
         self.random_state = random_state
 
-    def _check_params(self) -> None:
-        if int(self.n_neighbors) < 1:
-            raise ValueError(f"n_neighbors must be >= 1, got {self.n_neighbors}")
-        if self.weighting not in WEIGHTINGS:
-            raise ValueError(f"unknown weighting {self.weighting!r}; expected one of {WEIGHTINGS}")
-        if self.map_scaling not in MAP_SCALINGS:
-            raise ValueError(f"unknown map_scaling {self.map_scaling!r}; expected one of {MAP_SCALINGS}")
-        if self.assign not in ASSIGNS:
-            raise ValueError(f"unknown assign {self.assign!r}; expected one of {ASSIGNS}")
-        if self.knn_method not in KNN_METHODS:
-            raise ValueError(f"unknown knn_method {self.knn_method!r}; expected one of {KNN_METHODS}")
-        if not float(self.seed_link) > 0:
-            raise ValueError(f"seed_link must be > 0, got {self.seed_link}")
-        if int(self.n_new_clusters) < 0:
-            raise ValueError("n_new_clusters must be >= 0")
-        if int(self.n_new_clusters) > 0 and self.assign != "kmeans":
-            raise ValueError("n_new_clusters > 0 needs assign='kmeans' (calibrated maps only score seeded classes)")
+    def _check_param_combination(self) -> None:
+        if self.n_new_clusters > 0 and self.assign != "kmeans":
+            raise ValueError(f"n_new_clusters > 0 needs assign='kmeans' (calibrated maps only score seeded "
+                             f"classes), got n_new_clusters={self.n_new_clusters!r} with assign={self.assign!r}")
 
     def fit(self, X: Any, y: Any) -> CLE:
         """Fit on counts ``X`` with seed labels ``y`` (None/-1/"" = unlabeled)."""
-        self._check_params()
-        X = check_count_matrix(X)
+        self._validate_params()
+        X = self._validate_counts(X, reset=True)
         codes, classes = encode_single_labels(y, X.shape[0])
         r = classes.size
         n_clusters = r + int(self.n_new_clusters)
@@ -627,7 +631,8 @@ class CLE(ClassifierMixin, BaseEstimator):
             if self.n_new_clusters:
                 unl = np.flatnonzero(codes < 0)
                 if unl.size < self.n_new_clusters:
-                    raise DegenerateInputError("fewer unlabeled documents than n_new_clusters")
+                    raise DegenerateInputError(f"n_new_clusters = {self.n_new_clusters} exceeds the number of "
+                                               f"unlabeled documents ({unl.size})")
                 C = farthest_first(Y, C, unl, int(self.n_new_clusters), rng)
             C, labels, n_iter = kmeans_fixed_seeds(Y, C, codes, bool(self.constrained), int(self.max_iter))
         else:
@@ -675,12 +680,7 @@ class CLE(ClassifierMixin, BaseEstimator):
         ``n_neighbors`` most similar training documents (raw maps, then the same
         rescaling as in fit); no positive similarity -> the neutral raw value 0.
         """
-        check_is_fitted(self, "embedding_")
-        X = sp.csr_matrix(X, dtype=np.float64)
-        if X.shape[1] != self.X_fit_.shape[1]:
-            raise ValueError(f"X has {X.shape[1]} features, the model was fitted with {self.X_fit_.shape[1]}")
-        if X.nnz and X.data.min() < 0:
-            raise ValueError("X must be non-negative term counts")
+        X = self._validate_counts(X, reset=False)
         Q = unit_rows(X, self.weighting, self.idf_)
         idx, sim = find_neighbors(Q, self.X_fit_, self.X_fit_T_, int(self.n_neighbors),
                                   self.knn_method, block_memory_mb=self.block_memory_mb)
@@ -692,27 +692,23 @@ class CLE(ClassifierMixin, BaseEstimator):
             return -sq_distances(Y, self.cluster_centers_)
         return (Y - self.calib_offset_) / self.calib_scale_
 
-    def decision_function(self, X: Any) -> np.ndarray:
-        """Per-class scores (shifted maps, or minus squared centroid distances for k-means)."""
+    def _scores(self, X: Any) -> np.ndarray:
         return self._scores_from_embedding(self.transform(X))
 
-    def predict_proba(self, X: Any) -> np.ndarray:
-        """``softmax(decision_function / temperature_)`` (columns follow ``classes_``).
+    def _softmax_temperature(self) -> float:
+        # maximises the likelihood of the seed labels given the seeds' leave-one-out
+        # out-of-sample scores, so the probabilities reflect how reliably a document's
+        # neighbourhood predicts its class
+        return float(self.temperature_)
 
-        The temperature maximises the likelihood of the seed labels given the
-        seeds' leave-one-out out-of-sample scores, so the probabilities reflect how
-        reliably a document's neighbourhood predicts its class.
-        """
-        return softmax_rows(self.decision_function(X), self.temperature_)
+    def decision_function(self, X: Any) -> np.ndarray:
+        """Per-class scores (shifted maps, or minus squared centroid distances for k-means);
+        ``predict_proba`` is ``softmax(decision_function / temperature_)``."""
+        return self._scores(X)
 
-    def predict(self, X: Any) -> np.ndarray:
-        """Class (or ``new-N`` cluster) with the highest score."""
-        return self.classes_[self.decision_function(X).argmax(axis=1)]
-
-    def explain(self, sketch: Any = None, top_n: int = 10) -> dict[str, list[str]]:
-        """Top words of each class/cluster by the mean tf-idf of its members."""
-        check_is_fitted(self, "class_term_weights_")
-        return explain_weights(self.classes_, self.class_term_weights_, sketch, top_n)
+    def _explain_weights(self) -> sp.csr_matrix:
+        """Mean tf-idf of each class's / cluster's members."""
+        return self.class_term_weights_
 
 
 __all__ = ["CLE", "loo_calibration", "prior_thresholds", "knn_graph", "graph_from_neighbors", "nystrom", "contracted_graph", "solve_map", "top_k_similar",

@@ -9,20 +9,21 @@ initialise. Similarity is cosine on l2-normalised sublinear tf-idf rows.
 
 from __future__ import annotations
 
+from numbers import Integral, Real
 from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
-from sklearn.base import BaseEstimator, ClassifierMixin
-from sklearn.utils.validation import check_is_fitted
+from sklearn.utils._param_validation import Interval
 
 from streamsemi.algorithms.base import (
-    check_count_matrix,
+    RANDOM_STATE,
+    DegenerateInputError,
+    ScoresClassifierMixin,
+    StreamsemiEstimator,
     check_n_clusters,
     encode_single_labels,
-    explain_weights,
     new_cluster_names,
-    softmax_rows,
 )
 from streamsemi.core.features import idf_weights, l2_normalize_rows, tfidf
 
@@ -60,7 +61,7 @@ def farthest_point_centroids(Xn: sp.csr_matrix, C: np.ndarray, candidates: np.nd
     return np.vstack([C, np.array(out)]) if out else C
 
 
-class ConstrainedKMeans(ClassifierMixin, BaseEstimator):
+class ConstrainedKMeans(ScoresClassifierMixin, StreamsemiEstimator):
     """Constrained (or seeded) spherical k-means on sublinear tf-idf.
 
     Parameters
@@ -75,7 +76,7 @@ class ConstrainedKMeans(ClassifierMixin, BaseEstimator):
         Maximum assignment/update rounds.
     temperature : float, default=0.05
         Softmax temperature turning cosine similarities into ``predict_proba``.
-    random_state : int or None
+    random_state : int >= 0 or None, default=0
         Tie-breaking seed for the extra clusters' initialisation.
 
     Attributes
@@ -83,6 +84,7 @@ class ConstrainedKMeans(ClassifierMixin, BaseEstimator):
     classes_ : ndarray of str
         Seeded classes followed by discovered clusters.
     new_clusters_ : list of str
+    n_features_in_ : int
     idf_ : ndarray of shape (n_features,)
     cluster_centers_ : ndarray of shape (n_clusters, n_features)
         Unit-length centroids in tf-idf space.
@@ -91,7 +93,15 @@ class ConstrainedKMeans(ClassifierMixin, BaseEstimator):
     n_iter_ : int
     """
 
-    def __init__(self, constrained: bool = True, n_new_clusters: int = 0, max_iter: int = 50,
+    _parameter_constraints = {
+        "constrained": ["boolean"],
+        "n_new_clusters": [Interval(Integral, 0, None, closed="left")],
+        "max_iter": [Interval(Integral, 1, None, closed="left")],
+        "temperature": [Interval(Real, 0, None, closed="neither")],
+        "random_state": RANDOM_STATE,
+    }
+
+    def __init__(self, constrained: bool = True, *, n_new_clusters: int = 0, max_iter: int = 50,
                  temperature: float = 0.05, random_state: int | None = 0) -> None:
         self.constrained = constrained
         self.n_new_clusters = n_new_clusters
@@ -101,7 +111,8 @@ class ConstrainedKMeans(ClassifierMixin, BaseEstimator):
 
     def fit(self, X: Any, y: Any) -> ConstrainedKMeans:
         """Fit on counts ``X`` with seed labels ``y`` (None/-1 = unlabeled)."""
-        X = check_count_matrix(X)
+        self._validate_params()
+        X = self._validate_counts(X, reset=True)
         codes, classes = encode_single_labels(y, X.shape[0])
         n_known = classes.size
         n_clusters = n_known + int(self.n_new_clusters)
@@ -113,7 +124,8 @@ class ConstrainedKMeans(ClassifierMixin, BaseEstimator):
         if self.n_new_clusters:
             unl = np.flatnonzero(codes < 0)
             if unl.size < self.n_new_clusters:
-                raise ValueError("fewer unlabeled documents than n_new_clusters")
+                raise DegenerateInputError(f"n_new_clusters = {self.n_new_clusters} exceeds the number of "
+                                           f"unlabeled documents ({unl.size})")
             C = farthest_point_centroids(Xn, C, unl, int(self.n_new_clusters), rng)
         seeds = np.flatnonzero(codes >= 0)
         labels = np.full(X.shape[0], -1)
@@ -138,27 +150,21 @@ class ConstrainedKMeans(ClassifierMixin, BaseEstimator):
         self.classes_ = np.array(list(classes) + self.new_clusters_, dtype=object)
         return self
 
-    def _similarities(self, X: Any) -> np.ndarray:
-        check_is_fitted(self, "cluster_centers_")
-        X = sp.csr_matrix(X, dtype=np.float64)
+    def _scores(self, X: Any) -> np.ndarray:
+        X = self._validate_counts(X, reset=False)
         return np.asarray(tfidf(X, self.idf_) @ self.cluster_centers_.T)
 
+    def _softmax_temperature(self) -> float:
+        return float(self.temperature)
+
     def transform(self, X: Any) -> np.ndarray:
-        """Cosine similarity of each row to each centroid."""
-        return self._similarities(X)
+        """Cosine similarity of each row to each centroid (``predict_proba`` is their softmax
+        at ``temperature``)."""
+        return self._scores(X)
 
-    def predict_proba(self, X: Any) -> np.ndarray:
-        """Softmax of cosine similarities (columns follow ``classes_``)."""
-        return softmax_rows(self._similarities(X), self.temperature)
-
-    def predict(self, X: Any) -> np.ndarray:
-        """Class (or ``new-N`` cluster) of each row."""
-        return self.classes_[self._similarities(X).argmax(axis=1)]
-
-    def explain(self, sketch: Any = None, top_n: int = 10) -> dict[str, list[str]]:
-        """Top words of each centroid."""
-        check_is_fitted(self, "cluster_centers_")
-        return explain_weights(self.classes_, self.cluster_centers_, sketch, top_n)
+    def _explain_weights(self) -> np.ndarray:
+        """The centroids: ``explain`` lists each centroid's top words."""
+        return self.cluster_centers_
 
 
 __all__ = ["ConstrainedKMeans", "l2_normalize_rows"]

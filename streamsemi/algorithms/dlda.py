@@ -29,22 +29,24 @@ fixed. All fitted state is plain numpy arrays (checkpointable with ``np.savez``)
 from __future__ import annotations
 
 from collections.abc import Sequence
+from numbers import Integral, Real
 from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
 from scipy.optimize import linear_sum_assignment
-from sklearn.base import BaseEstimator, ClassifierMixin
+from sklearn.base import ClassifierMixin
+from sklearn.utils._param_validation import Interval, RealNotInt
 from sklearn.utils.validation import check_is_fitted
 
 from streamsemi.algorithms import _dlda_gibbs as gibbs
 from streamsemi.algorithms.base import (
     NEW_CLUSTER_PREFIX,
+    RANDOM_STATE,
     DegenerateInputError,
-    check_count_matrix,
+    StreamsemiEstimator,
     check_n_clusters,
     encode_single_labels,
-    explain_weights,
 )
 
 _MAX_TOPICS = 32767  # z and y are stored as int16
@@ -172,7 +174,7 @@ def match_clusters(overlap: np.ndarray, new_sizes: np.ndarray, old_sizes: np.nda
 # --------------------------------------------------------------------------- estimator
 
 
-class DLDA(ClassifierMixin, BaseEstimator):
+class DLDA(ClassifierMixin, StreamsemiEstimator):
     """Double-latent-layered LDA: classify seeded classes, discover new ones.
 
     Parameters
@@ -203,13 +205,14 @@ class DLDA(ClassifierMixin, BaseEstimator):
     cluster_match_threshold : float, default=0.3
         Minimum overlap coefficient for a new cluster to inherit a previous
         fit's cluster name.
-    random_state : int or None, default=0
+    random_state : int >= 0 or None, default=0
 
     Attributes
     ----------
     classes_ : ndarray of str
         Known classes (sorted), then the new clusters' names.
     new_clusters_ : list of str
+    n_features_in_ : int
     n_known_ : int
     labels_ : ndarray of int
         Class index (into ``classes_``) of each training document.
@@ -232,7 +235,23 @@ class DLDA(ClassifierMixin, BaseEstimator):
 
     supports_warm_start = True
 
-    def __init__(self, n_new_clusters: int = 2, n_topics: int = 128, alpha: float = 0.2,
+    _parameter_constraints = {
+        "n_new_clusters": [Interval(Integral, 0, None, closed="left")],
+        "n_topics": [Interval(Integral, 1, _MAX_TOPICS, closed="both")],
+        "alpha": [Interval(Real, 0, None, closed="neither")],
+        "delta": [Interval(Real, 0, None, closed="neither")],
+        "beta": [Interval(Real, 0, None, closed="neither")],
+        "n_sweeps": [Interval(Integral, 1, None, closed="left")],
+        "warm_sweeps": [Interval(Integral, 0, None, closed="left")],
+        "n_average": [Interval(Integral, 1, None, closed="left")],
+        "fold_in_sweeps": [Interval(Integral, 0, None, closed="left")],
+        "min_df": [Interval(Integral, 1, None, closed="left"), Interval(RealNotInt, 0, 1, closed="neither")],
+        "max_doc_tokens": [Interval(Integral, 0, None, closed="left")],
+        "cluster_match_threshold": [Interval(Real, 0, 1, closed="both")],
+        "random_state": RANDOM_STATE,
+    }
+
+    def __init__(self, n_new_clusters: int = 2, *, n_topics: int = 128, alpha: float = 0.2,
                  delta: float = 0.4, beta: float = 0.01, n_sweeps: int = 200,
                  warm_sweeps: int = 30, n_average: int = 10, fold_in_sweeps: int = 10,
                  min_df: int | float = 15, max_doc_tokens: int = 1000,
@@ -250,22 +269,6 @@ class DLDA(ClassifierMixin, BaseEstimator):
         self.max_doc_tokens = max_doc_tokens
         self.cluster_match_threshold = cluster_match_threshold
         self.random_state = random_state
-
-    # ------------------------------------------------------------------ validation
-
-    def _check_params(self) -> None:
-        for name in ("alpha", "delta", "beta"):
-            if not float(getattr(self, name)) > 0:
-                raise ValueError(f"{name} must be > 0, got {getattr(self, name)!r}")
-        if not 1 <= int(self.n_topics) <= _MAX_TOPICS:
-            raise ValueError(f"n_topics must be in [1, {_MAX_TOPICS}], got {self.n_topics!r}")
-        if int(self.n_new_clusters) < 0:
-            raise ValueError(f"n_new_clusters must be >= 0, got {self.n_new_clusters!r}")
-        for name in ("n_sweeps", "warm_sweeps", "fold_in_sweeps"):
-            if int(getattr(self, name)) < 0:
-                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)!r}")
-        if int(self.n_sweeps) < 1:
-            raise ValueError("n_sweeps must be >= 1")
 
     def _seed(self, salt: int) -> int:
         base = 0 if self.random_state is None else int(self.random_state)
@@ -291,8 +294,8 @@ class DLDA(ClassifierMixin, BaseEstimator):
             counts) keep their token states, new documents are initialised by
             fold-in with its pi/phi, and ``warm_sweeps`` sweeps are run.
         """
-        self._check_params()
-        X = check_count_matrix(X)
+        self._validate_params()
+        X = self._validate_counts(X, reset=True)
         X.sum_duplicates()
         X.sort_indices()
         N = X.shape[0]
@@ -312,7 +315,7 @@ class DLDA(ClassifierMixin, BaseEstimator):
             ids = np.asarray([str(i) for i in range(N)])
         prev = warm_start_from
         if prev is not None:
-            check_is_fitted(prev, "tok_z_")
+            check_is_fitted(prev)
             if doc_ids is None:
                 raise ValueError("warm_start_from needs doc_ids to match documents across fits")
 
@@ -397,7 +400,6 @@ class DLDA(ClassifierMixin, BaseEstimator):
         self.doc_class_proba_ = class_proba(acc, float(self.alpha))
         self.scores_ = acc[np.arange(N), labels] / np.maximum(lengths, 1)
         self.vocab_ = vocab
-        self.n_features_in_ = X.shape[1]
         self.doc_ids_ = ids
         self.doc_hash_ = doc_hash
         self.doc_ptr_ = ptr
@@ -531,12 +533,7 @@ class DLDA(ClassifierMixin, BaseEstimator):
         return cache
 
     def _fold_in_counts(self, X: Any) -> tuple[np.ndarray, np.ndarray]:
-        check_is_fitted(self, "pi_")
-        X = sp.csr_matrix(X, dtype=np.float64)
-        if X.shape[1] != int(self.n_features_in_):
-            raise ValueError(f"X has {X.shape[1]} features, the model was fit on {self.n_features_in_}")
-        if X.nnz and X.data.min() < 0:
-            raise DegenerateInputError("X must be non-negative term counts")
+        X = self._validate_counts(X, reset=False)
         X.sum_duplicates()
         X.sort_indices()
         lookup = np.full(X.shape[1], -1, dtype=np.int64)
@@ -568,21 +565,21 @@ class DLDA(ClassifierMixin, BaseEstimator):
 
     def predict(self, X: Any) -> np.ndarray:
         """Class or new-cluster name of each row (Eq. 6 on the fold-in counts)."""
-        return self.classes_[self.predict_proba(X).argmax(axis=1)]
+        proba = self.predict_proba(X)
+        return self.classes_[proba.argmax(axis=1)]
 
     def class_word_weights(self) -> np.ndarray:
         """p(word | class) = pi_k @ phi over the kept words (K x V)."""
-        check_is_fitted(self, "pi_")
+        check_is_fitted(self)
         return self.pi_ @ self.phi_
 
-    def explain(self, sketch: Any = None, top_n: int = 10) -> dict[str, list[str]]:
-        """Top words of each class / new cluster from ``pi_k @ phi``."""
+    def _explain_weights(self) -> sp.csr_matrix:
+        """``p(word | class) = pi_k @ phi`` placed at the kept words' hashed columns."""
         W = self.class_word_weights()
         K = W.shape[0]
         cols = np.tile(self.vocab_, K)
         rows = np.repeat(np.arange(K), self.vocab_.size)
-        full = sp.csr_matrix((W.ravel(), (rows, cols)), shape=(K, int(self.n_features_in_)))
-        return explain_weights(self.classes_, full, sketch, top_n)
+        return sp.csr_matrix((W.ravel(), (rows, cols)), shape=(K, int(self.n_features_in_)))
 
 
 __all__ = ["DLDA", "estimate_pi", "estimate_phi", "class_proba", "prune_vocabulary",

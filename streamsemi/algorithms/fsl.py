@@ -116,22 +116,22 @@ Interpretations (the paper is loose; each choice and why)
 
 from __future__ import annotations
 
+from numbers import Integral, Real
 from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
-from sklearn.base import BaseEstimator, ClassifierMixin
+from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
 
 from streamsemi.algorithms.base import (
+    RANDOM_STATE,
     DegenerateInputError,
-    check_count_matrix,
+    ScoresClassifierMixin,
+    StreamsemiEstimator,
     check_n_clusters,
-    check_predict_matrix,
     encode_single_labels,
-    explain_weights,
     new_cluster_names,
-    softmax_rows,
 )
 from streamsemi.algorithms.constrained_kmeans import farthest_point_centroids
 from streamsemi.core.features import idf_weights, tfidf
@@ -432,7 +432,7 @@ def _class_sums(X: sp.csr_matrix, labels: np.ndarray, n_clusters: int) -> np.nda
 # The estimator
 # ----------------------------------------------------------------------------------------------
 
-class FSL(ClassifierMixin, BaseEstimator):
+class FSL(ScoresClassifierMixin, StreamsemiEstimator):
     """Feature space learning around k-means or affinity propagation (four variants).
 
     Parameters
@@ -461,11 +461,11 @@ class FSL(ClassifierMixin, BaseEstimator):
         Extra clusters for classes nobody seeded (``new-0``...).
     kmeans_max_iter : int, default=30
         Assignment/update rounds of each inner k-means run.
-    ap_sample : int, default=1000
+    ap_sample : int >= 2, default=1000
         Maximum number of documents on which the AP variants run AP.
     ap_max_iter : int, default=300
         Maximum AP message-passing rounds per FSL iteration.
-    ap_damping : float, default=0.8
+    ap_damping : float in [0.5, 1), default=0.8
         AP damping factor.
     phi : float, default=0.5
         Adaptive factor of Eq. 11 (unlabeled preference ``P - phi (Q - P)``).
@@ -473,12 +473,13 @@ class FSL(ClassifierMixin, BaseEstimator):
         Tri-set similarity factors of Eq. 15 (FSSAP).
     temperature : float, default=0.05
         Softmax temperature for ``predict_proba``.
-    random_state : int or None, default=0
+    random_state : int >= 0 or None, default=0
 
     Attributes
     ----------
     classes_ : ndarray of str
     new_clusters_ : list of str
+    n_features_in_ : int
     columns_ : ndarray of int
         Hashed columns active in the fitting window (the model's coordinate system).
     idf_ : ndarray
@@ -497,7 +498,31 @@ class FSL(ClassifierMixin, BaseEstimator):
     n_iter_ : int
     """
 
-    def __init__(self, variant: str = "ck", feature_learning: bool = True, max_iter: int = 10,
+    _parameter_constraints = {
+        "variant": [StrOptions(set(VARIANTS))],
+        "feature_learning": ["boolean"],
+        "max_iter": [Interval(Integral, 1, None, closed="left")],
+        "patience": [Interval(Integral, 1, None, closed="left")],
+        "eta": [Interval(Real, 0, None, closed="left")],
+        "mu": [Interval(Real, 0, None, closed="left")],
+        "feature_gain": [Interval(Real, 0, None, closed="left")],
+        "n_new_clusters": [Interval(Integral, 0, None, closed="left")],
+        "kmeans_max_iter": [Interval(Integral, 1, None, closed="left")],
+        "ap_sample": [Interval(Integral, 2, None, closed="left")],
+        "ap_max_iter": [Interval(Integral, 1, None, closed="left")],
+        "ap_damping": [Interval(Real, 0.5, 1, closed="left")],
+        "phi": [Interval(Real, 0, None, closed="left")],
+        "alpha": [Interval(Real, 0, None, closed="left")],
+        "beta": [Interval(Real, 0, None, closed="left")],
+        "gamma": [Interval(Real, 0, None, closed="left")],
+        "rif_values": [StrOptions({"tfidf", "counts"})],
+        "trust_new_clusters": ["boolean"],
+        "warm_start": ["boolean"],
+        "temperature": [Interval(Real, 0, None, closed="neither")],
+        "random_state": RANDOM_STATE,
+    }
+
+    def __init__(self, variant: str = "ck", *, feature_learning: bool = True, max_iter: int = 10,
                  patience: int = 2, eta: float = 1.0, mu: float = 1.0, feature_gain: float = 1.0,
                  n_new_clusters: int = 0, kmeans_max_iter: int = 30, ap_sample: int = 1000,
                  ap_max_iter: int = 300, ap_damping: float = 0.8, phi: float = 0.5,
@@ -527,32 +552,12 @@ class FSL(ClassifierMixin, BaseEstimator):
         self.temperature = temperature
         self.random_state = random_state
 
-    # -- validation ------------------------------------------------------------------------------
-
-    def _check_params(self) -> None:
-        if self.variant not in VARIANTS:
-            raise ValueError(f"variant must be one of {VARIANTS}, got {self.variant!r}")
-        if int(self.max_iter) < 1:
-            raise ValueError("max_iter must be >= 1")
-        if int(self.patience) < 1:
-            raise ValueError("patience must be >= 1")
-        if int(self.n_new_clusters) < 0:
-            raise ValueError("n_new_clusters must be >= 0")
-        if self.variant in ("ap", "sap") and int(self.ap_sample) < 2:
-            raise ValueError("ap_sample must be >= 2")
-        if not 0.5 <= float(self.ap_damping) < 1.0:
-            raise ValueError("ap_damping must be in [0.5, 1)")
-        if self.rif_values not in ("tfidf", "counts"):
-            raise ValueError(f"rif_values must be 'tfidf' or 'counts', got {self.rif_values!r}")
-        if float(self.feature_gain) < 0:
-            raise ValueError("feature_gain must be >= 0")
-
     # -- fit --------------------------------------------------------------------------------------
 
     def fit(self, X: Any, y: Any) -> FSL:
         """Fit on counts ``X`` with seed labels ``y`` (None/-1/"" = unlabeled)."""
-        self._check_params()
-        X = check_count_matrix(X)
+        self._validate_params()
+        X = self._validate_counts(X, reset=True)
         codes, classes = encode_single_labels(y, X.shape[0])
         n_known = classes.size
         n_new = int(self.n_new_clusters)
@@ -561,7 +566,6 @@ class FSL(ClassifierMixin, BaseEstimator):
             raise DegenerateInputError(
                 f"n_new_clusters = {n_new} but only {np.count_nonzero(codes < 0)} unlabeled documents")
         rng = np.random.default_rng(self.random_state)
-        self.n_features_in_ = X.shape[1]
         self.columns_ = np.unique(X.indices)
         Xc = sp.csr_matrix(X[:, self.columns_])
         Xc.sort_indices()
@@ -796,36 +800,30 @@ class FSL(ClassifierMixin, BaseEstimator):
 
     # -- inference --------------------------------------------------------------------------------
 
-    def _similarities(self, X: Any) -> np.ndarray:
-        check_is_fitted(self, "cluster_centers_")
-        X = check_predict_matrix(X, self.n_features_in_)
+    def _scores(self, X: Any) -> np.ndarray:
+        X = self._validate_counts(X, reset=False)
         Xn = tfidf(sp.csr_matrix(X[:, self.columns_]), self.idf_)
         return weighted_cosine(Xn, Xn.multiply(Xn).tocsr(), self.cluster_centers_, self.feature_scales_)
 
+    def _softmax_temperature(self) -> float:
+        return float(self.temperature)
+
     def transform(self, X: Any) -> np.ndarray:
-        """Similarity of each row to each class centre in the class's learned space."""
-        return self._similarities(X)
-
-    def predict_proba(self, X: Any) -> np.ndarray:
-        """Softmax of the learned-space similarities (columns follow ``classes_``)."""
-        return softmax_rows(self._similarities(X), self.temperature)
-
-    def predict(self, X: Any) -> np.ndarray:
-        """Class (or ``new-N`` cluster) of each row."""
-        return self.classes_[self._similarities(X).argmax(axis=1)]
+        """Similarity of each row to each class centre in the class's learned space
+        (``predict_proba`` is their softmax at ``temperature``)."""
+        return self._scores(X)
 
     def learned_feature_space(self) -> list[np.ndarray]:
         """Hashed column indices of each cluster's learned features (weight > 0), by weight."""
-        check_is_fitted(self, "feature_weights_")
+        check_is_fitted(self)
         out = []
         for w in self.feature_weights_:
             pos = np.flatnonzero(w > 0)
             out.append(self.columns_[pos[np.argsort(-w[pos], kind="stable")]])
         return out
 
-    def explain(self, sketch: Any = None, top_n: int = 10) -> dict[str, list[str]]:
-        """Top words of each cluster's learned feature space (RIF weights first, then centre)."""
-        check_is_fitted(self, "cluster_centers_")
+    def _explain_weights(self) -> sp.csr_matrix:
+        """Each cluster's learned feature space: RIF weights first, then the centre."""
         W = self.feature_weights_
         wmax = W.max(axis=1, keepdims=True)
         cmax = self.cluster_centers_.max(axis=1, keepdims=True)
@@ -834,7 +832,7 @@ class FSL(ClassifierMixin, BaseEstimator):
         full = sp.csr_matrix((self.classes_.size, self.n_features_in_))
         full = sp.lil_matrix(full)
         full[:, self.columns_] = scores
-        return explain_weights(self.classes_, full.tocsr(), sketch, top_n)
+        return full.tocsr()
 
 
 def _spherical_kmeans(Xn: sp.csr_matrix, Xn_sq: sp.csr_matrix, C: np.ndarray, G: np.ndarray,

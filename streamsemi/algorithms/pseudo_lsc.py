@@ -47,20 +47,21 @@ Implementation notes (where the paper is vague):
 from __future__ import annotations
 
 from collections.abc import Sequence
+from numbers import Integral, Real
 from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
-from sklearn.base import BaseEstimator, ClassifierMixin
-from sklearn.utils.validation import check_is_fitted
+from sklearn.base import ClassifierMixin
+from sklearn.utils._param_validation import Interval, StrOptions
+from sklearn.utils._tags import Tags
 
 from streamsemi.algorithms.base import (
+    RANDOM_STATE,
     DegenerateInputError,
-    check_count_matrix,
+    StreamsemiEstimator,
     check_n_clusters,
-    check_predict_matrix,
     encode_multi_labels,
-    explain_weights,
 )
 
 _TINY = 1e-300
@@ -307,7 +308,7 @@ def objective(G: np.ndarray, Wf: np.ndarray, imp: np.ndarray, Lq: np.ndarray,
 # --------------------------------------------------------------------------- estimator
 
 
-class PseudoLSC(ClassifierMixin, BaseEstimator):
+class PseudoLSC(ClassifierMixin, StreamsemiEstimator):
     """Pseudo-label based semi-supervised fuzzy subspace clustering (multi-label).
 
     Parameters
@@ -342,13 +343,14 @@ class PseudoLSC(ClassifierMixin, BaseEstimator):
     max_iter : int, default=50
     tol : float, default=1e-4
         Stop when the relative decrease of the objective falls below ``tol``.
-    random_state : int or None, default=0
+    random_state : int >= 0 or None, default=0
         Seed for the centroids not initialised from seeds.
 
     Attributes
     ----------
     classes_ : ndarray of str
     new_clusters_ : list of str (always empty)
+    n_features_in_ : int
     multilabel_ : bool
         True when ``y`` was given as label lists; with scalar labels the model
         behaves as a single-label classifier (``predict`` returns class names,
@@ -366,7 +368,24 @@ class PseudoLSC(ClassifierMixin, BaseEstimator):
     n_iter_ : int
     """
 
-    def __init__(self, n_clusters: int | None = None, max_clusters: int = 200,
+    _parameter_constraints = {
+        "n_clusters": [Interval(Integral, 2, None, closed="left"), None],
+        "max_clusters": [Interval(Integral, 2, None, closed="left")],
+        "n_features_selected": [Interval(Integral, 1, None, closed="left"), None],
+        "fuzzifier": [Interval(Real, 1, None, closed="neither")],
+        "q": [Interval(Real, 1, None, closed="neither")],
+        "gamma": [Interval(Real, 0, None, closed="left")],
+        "use_impurity": ["boolean"],
+        "use_chi2": ["boolean"],
+        "kappa": [Interval(Integral, 1, None, closed="left")],
+        "decision": [StrOptions({"threshold", "rcut"})],
+        "threshold": [Interval(Real, 0, 1, closed="both")],
+        "max_iter": [Interval(Integral, 1, None, closed="left")],
+        "tol": [Interval(Real, 0, None, closed="left")],
+        "random_state": RANDOM_STATE,
+    }
+
+    def __init__(self, n_clusters: int | None = None, *, max_clusters: int = 200,
                  n_features_selected: int | None = 1000, fuzzifier: float = 1.1, q: float = 2.0,
                  gamma: float = 0.5, use_impurity: bool = True, use_chi2: bool = True,
                  kappa: int = 10, decision: str = "threshold", threshold: float = 0.5,
@@ -388,24 +407,17 @@ class PseudoLSC(ClassifierMixin, BaseEstimator):
 
     # ----------------------------------------------------------------- fitting
 
-    def _check_params(self) -> None:
-        if not self.fuzzifier > 1:
-            raise ValueError(f"fuzzifier must be > 1, got {self.fuzzifier}")
-        if not self.q > 1:
-            raise ValueError(f"q must be > 1, got {self.q}")
-        if self.gamma < 0:
-            raise ValueError(f"gamma must be >= 0, got {self.gamma}")
-        if int(self.kappa) < 1:
-            raise ValueError(f"kappa must be >= 1, got {self.kappa}")
-        if self.decision not in ("threshold", "rcut"):
-            raise ValueError(f"decision must be 'threshold' or 'rcut', got {self.decision!r}")
-        if self.n_features_selected is not None and int(self.n_features_selected) < 1:
-            raise ValueError("n_features_selected must be >= 1 or None")
+    def __sklearn_tags__(self) -> Tags:
+        tags = super().__sklearn_tags__()
+        tags.classifier_tags.multi_label = True
+        return tags
 
     def fit(self, X: Any, y: Any) -> PseudoLSC:
         """Fit on counts ``X`` and seeds ``y`` (label lists, [] = unlabeled; or scalars)."""
-        self._check_params()
-        X = check_count_matrix(X)
+        self._validate_params()
+        X = self._validate_counts(X, reset=True)
+        if y is None:
+            encode_multi_labels(y, X.shape[0])  # raises: y is required
         y = list(y)
         multilabel = _is_multilabel_input(y)
         Y, classes, labeled = encode_multi_labels(y, X.shape[0])
@@ -438,8 +450,6 @@ class PseudoLSC(ClassifierMixin, BaseEstimator):
         prior = np.asarray(Y[seeds].mean(axis=0)).ravel()
         Q = np.where(mass[:, None] > 1e-12, Qnum / np.maximum(mass, _TINY)[:, None], prior[None, :])
 
-        self.n_features_in_ = X.shape[1]
-        self.classes_ = np.array(list(classes), dtype=object)
         self.new_clusters_: list[str] = []
         self.multilabel_ = bool(multilabel)
         self.feature_indices_ = feats
@@ -455,6 +465,7 @@ class PseudoLSC(ClassifierMixin, BaseEstimator):
         self.objective_history_ = history
         self.n_iter_ = len(history) - 1
         self.n_clusters_ = k
+        self.classes_ = np.array(list(classes), dtype=object)
         return self
 
     def _n_clusters(self, n_classes: int, n_pseudo: int, n_samples: int) -> int:
@@ -534,8 +545,7 @@ class PseudoLSC(ClassifierMixin, BaseEstimator):
     # ----------------------------------------------------------------- prediction
 
     def _distances(self, X: Any) -> np.ndarray:
-        check_is_fitted(self, "cluster_centers_")
-        X = check_predict_matrix(X, self.n_features_in_)
+        X = self._validate_counts(X, reset=False)
         Xb = project_binary(X, self._remap, self.feature_indices_.size)
         return subspace_distances(Xb, self.cluster_centers_, self.dimension_weights_ ** self.q)
 
@@ -581,7 +591,7 @@ class PseudoLSC(ClassifierMixin, BaseEstimator):
             return self.classes_[P.argmax(axis=1)]
         return self.decide(P)
 
-    def explain(self, sketch: Any = None, top_n: int = 10) -> dict[str, list[str]]:
+    def _explain_weights(self) -> sp.csr_matrix:
         """Top words per class: lift of the class's centroid over the mean document.
 
         The class centroid is ``zbar_c = sum_l R_lc z_l`` with ``R_lc`` the share of
@@ -591,18 +601,14 @@ class PseudoLSC(ClassifierMixin, BaseEstimator):
         they are largest on low-dispersion, mostly *absent* features, which make
         poor descriptions.)
         """
-        check_is_fitted(self, "cluster_centers_")
         Q = self.cluster_label_dist_ * self.cluster_seed_mass_[:, None]       # k x p
         R = Q / np.maximum(Q.sum(axis=0, keepdims=True), _TINY)
         Zc = self.cluster_centers_
         mean = (self.memberships_.sum(axis=0) @ Zc) / self.memberships_.shape[0]
         V = np.maximum(R.T @ Zc - mean[None, :], 0.0) / np.sqrt(mean + 1e-3)[None, :]   # p x m
-        out: dict[str, list[str]] = {}
-        for c, name in enumerate(self.classes_):
-            row = np.zeros((1, self.n_features_in_))
-            row[0, self.feature_indices_] = V[c]
-            out.update(explain_weights([name], row, sketch, top_n))
-        return out
+        p, m = V.shape
+        return sp.csr_matrix((V.ravel(), (np.repeat(np.arange(p), m), np.tile(self.feature_indices_, p))),
+                             shape=(p, self.n_features_in_))
 
 
 def _farthest_documents(Xb: sp.csr_matrix, C: np.ndarray, n_new: int,

@@ -23,24 +23,23 @@ Every place where the paper is silent and this module had to choose is listed in
 
 from __future__ import annotations
 
+from numbers import Integral, Real
 from typing import Any
 
 import numpy as np
 import scipy.linalg
 import scipy.sparse as sp
 from scipy.special import logsumexp
-from sklearn.base import BaseEstimator, ClassifierMixin
-from sklearn.utils.validation import check_is_fitted
+from sklearn.utils._param_validation import Interval, StrOptions
 
 from streamsemi.algorithms.base import (
+    RANDOM_STATE,
     DegenerateInputError,
-    check_count_matrix,
+    ScoresClassifierMixin,
+    StreamsemiEstimator,
     check_n_clusters,
-    check_predict_matrix,
     encode_single_labels,
-    explain_weights,
     new_cluster_names,
-    softmax_rows,
 )
 from streamsemi.algorithms.constrained_kmeans import farthest_point_centroids, seed_means
 from streamsemi.core.features import idf_weights, l2_normalize_rows, tfidf
@@ -298,12 +297,13 @@ def calibrate_temperature(D2: np.ndarray, codes: np.ndarray, t0: float,
     return float(np.exp(best))
 
 
-def _check_common(X: Any, y: Any, n_new_clusters: int) -> tuple[sp.csr_matrix, np.ndarray, np.ndarray]:
-    X = check_count_matrix(X)
+def _check_common(est: StreamsemiEstimator, X: Any, y: Any) -> tuple[sp.csr_matrix, np.ndarray, np.ndarray]:
+    """Parameters, counts and seeds of a ``fit`` (shared by ConstrainedPLSA and SemiLDC)."""
+    est._validate_params()
+    X = est._validate_counts(X, reset=True)
     codes, classes = encode_single_labels(y, X.shape[0])
+    n_new_clusters = est.n_new_clusters
     check_n_clusters(classes.size + int(n_new_clusters), X.shape[0])
-    if int(n_new_clusters) < 0:
-        raise ValueError("n_new_clusters must be >= 0")
     if int(n_new_clusters) > int((codes < 0).sum()):
         raise DegenerateInputError(
             f"n_new_clusters = {n_new_clusters} exceeds the number of unlabeled documents "
@@ -344,7 +344,7 @@ def _weight(X: sp.csr_matrix, weighting: str, idf: np.ndarray | None) -> sp.csr_
 # Estimators
 # ---------------------------------------------------------------------------
 
-class ConstrainedPLSA(ClassifierMixin, BaseEstimator):
+class ConstrainedPLSA(ScoresClassifierMixin, StreamsemiEstimator):
     """Constrained-PLSA (Algorithm 1): a seeded mixture-of-multinomials topic model.
 
     The PLSA clustering model (each document belongs to one topic) fitted by EM on
@@ -366,7 +366,7 @@ class ConstrainedPLSA(ClassifierMixin, BaseEstimator):
         Stop when the relative objective improvement is below ``tol``.
     max_iter : int, default=100
         Cap on EM iterations.
-    min_df : int, default=1
+    min_df : int >= 1, default=1
         Terms occurring in fewer training documents are ignored.
     unlabeled_weight : float, default=1.0
         Weight of unlabeled documents in the likelihood (1 = the paper; < 1 is
@@ -378,13 +378,14 @@ class ConstrainedPLSA(ClassifierMixin, BaseEstimator):
         Extra unseeded topics, initialised from the unlabeled documents least
         similar to every seeded class (see ``_new_topic_init``); reported as
         ``new-0``, ...
-    random_state : int or None
+    random_state : int >= 0 or None, default=0
         Tie-breaking seed for the extra topics' initialisation.
 
     Attributes
     ----------
     classes_ : ndarray of str
     new_clusters_ : list of str
+    n_features_in_ : int
     columns_ : ndarray of int
         Feature indices modelled (the vocabulary of the fitting window).
     log_theta_ : ndarray (K, len(columns_))
@@ -402,7 +403,20 @@ class ConstrainedPLSA(ClassifierMixin, BaseEstimator):
     converged_ : bool
     """
 
-    def __init__(self, alpha: float = 0.01, beta: float = 1.0, init_mix: float = 0.9,
+    _parameter_constraints = {
+        "alpha": [Interval(Real, 0, None, closed="neither")],   # an unsmoothed M-step gives ln 0
+        "beta": [Interval(Real, 0, None, closed="left")],
+        "init_mix": [Interval(Real, 0, 1, closed="right")],
+        "tol": [Interval(Real, 0, None, closed="left")],
+        "max_iter": [Interval(Integral, 1, None, closed="left")],
+        "min_df": [Interval(Integral, 1, None, closed="left")],
+        "unlabeled_weight": [Interval(Real, 0, 1, closed="right")],
+        "tf": [StrOptions({"raw", "log1p"})],
+        "n_new_clusters": [Interval(Integral, 0, None, closed="left")],
+        "random_state": RANDOM_STATE,
+    }
+
+    def __init__(self, alpha: float = 0.01, *, beta: float = 1.0, init_mix: float = 0.9,
                  tol: float = 1e-5, max_iter: int = 100, min_df: int = 1,
                  unlabeled_weight: float = 1.0, tf: str = "raw",
                  n_new_clusters: int = 0, random_state: int | None = 0) -> None:
@@ -419,21 +433,12 @@ class ConstrainedPLSA(ClassifierMixin, BaseEstimator):
 
     def fit(self, X: Any, y: Any) -> ConstrainedPLSA:
         """Fit on counts ``X`` with seed labels ``y`` (None/-1/"" = unlabeled)."""
-        X, codes, classes = _check_common(X, y, self.n_new_clusters)
+        X, codes, classes = _check_common(self, X, y)
         self._fit(X, codes, classes)
         return self
 
     def _fit(self, X: sp.csr_matrix, codes: np.ndarray, classes: np.ndarray) -> None:
-        if self.alpha <= 0:
-            raise ValueError("alpha must be > 0 (an unsmoothed M-step gives ln 0)")
-        if not 0 < self.init_mix <= 1:
-            raise ValueError("init_mix must be in (0, 1]")
-        if int(self.max_iter) < 1:
-            raise ValueError("max_iter must be >= 1")
-        if self.tf not in ("raw", "log1p"):
-            raise ValueError(f"unknown tf {self.tf!r}; choose 'raw' or 'log1p'")
-        if not 0 < self.unlabeled_weight <= 1:
-            raise ValueError("unlabeled_weight must be in (0, 1]")
+        """EM on checked counts and encoded seeds (parameters validated by the caller)."""
         rng = np.random.default_rng(self.random_state)
         cols = observed_columns(X, self.min_df)
         if cols.size == 0:
@@ -516,44 +521,29 @@ class ConstrainedPLSA(ClassifierMixin, BaseEstimator):
             np.log1p(X.data, out=X.data)
         return X
 
-    def _log_joint(self, X: Any) -> np.ndarray:
-        check_is_fitted(self, "log_theta_")
-        X = check_predict_matrix(X, self.n_features_in_)
+    def _scores(self, X: Any) -> np.ndarray:
+        """``ln P(z) + sum_j n_j ln Theta_zj``: ``predict_proba`` is the topic posterior
+        ``P(z | x)`` (Eq. 4) of any document, no clamping."""
+        X = self._validate_counts(X, reset=False)
         # terms outside the fitting vocabulary are ignored (equal for every topic)
         Xs = self._tf(sp.csr_matrix(X[:, self.columns_]))
         return np.asarray(Xs @ self.log_theta_.T) + self.log_pz_[None, :]
 
-    def predict_proba(self, X: Any) -> np.ndarray:
-        """Topic posterior ``P(z | x)`` (Eq. 4) for any documents, no clamping."""
-        return softmax_rows(self._log_joint(X))
-
-    def predict(self, X: Any) -> np.ndarray:
-        """Most probable class/topic of each row."""
-        return self.classes_[self._log_joint(X).argmax(axis=1)]
-
-    def topic_term_matrix(self) -> np.ndarray:
-        """Theta as a dense (K x n_features) matrix (zero outside the vocabulary)."""
-        check_is_fitted(self, "log_theta_")
-        T = np.zeros((self.log_theta_.shape[0], self.n_features_in_))
-        T[:, self.columns_] = np.exp(self.log_theta_)
-        return T
-
-    def explain(self, sketch: Any = None, top_n: int = 10) -> dict[str, list[str]]:
+    def _explain_weights(self) -> np.ndarray:
         """Distinctive words of each topic from Theta.
 
         Term ``j`` of topic ``k`` is scored ``Theta_kj ln(Theta_kj / mean_k' Theta_k'j)``
         (its contribution to the topic's KL divergence from the average topic), so
         that words frequent in every topic do not dominate.
         """
-        check_is_fitted(self, "log_theta_")
         theta = np.exp(self.log_theta_)
         score = theta * (self.log_theta_ - np.log(theta.mean(axis=0))[None, :])
         W = np.zeros((theta.shape[0], self.n_features_in_))
         W[:, self.columns_] = np.maximum(score, 0.0)
-        return explain_weights(self.classes_, W, sketch, top_n)
+        return W
 
 
-class SemiLDC(ClassifierMixin, BaseEstimator):
+class SemiLDC(ScoresClassifierMixin, StreamsemiEstimator):
     """Semi-supervised Linear Discriminant Clustering (Algorithm 2).
 
     Parameters
@@ -588,12 +578,13 @@ class SemiLDC(ClassifierMixin, BaseEstimator):
     n_new_clusters : int, default=0
         Extra clusters for classes nobody seeded (extra PLSA topics, LDA uses them
         as classes, k-means starts them at their soft means).
-    random_state : int or None, default=0
+    random_state : int >= 0 or None, default=0
 
     Attributes
     ----------
     classes_ : ndarray of str
     new_clusters_ : list of str
+    n_features_in_ : int
     plsa_ : ConstrainedPLSA
         The fitted soft-label model (its Theta drives :meth:`explain`).
     idf_ : ndarray (n_features,)
@@ -621,7 +612,23 @@ class SemiLDC(ClassifierMixin, BaseEstimator):
         Whether projected rows are l2-normalised (``normalize_projection`` and K > 2).
     """
 
-    def __init__(self, weighting: str = "tfidf", pca_variance: float = 0.9,
+    _parameter_constraints = {
+        "weighting": [StrOptions(set(WEIGHTINGS))],
+        "pca_variance": [Interval(Real, 0, 1, closed="right")],
+        "max_components": [Interval(Integral, 1, None, closed="left")],
+        "pca_min_df": [Interval(Integral, 1, None, closed="left")],
+        "pca_n_iter": [Interval(Integral, 0, None, closed="left")],
+        "mu": [Interval(Real, 0, None, closed="neither")],              # Eq. 14 regularisation
+        "normalize_projection": ["boolean"],
+        **{f"plsa_{k}": v for k, v in ConstrainedPLSA._parameter_constraints.items()
+           if k in ("alpha", "beta", "init_mix", "tol", "max_iter")},
+        "kmeans_max_iter": [Interval(Integral, 1, None, closed="left")],
+        "n_refine": [Interval(Integral, 0, None, closed="left")],
+        "n_new_clusters": [Interval(Integral, 0, None, closed="left")],
+        "random_state": RANDOM_STATE,
+    }
+
+    def __init__(self, weighting: str = "tfidf", *, pca_variance: float = 0.9,
                  max_components: int = 300, pca_min_df: int = 2, pca_n_iter: int = 4,
                  mu: float = 1.0, normalize_projection: bool = True,
                  plsa_alpha: float = 0.01, plsa_beta: float = 1.0, plsa_init_mix: float = 0.9,
@@ -648,13 +655,7 @@ class SemiLDC(ClassifierMixin, BaseEstimator):
     # -- fitting -----------------------------------------------------------
     def fit(self, X: Any, y: Any) -> SemiLDC:
         """Fit on counts ``X`` with seed labels ``y`` (None/-1/"" = unlabeled)."""
-        if self.weighting not in WEIGHTINGS:
-            raise ValueError(f"unknown weighting {self.weighting!r}; choose one of {WEIGHTINGS}")
-        if not 0 < self.pca_variance <= 1:
-            raise ValueError("pca_variance must be in (0, 1]")
-        if self.mu <= 0:
-            raise ValueError("mu must be > 0 (Eq. 14 regularisation)")
-        X, codes, classes = _check_common(X, y, self.n_new_clusters)
+        X, codes, classes = _check_common(self, X, y)
         rng = np.random.default_rng(self.random_state)
         n_known = classes.size
         K = n_known + int(self.n_new_clusters)
@@ -712,7 +713,6 @@ class SemiLDC(ClassifierMixin, BaseEstimator):
         self.cluster_centers_ = C
         self.labels_ = labels
         self.n_iter_ = n_iter
-        self.n_features_in_ = X.shape[1]
         self.new_clusters_ = list(plsa.new_clusters_)
         self.classes_ = np.array(list(classes) + self.new_clusters_, dtype=object)
         return self
@@ -742,30 +742,25 @@ class SemiLDC(ClassifierMixin, BaseEstimator):
     # -- inference ---------------------------------------------------------
     def transform(self, X: Any) -> np.ndarray:
         """Project documents (counts) into the K-1 dimensional soft-LDA space."""
-        check_is_fitted(self, "projection_")
-        X = check_predict_matrix(X, self.n_features_in_)
+        X = self._validate_counts(X, reset=False)
         return self._embed_weighted(_weight(X, self.weighting, self.idf_) @ self.projection_)
 
-    def predict_proba(self, X: Any) -> np.ndarray:
-        """Calibrated cluster scores (columns follow ``classes_``).
+    def _scores(self, X: Any) -> np.ndarray:
+        """Minus the squared distance to each centroid in the LDA space.
 
+        ``predict`` is the nearest centroid and ``predict_proba`` is
         ``p(k | x) ∝ exp(-||y - c_k||^2 / T)`` with ``T = temperature_``: the posterior of
         a shared isotropic Gaussian per cluster, flattened where the seeds show that
-        nearest-centroid assignment is less certain than the Gaussian claims. Its argmax
-        is the nearest centroid, i.e. :meth:`predict`.
+        nearest-centroid assignment is less certain than the Gaussian claims.
         """
-        D2 = _sq_distances(self.transform(X), self.cluster_centers_)
-        return softmax_rows(-D2, self.temperature_)
+        return -_sq_distances(self.transform(X), self.cluster_centers_)
 
-    def predict(self, X: Any) -> np.ndarray:
-        """Nearest-centroid class (or ``new-N`` cluster) of each row."""
-        D2 = _sq_distances(self.transform(X), self.cluster_centers_)
-        return self.classes_[D2.argmin(axis=1)]
+    def _softmax_temperature(self) -> float:
+        return float(self.temperature_)
 
-    def explain(self, sketch: Any = None, top_n: int = 10) -> dict[str, list[str]]:
-        """Top words per class from the constrained-PLSA Theta (see ConstrainedPLSA.explain)."""
-        check_is_fitted(self, "plsa_")
-        return self.plsa_.explain(sketch, top_n)
+    def _explain_weights(self) -> np.ndarray:
+        """Top words per class from the constrained-PLSA Theta (see ConstrainedPLSA)."""
+        return self.plsa_._explain_weights()
 
 
 __all__ = ["ConstrainedPLSA", "SemiLDC", "constrained_kmeans_dense", "l2_normalize_rows",
