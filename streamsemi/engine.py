@@ -41,7 +41,13 @@ LABELS_IN_OUTPUT = 10
 
 @dataclass
 class EngineConfig:
-    """Settings of the in-process engine (the worker builds it from its settings)."""
+    """Settings of the in-process engine (the worker builds it from its settings).
+
+    The defaults written here are the only copy: the worker's settings of the same
+    names take theirs from these fields (``streamsemi.service.config.ENGINE_DEFAULTS``;
+    None is spelled 0 / "" / "none" there). Fields that are not worker settings:
+    ``algorithm_params`` (the TOML tables), ``background_refit``, ``keep_text_chars``.
+    """
 
     algorithms: list[str] = field(default_factory=lambda: ["constrained-kmeans"])
     primary: str | None = None
@@ -262,6 +268,11 @@ class Engine:
     @property
     def buffer_full(self) -> bool:
         return len(self.buffer) >= self.config.max_buffered_docs
+
+    @property
+    def control_ops(self) -> int:
+        """Documents whose last label/unlabel operation is remembered (bounded)."""
+        return len(self._last_op)
 
     def seed_classes(self) -> dict[str, int]:
         return self.seeds.class_counts()

@@ -3,18 +3,26 @@
 Data flow (docs/architecture.md): documents are polled from a consumer group on
 the documents topic; control messages are read by :class:`ControlReader` from
 every partition of the control topic; the :class:`~streamsemi.engine.Engine`
-does the rest. Offsets are committed only after the outputs (assignments and
-dead letters) of the polled batch are produced and acknowledged (at-least-once);
-a document still buffered (no model yet) holds back its partition's commit, and so
-does an output whose send failed or is not acknowledged yet (it is sent again).
+does the rest. :meth:`Worker.step` delegates: poll -> parse -> ``engine.process``
+-> emit into the :class:`~streamsemi.service.ledger.OutputLedger` -> commit once
+every output is acknowledged -> checkpoint now and then.
+
+At-least-once: a record's offset advances only after its outputs (assignments and
+dead letters) were handed to the producer, and offsets are committed only once
+every output is acknowledged; a document still buffered (no model yet) holds back
+its partition's commit, an output whose send failed is sent again.
+
+Processing errors are a designed path: when ``engine.process`` raises on a batch,
+its documents are processed again one at a time and the one that raises is
+dead-lettered (``processing_error`` with the exception type); an exception that
+escapes a step never commits the records it was handling. A record that kills the
+process is found after the restart through the in-flight marker
+(:mod:`streamsemi.service.inflight`).
 
 Reliability (docs/reliability.md): the engine's state is checkpointed to
 ``state_dir`` (:mod:`streamsemi.service.checkpoint`) every ``checkpoint_interval_s`` and at
 shutdown, and restored at start. A broker that lost its data (restarted empty) is
-detected (missing topics, a control-topic position past the log end, a document
-offset past the high watermark): topics are created again, offsets that refer to the
-old log are dropped, the producer is replaced and unacknowledged outputs are sent
-again; seeds and models stay in memory.
+handled by the :class:`~streamsemi.service.broker_reset.BrokerResetGuard`.
 """
 
 from __future__ import annotations
@@ -28,12 +36,11 @@ from typing import Any
 
 from kafka import ConsumerRebalanceListener, TopicPartition
 from kafka.errors import CommitFailedError, KafkaError
-from kafka.future import Future
-from kafka.structs import OffsetAndMetadata
 
 from streamsemi.core.logs import event
 from streamsemi.core.messages import (
     ControlMessage,
+    Document,
     Limits,
     Rejected,
     dead_letter,
@@ -43,32 +50,26 @@ from streamsemi.core.messages import (
 )
 from streamsemi.core.telemetry import Telemetry
 from streamsemi.engine import Assignment, Engine, EngineConfig
-from streamsemi.service import checkpoint
+from streamsemi.service import checkpoint, kafka_io
+from streamsemi.service.broker_reset import BrokerResetGuard
 from streamsemi.service.config import Settings
 from streamsemi.service.httpserver import StatusServer
+from streamsemi.service.inflight import InFlightMarker
 from streamsemi.service.kafka_io import (
     BrokerWatch,
     ControlReader,
     ensure_topics,
     make_document_consumer,
-    make_producer,
     make_reader,
 )
+from streamsemi.service.ledger import Output, OutputLedger
 
 log = logging.getLogger("streamsemi.service.worker")
 
-RESET_EPISODE_S = 30.0  # detections of one broker loss within this time count once
 FLUSH_TIMEOUT_S = 10.0
+MAX_ERROR_CHARS = 500
 
-
-class _Out:
-    """One output record and the future of its last send."""
-
-    __slots__ = ("topic", "key", "value", "headers", "future")
-
-    def __init__(self, topic: str, key: bytes | None, value: bytes, headers: list | None) -> None:
-        self.topic, self.key, self.value, self.headers = topic, key, value, headers
-        self.future: Any = None
+Position = tuple[TopicPartition, int]
 
 
 class _Rebalance(ConsumerRebalanceListener):
@@ -83,8 +84,17 @@ class _Rebalance(ConsumerRebalanceListener):
         self.worker.on_assigned(set(assigned))
 
 
+def _error(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"[:MAX_ERROR_CHARS]
+
+
 class Worker:
     """Long-running streamsemi worker.
+
+    One loop iteration (:meth:`step`) reads like the data flow: recover from a
+    broker loss if one was noticed, poll, parse, ``engine.process``, emit the outputs
+    into the :class:`~streamsemi.service.ledger.OutputLedger`, flush, commit once
+    every output is acknowledged, checkpoint now and then.
 
     Parameters
     ----------
@@ -96,24 +106,19 @@ class Worker:
         self.settings = settings
         self.limits = Limits(settings.max_message_bytes, settings.max_text_chars,
                              max_labels_per_doc=settings.max_labels_per_doc)
-        self.telemetry = Telemetry(max_class_labels=min(settings.max_classes, 100))
+        self.telemetry = t = Telemetry(max_class_labels=min(settings.max_classes, 100))
         self.engine = Engine(EngineConfig.from_settings(settings), self.telemetry)
         self.stop_event = threading.Event()
         self.consumer: Any = None
-        self.producer: Any = None
         self.control: ControlReader | None = None
         self.http: StatusServer | None = None
-        self.next_offset: dict[TopicPartition, int] = {}
-        self.committed: dict[TopicPartition, int] = {}
+        self.watch: BrokerWatch | None = None
+        self.ledger = OutputLedger(self._make_producer, on_resend=t.output_resends.inc)
+        self.resets = BrokerResetGuard(settings, on_episode=t.broker_resets.inc)
+        self.inflight = InFlightMarker(settings.state_dir or None)
         self.last_loop = time.time()
         self.paused = False
         self.newest_record_ts: float | None = None
-        self.unsettled: list[_Out] = []   # outputs not acknowledged yet (commits wait for them)
-        self.watch: BrokerWatch | None = None
-        self.reset_requested = threading.Event()
-        self.reset_sources: set[str] = set()
-        self.last_reset = -1e18
-        self.reset_seek_until = -1e18
         self.last_checkpoint = time.monotonic()
         self.restore_report: checkpoint.RestoreReport | None = None
         self.checkpointer = (checkpoint.Checkpointer(settings.state_dir, self._checkpoint_done, self._checkpoint_failed)
@@ -122,9 +127,10 @@ class Worker:
         self.records_seen = 0
         self.catchup_from: dict[TopicPartition, int] = {}   # checkpoint offsets not caught up yet
         self.catchup_todo: set[TopicPartition] = set()
-        t = self.telemetry
-        self.m_resets, self.m_resends, self.m_checkpoints = t.broker_resets, t.output_resends, t.checkpoints
-        self.m_checkpoint_ts, self.m_checkpoint_bytes = t.last_checkpoint, t.checkpoint_bytes
+
+    @property
+    def producer(self) -> Any:
+        return self.ledger.producer
 
     # ------------------------------------------------------------------ health
     def health(self) -> tuple[bool, dict[str, Any]]:
@@ -143,8 +149,7 @@ class Worker:
 
     def on_broker_reset(self, source: str) -> None:
         """Called (from any thread) when the broker seems to have lost its data."""
-        self.reset_sources.add(source)
-        self.reset_requested.set()
+        self.resets.request(source)
 
     # ------------------------------------------------------------------ lifecycle
     def install_signal_handlers(self) -> None:
@@ -164,15 +169,10 @@ class Worker:
               algorithms=s.algorithm_list, primary=s.primary_algorithm, topics_created=created,
               metrics=f"http://{s.metrics_host}:{self.http.port}/metrics", state_dir=s.state_dir or None)
         if s.state_dir:
-            self.restore_report = checkpoint.restore(self.engine, s.state_dir)
-            self.catchup_from = {TopicPartition(t, p): o for (t, p), o in self.restore_report.offsets.items()
-                                 if t == s.documents_topic}
-            if self.restore_report.status == "restored":
-                self.checkpoint_signature = self._signature()  # nothing new to write yet
-            if self.engine.models and not self.engine.ready:
-                self.engine.request_refit("restore")  # rebuild the models that could not be restored
+            self._restore()
+            self.inflight.load()
         self.last_checkpoint = time.monotonic()
-        self.producer = self._make_producer()
+        self.ledger.open()
         self.control = ControlReader(s, on_error=self.broker_error, on_reset=self.on_broker_reset)
         self.control.start()
         self.watch = BrokerWatch(s, on_reset=self.on_broker_reset, on_error=self.broker_error)
@@ -180,9 +180,20 @@ class Worker:
         self.consumer = make_document_consumer(s)
         self.consumer.subscribe([s.documents_topic], listener=_Rebalance(self))
 
+    def _restore(self) -> None:
+        s = self.settings
+        self.restore_report = checkpoint.restore(self.engine, s.state_dir)
+        self.catchup_from = {TopicPartition(t, p): o for (t, p), o in self.restore_report.offsets.items()
+                             if t == s.documents_topic}
+        if self.restore_report.status == "restored":
+            self.checkpoint_signature = self._signature()  # nothing new to write yet
+        if self.engine.models and not self.engine.ready:
+            self.engine.request_refit("restore")  # rebuild the models that could not be restored
+
     def _make_producer(self) -> Any:
-        # Never auto-create topics with the broker's defaults; do not block the loop for a minute on metadata.
-        return make_producer(self.settings, allow_auto_create_topics=False, max_block_ms=10000)
+        # Looked up on the module at each call (tests inject producer faults there). Never auto-create topics with
+        # the broker's defaults; do not block the loop for a minute on metadata.
+        return kafka_io.make_producer(self.settings, allow_auto_create_topics=False, max_block_ms=10000)
 
     def run(self) -> int:
         """Run until SIGTERM/SIGINT (or :meth:`stop`); returns the exit code."""
@@ -198,17 +209,19 @@ class Worker:
         self.stop_event.set()
 
     def shutdown(self) -> None:
-        """Flush outputs, commit, leave the group, stop threads (bounded by shutdown_grace_s)."""
+        """Flush outputs, commit, leave the group, stop threads (bounded by shutdown_grace_s).
+
+        Only offsets of records whose outputs were sent are committed (an exception
+        that escaped :meth:`step` leaves the records it was handling uncommitted).
+        """
         t0 = time.monotonic()
         grace = self.settings.shutdown_grace_s
         try:
             if self.producer is not None:
-                self._resend()
-                self.producer.flush(timeout=max(1.0, grace * 0.5))
-            if self.consumer is not None and self._settle():
-                self._commit()
-            elif self.consumer is not None:
-                event(log, "shutdown_outputs_unacknowledged", logging.WARNING, records=len(self.unsettled),
+                self.ledger.resend()
+                self.ledger.flush(max(1.0, grace * 0.5))
+            if self.consumer is not None and not self.ledger.commit_if_settled(self.consumer, self._held()):
+                event(log, "shutdown_outputs_unacknowledged", logging.WARNING, records=len(self.ledger.unsettled),
                       action="not committing; their documents are processed again at the next start")
         except Exception as exc:  # noqa: BLE001
             event(log, "shutdown_commit_failed", logging.WARNING, error=str(exc))
@@ -231,57 +244,148 @@ class Worker:
 
     # ------------------------------------------------------------------ one iteration
     def step(self) -> None:
+        """poll -> parse -> engine.process -> emit -> flush -> commit if settled -> checkpoint now and then."""
         self.last_loop = time.time()
-        if self.reset_requested.is_set():
-            self._handle_broker_reset()
+        self._guard_broker()
         if self.catchup_todo:
             self._catch_up()
-        self._check_positions()
-        self._resend()
+        self.ledger.resend()
         self._apply_control()
+        records = self._poll()
+        if records is not None:
+            self._process(records)
+            self._flush()
+            self._commit_and_checkpoint()
+        self._update_flow_control()
+        self._update_lag()
+        self.readiness()  # keeps streamsemi_ready current without anyone polling /readyz
+
+    def _guard_broker(self) -> None:
+        if self.resets.pending:
+            self.resets.handle(self.consumer, self.ledger, seeds=len(self.engine.seeds),
+                               model_version=self.engine.version)
+        self.resets.check_positions(self.consumer, self.ledger)
+
+    def _poll(self) -> list[tuple[TopicPartition, Any]] | None:
+        """Records of one poll, in partition order; None when the poll failed."""
         try:
             polled = self.consumer.poll(timeout_ms=500, max_records=self.settings.max_poll_records)
         except KafkaError as exc:
             self.broker_error("poll")
-            event(log, "poll_failed", logging.WARNING, error=f"{type(exc).__name__}: {exc}")
+            event(log, "poll_failed", logging.WARNING, error=_error(exc))
             time.sleep(1.0)
-            return
-        docs = []
-        dead: list[tuple[dict, Any]] = []
-        n = 0
-        for tp, records in polled.items():
-            for r in records:
-                n += 1
-                parsed = parse_document(r.value, self.limits)
-                if isinstance(parsed, Rejected):
-                    dead.append((dead_letter(r.value, parsed.reason, parsed.detail, tp.topic, tp.partition, r.offset, r.key), parsed))
+            return None
+        records = [(tp, r) for tp, rs in polled.items() for r in rs]
+        self.telemetry.consumed.inc(len(records))
+        self.records_seen += len(records)
+        for _, r in records:
+            if r.timestamp is not None and r.timestamp > 0:
+                ts = r.timestamp / 1000
+                self.newest_record_ts = ts if self.newest_record_ts is None else max(self.newest_record_ts, ts)
+        return records
+
+    def _process(self, records: list[tuple[TopicPartition, Any]]) -> None:
+        """Handle a poll's records: as one batch, or one at a time if a previous run died among them."""
+        if any(self.inflight.is_suspect(tp, r.offset) for tp, r in records):
+            for tp, r in records:
+                if self.inflight.is_poison(tp, r.offset):
+                    self._dead_letter_poison(tp, r)
                 else:
-                    parsed.source = (tp, r.offset)
-                    docs.append(parsed)
-                self.next_offset[tp] = r.offset + 1
-                if r.timestamp is not None and r.timestamp > 0:
-                    ts = r.timestamp / 1000
-                    self.newest_record_ts = ts if self.newest_record_ts is None else max(self.newest_record_ts, ts)
-        self.telemetry.consumed.inc(n)
-        self.records_seen += n
-        result = self.engine.process(docs)
+                    self._handle([(tp, r)])
+                self.inflight.done(tp, r.offset)
+        else:
+            self._handle(records)
+
+    def _handle(self, records: list[tuple[TopicPartition, Any]]) -> None:
+        """parse -> engine.process -> emit; then the records' offsets may be committed.
+
+        The in-flight marker names the records while they are processed; an
+        exception while processing them is a designed path (:meth:`_process_docs`).
+        """
+        docs, dead = self._parse(records)
+        positions = [(tp, r.offset) for tp, r in records]
+        self.inflight.begin(positions)
+        assignments, failed = self._process_docs(docs)
+        raw = {(tp, r.offset): r for tp, r in records}
+        for doc, exc in failed:
+            tp, offset = doc.source
+            r = raw[(tp, offset)]
+            dead.append((dead_letter(r.value, "processing_error", _error(exc), tp.topic, tp.partition, offset, r.key),
+                         Rejected("processing_error", _error(exc))))
+        for op, rej in self.engine.drain_dead():
+            dead.append((dead_letter(encode_json(op), rej.reason, rej.detail, self.settings.control_topic), rej))
+        self._emit(assignments, dead)
+        self._reemit_resolved()
+        self.ledger.advance(positions)  # every record has its outputs sent (or is buffered: _held)
+        self.inflight.end()
+
+    def _parse(self, records: list[tuple[TopicPartition, Any]]) -> tuple[list[Document], list[tuple[dict, Rejected]]]:
+        docs: list[Document] = []
+        dead: list[tuple[dict, Rejected]] = []
+        for tp, r in records:
+            try:
+                parsed = parse_document(r.value, self.limits)
+            except Exception as exc:  # noqa: BLE001 - a parser bug must not stop the worker
+                parsed = Rejected("processing_error", _error(exc))
+            if isinstance(parsed, Rejected):
+                dead.append((dead_letter(r.value, parsed.reason, parsed.detail, tp.topic, tp.partition, r.offset, r.key),
+                             parsed))
+            else:
+                parsed.source = (tp, r.offset)
+                docs.append(parsed)
+        return docs, dead
+
+    def _process_docs(self, docs: list[Document]) -> tuple[list[Assignment], list[tuple[Document, BaseException]]]:
+        """``engine.process(docs)``; when it raises, each document again on its own.
+
+        Returns the assignments and the documents whose processing raised (with the
+        exception), rejected documents become dead letters on the way (``no_terms``).
+        """
+        try:
+            result = self.engine.process(docs)
+        except Exception as exc:  # noqa: BLE001 - a record that breaks processing is dead-lettered, not fatal
+            if len(docs) == 1:
+                event(log, "processing_failed", logging.WARNING, error=_error(exc), id=docs[0].id,
+                      partition=docs[0].source[0].partition, offset=docs[0].source[1], action="dead-lettered")
+                return [], [(docs[0], exc)]
+            event(log, "batch_processing_failed", logging.WARNING, error=_error(exc), records=len(docs),
+                  action="processing the batch's documents one at a time" if docs else "skipped this tick")
+            assignments: list[Assignment] = []
+            failed: list[tuple[Document, BaseException]] = []
+            for doc in docs:
+                got, bad = self._process_docs([doc])
+                assignments.extend(got)
+                failed.extend(bad)
+            return assignments, failed
+        dead = []
         for doc, rej in result.rejected:
             tp, offset = doc.source
             raw = encode_json({"id": doc.id, "text": doc.text})
             dead.append((dead_letter(raw, rej.reason, rej.detail, tp.topic, tp.partition, offset), rej))
-        for op, rej in self.engine.drain_dead():
-            dead.append((dead_letter(encode_json(op), rej.reason, rej.detail, self.settings.control_topic), rej))
-        self._emit(result.assignments, dead)
-        self._reemit_resolved()
+        if dead:
+            self._emit([], dead)
+        return result.assignments, []
+
+    def _dead_letter_poison(self, tp: TopicPartition, r: Any) -> None:
+        """A record that killed the process every time it was processed alone: dead-letter it, unprocessed."""
+        detail = f"the worker process died {self.inflight.crashes} times while processing this record alone"
+        event(log, "poison_record", logging.ERROR, topic=tp.topic, partition=tp.partition, offset=r.offset,
+              crashes=self.inflight.crashes, action="dead-lettered without processing")
+        self._emit([], [(dead_letter(r.value, "processing_error", detail, tp.topic, tp.partition, r.offset, r.key),
+                         Rejected("processing_error", detail))])
+        self.ledger.advance([(tp, r.offset)])
+        self.inflight.clear()
+
+    def _flush(self) -> None:
         try:
-            self.producer.flush(timeout=FLUSH_TIMEOUT_S)
+            self.ledger.flush(FLUSH_TIMEOUT_S)
         except KafkaError as exc:
             self.broker_error("produce")
-            event(log, "flush_failed", logging.WARNING, error=f"{type(exc).__name__}: {exc}",
-                  unacknowledged=sum(1 for o in self.unsettled if not o.future.is_done))
+            event(log, "flush_failed", logging.WARNING, error=_error(exc), unacknowledged=self.ledger.unacknowledged)
+
+    def _commit_and_checkpoint(self) -> None:
         try:
-            if self._settle():
-                self._commit()
+            if self.ledger.commit_if_settled(self.consumer, self._held()):
                 if (self.checkpointer and time.monotonic() - self.last_checkpoint >= self.settings.checkpoint_interval_s
                         and self.consumer.assignment()):  # not while joining: keep this thread in poll()
                     self._checkpoint("interval")
@@ -290,10 +394,16 @@ class Worker:
             event(log, "commit_failed", logging.WARNING, error=str(exc))
         except KafkaError as exc:
             self.broker_error("produce")
-            event(log, "flush_failed", logging.WARNING, error=f"{type(exc).__name__}: {exc}")
-        self._update_flow_control()
-        self._update_lag()
-        self.readiness()  # keeps streamsemi_ready current without anyone polling /readyz
+            event(log, "flush_failed", logging.WARNING, error=_error(exc))
+
+    def _held(self) -> dict[TopicPartition, int]:
+        """The oldest offset per partition of documents the engine still buffers (no model yet)."""
+        held: dict[TopicPartition, int] = {}
+        for doc, _ in self.engine.buffer:
+            if doc.source is not None:
+                tp, off = doc.source
+                held[tp] = min(off, held.get(tp, off))
+        return held
 
     def _apply_control(self) -> None:
         if self.control is None:
@@ -318,47 +428,17 @@ class Worker:
             return []
         return self.engine.label(msg.id, msg.labels, msg.text, offset, msg.origin, msg.label_offset)
 
-    def _send(self, out: _Out) -> None:
-        """Send one output, remembering it until the broker acknowledges it."""
-        try:
-            out.future = self.producer.send(out.topic, key=out.key, value=out.value, headers=out.headers)
-        except Exception as exc:  # noqa: BLE001 - e.g. no metadata while a topic is being recreated: send again later
-            out.future = Future().failure(exc)
-        self.unsettled.append(out)
-
-    def _settle(self) -> bool:
-        """Forget acknowledged outputs; True when every output sent so far is acknowledged."""
-        keep = []
-        for out in self.unsettled:
-            f = out.future
-            if f is None or not f.is_done or f.failed():
-                keep.append(out)
-        self.unsettled = keep
-        return not keep
-
-    def _resend(self) -> None:
-        """Send again the outputs whose send failed (after a broker error or a producer replacement)."""
-        failed = [o for o in self.unsettled if o.future is None or (o.future.is_done and o.future.failed())]
-        if not failed:
-            return
-        self.unsettled = [o for o in self.unsettled if o not in failed]
-        event(log, "outputs_resent", logging.WARNING, records=len(failed),
-              error=str(next((o.future.exception for o in failed if o.future is not None), None)))
-        self.m_resends.inc(len(failed))
-        for o in failed:
-            self._send(o)
-
     def _emit(self, assignments: list[Assignment], dead: list[tuple[dict, Rejected]]) -> None:
         s = self.settings
         now = time.time()
         for a in assignments:
-            self._send(_Out(s.assignments_topic, a.id.encode("utf-8"), encode_json(a.to_message()),
-                            [("model_version", str(a.model_version).encode())]))
+            self.ledger.send(Output(s.assignments_topic, a.id.encode("utf-8"), encode_json(a.to_message()),
+                                    [("model_version", str(a.model_version).encode())]))
             if a.primary and a.document is not None:
                 self.telemetry.latency.observe(max(0.0, now - a.document.arrival))
         for value, rej in dead:
             self.telemetry.dead_letters.labels(rej.reason).inc()
-            self._send(_Out(s.deadletter_topic, None, encode_json(value), None))
+            self.ledger.send(Output(s.deadletter_topic, None, encode_json(value), None))
             event(log, "dead_letter", logging.DEBUG, reason=rej.reason, detail=rej.detail,
                   topic=value.get("topic"), partition=value.get("partition"), offset=value.get("offset"))
 
@@ -368,51 +448,37 @@ class Worker:
                 continue
             msg = {"op": "label", "id": seed.id, "labels": list(seed.labels), "text": seed.text,
                    "origin": "resolved", "label_offset": seed.label_offset}
-            self._send(_Out(self.settings.control_topic, seed.id.encode("utf-8"), encode_json(msg), None))
+            self.ledger.send(Output(self.settings.control_topic, seed.id.encode("utf-8"), encode_json(msg), None))
 
-    # ------------------------------------------------------------------ offsets
-    def _safe_offsets(self) -> dict[TopicPartition, int]:
-        held: dict[TopicPartition, int] = {}
-        for doc, _ in self.engine.buffer:
-            if doc.source is not None:
-                tp, off = doc.source
-                held[tp] = min(off, held.get(tp, off))
-        return {tp: held.get(tp, nxt) for tp, nxt in self.next_offset.items()}
-
-    def _commit(self, only: set[TopicPartition] | None = None) -> None:
-        todo = {tp: off for tp, off in self._safe_offsets().items()
-                if (only is None or tp in only) and self.committed.get(tp) != off}
-        if not todo:
-            return
-        self.consumer.commit({tp: OffsetAndMetadata(off, "", -1) for tp, off in todo.items()})
-        self.committed.update(todo)
-
+    # ------------------------------------------------------------------ partitions
     def on_revoked(self, revoked: set[TopicPartition]) -> None:
         """Flush and commit what was processed for ``revoked``; forget their buffered documents."""
         try:
-            self.producer.flush(timeout=FLUSH_TIMEOUT_S)
+            self.ledger.flush(FLUSH_TIMEOUT_S)
         except Exception as exc:  # noqa: BLE001
             event(log, "revoke_flush_failed", logging.WARNING, error=str(exc))
         try:
-            if self._settle():
-                self._commit(revoked)
+            self.ledger.commit_if_settled(self.consumer, self._held(), only=revoked)
         except Exception as exc:  # noqa: BLE001
             event(log, "revoke_commit_failed", logging.WARNING, error=str(exc))
         dropped = self.engine.drop_buffered(lambda d: d.source is not None and d.source[0] in revoked)
-        for tp in revoked:
-            self.next_offset.pop(tp, None)
-            self.committed.pop(tp, None)
+        self.ledger.forget(revoked)
         event(log, "partitions_revoked", partitions=sorted(f"{tp.topic}:{tp.partition}" for tp in revoked),
               dropped_buffered=dropped)
 
+    def on_assigned(self, assigned: set[TopicPartition]) -> None:
+        self.catchup_todo |= {tp for tp in assigned if tp in self.catchup_from}
+        self.resets.on_assigned(self.consumer, assigned)
+
     def _update_flow_control(self) -> None:
         parts = self.consumer.assignment()
-        reason = "no model yet" if self.engine.buffer_full else ("outputs not acknowledged" if self.unsettled else None)
+        reason = ("no model yet" if self.engine.buffer_full
+                  else ("outputs not acknowledged" if self.ledger.unsettled else None))
         if reason and not self.paused and parts:
             self.consumer.pause(*parts)
             self.paused = True
-            event(log, "consumption_paused", buffered=len(self.engine.buffer), unacknowledged=len(self.unsettled),
-                  reason=reason)
+            event(log, "consumption_paused", buffered=len(self.engine.buffer),
+                  unacknowledged=len(self.ledger.unsettled), reason=reason)
         elif self.paused and reason is None:
             self.consumer.resume(*self.consumer.paused())
             self.paused = False
@@ -424,7 +490,7 @@ class Worker:
             hw = self.consumer.highwater(tp)
             if hw is None:
                 continue
-            pos = self.next_offset.get(tp)
+            pos = self.ledger.next_offset.get(tp)
             if pos is None:
                 continue
             lags[tp.partition] = max(0, hw - pos)
@@ -432,81 +498,10 @@ class Worker:
         if self.newest_record_ts is not None:
             self.telemetry.lag_seconds.set(max(0.0, time.time() - self.newest_record_ts) if any(lags.values()) else 0.0)
 
-    # ------------------------------------------------------------------ broker loss
-    def _check_positions(self) -> None:
-        """A document partition whose position is past its high watermark lost its log: read it again."""
-        if self.consumer is None:
-            return
-        for tp in list(self.consumer.assignment()):
-            hw = self.consumer.highwater(tp)
-            if hw is None:
-                continue
-            nxt = self.next_offset.get(tp)
-            pos = self._known_position(tp)
-            if (nxt is not None and nxt > hw) or (pos is not None and pos > hw):
-                self.on_broker_reset("documents_topic")
-                self.next_offset.pop(tp, None)
-                self.committed.pop(tp, None)
-                self.consumer.seek_to_beginning(tp)
-                event(log, "documents_log_lost", logging.WARNING, topic=tp.topic, partition=tp.partition,
-                      processed_up_to=nxt, position=pos, highwater=hw, action="reading the partition from the beginning")
-
-    def _known_position(self, tp: TopicPartition) -> int | None:
-        """The consumer's fetch position if it is known, without any network call.
-
-        ``KafkaConsumer.position()`` may block on the coordinator, and a JoinGroup reply
-        that arrives while the loop is outside ``poll()`` is lost on kafka-python 3.0.12;
-        so this reads the subscription state (kafka-python internals; None if they change).
-        """
-        try:
-            state = self.consumer._subscription.assignment[tp]
-            position = state.position
-            return None if position is None else int(position.offset)
-        except Exception:  # noqa: BLE001 - internals of another version: skip this check
-            return None
-
-    def _handle_broker_reset(self) -> None:
-        """The broker lost its data: recreate topics, forget old offsets, replace the producer, send again."""
-        self.reset_requested.clear()
-        sources, self.reset_sources = sorted(self.reset_sources), set()
-        now = time.monotonic()
-        new_episode = now - self.last_reset > RESET_EPISODE_S
-        self.last_reset = now
-        try:
-            created = ensure_topics(self.settings, timeout_s=10.0)
-        except ConnectionError as exc:
-            created = []
-            event(log, "topics_recreate_failed", logging.WARNING, error=str(exc))
-        self.next_offset.clear()
-        self.committed.clear()
-        # Positions (and cached committed offsets) refer to the old logs: read the new ones from the beginning,
-        # now and for partitions assigned during this episode.
-        self.reset_seek_until = now + RESET_EPISODE_S
-        parts = list(self.consumer.assignment()) if self.consumer is not None else []
-        if parts:
-            self.consumer.seek_to_beginning(*parts)
-        if not new_episode:
-            return
-        self.m_resets.inc()
-        old = self.producer
-        self.producer = self._make_producer()
-        try:
-            old.close(timeout=0)
-        except Exception:  # noqa: BLE001 - the old producer talks to a log that no longer exists
-            pass
-        pending = [o for o in self.unsettled if not (o.future is not None and o.future.is_done and not o.future.failed())]
-        self.unsettled = []
-        for o in pending:
-            self._send(o)
-        self.m_resends.inc(len(pending))
-        event(log, "broker_reset", logging.WARNING, sources=sources, topics_created=created, resent=len(pending),
-              seeds=len(self.engine.seeds), model_version=self.engine.version,
-              action="topics recreated, old offsets dropped, seeds and models kept")
-
     # ------------------------------------------------------------------ checkpoints
     def _signature(self) -> tuple:
         e = self.engine
-        return (e.version, e.refit_count, len(e.window), len(e.seeds), len(e.pending), len(e._last_op),
+        return (e.version, e.refit_count, len(e.window), len(e.seeds), len(e.pending), e.control_ops,
                 tuple(sorted((n, m.version) for n, m in e.models.items())), self.records_seen)
 
     def _checkpoint(self, reason: str, wait: bool = False) -> None:
@@ -519,33 +514,27 @@ class Worker:
         sig = self._signature()
         if sig == self.checkpoint_signature:
             return
-        offsets = [[tp.topic, tp.partition, off] for tp, off in self.next_offset.items()]
+        offsets = [[tp.topic, tp.partition, off] for tp, off in self.ledger.next_offset.items()]
         if self.checkpointer.submit(self.engine, reason, offsets):
             self.checkpoint_signature = sig
         if wait:
             self.checkpointer.wait(max(1.0, self.settings.shutdown_grace_s / 2))
 
     def _checkpoint_done(self, info: dict) -> None:
-        self.m_checkpoints.labels("success").inc()
-        self.m_checkpoint_ts.set(time.time())
-        self.m_checkpoint_bytes.set(info["bytes"])
+        t = self.telemetry
+        t.checkpoints.labels("success").inc()
+        t.last_checkpoint.set(time.time())
+        t.checkpoint_bytes.set(info["bytes"])
         event(log, "checkpoint_written", reason=info["reason"], path=info["path"], bytes=info["bytes"],
               seconds=info["seconds"], model_version=info["model_version"], skipped_models=info["skipped_models"],
               **info["counts"])
 
     def _checkpoint_failed(self, exc: Exception, reason: str) -> None:
         self.checkpoint_signature = None
-        self.m_checkpoints.labels("failure").inc()
-        event(log, "checkpoint_failed", logging.ERROR, reason=reason, error=f"{type(exc).__name__}: {exc}")
+        self.telemetry.checkpoints.labels("failure").inc()
+        event(log, "checkpoint_failed", logging.ERROR, reason=reason, error=_error(exc))
 
     # ------------------------------------------------------------------ window catch-up after a restore
-    def on_assigned(self, assigned: set[TopicPartition]) -> None:
-        self.catchup_todo |= {tp for tp in assigned if tp in self.catchup_from}
-        if assigned and time.monotonic() < self.reset_seek_until:
-            self.consumer.seek_to_beginning(*assigned)
-            event(log, "partitions_read_from_beginning", partitions=sorted(tp.partition for tp in assigned),
-                  reason="assigned shortly after a broker reset")
-
     def _catch_up(self) -> None:
         """Read back into the window the documents committed after the restored checkpoint was taken.
 

@@ -1,0 +1,205 @@
+"""Unit tests of the output ledger, the broker-reset guard and the in-flight marker (fake Kafka clients)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from kafka import TopicPartition
+from kafka.errors import KafkaTimeoutError
+from kafka_fakes import FakeConsumer, FakeProducer
+
+from streamsemi.service import kafka_io
+from streamsemi.service.broker_reset import RESET_EPISODE_S, BrokerResetGuard
+from streamsemi.service.config import resolve
+from streamsemi.service.inflight import InFlightMarker
+from streamsemi.service.ledger import Output, OutputLedger
+
+TP0, TP1 = TopicPartition("docs", 0), TopicPartition("docs", 1)
+
+
+def _ledger():
+    producers: list[FakeProducer] = []
+    resent: list[int] = []
+
+    def factory():
+        producers.append(FakeProducer())
+        return producers[-1]
+
+    led = OutputLedger(factory, on_resend=resent.append)
+    led.open()
+    return led, producers, resent
+
+
+def test_commit_waits_until_every_output_is_acknowledged():
+    led, (p,), _ = _ledger()
+    c = FakeConsumer([TP0, TP1])
+    led.send(Output("out", b"a", b"1"))
+    led.send(Output("out", b"b", b"2"))
+    led.advance([(TP0, 4), (TP0, 5), (TP1, 9)])
+    assert not led.commit_if_settled(c) and c.commits == []
+    p.ack(1)
+    assert not led.commit_if_settled(c) and c.commits == [], "one output is still in flight"
+    p.ack()
+    assert led.commit_if_settled(c)
+    assert c.commits == [{TP0: 6, TP1: 10}]
+    assert led.commit_if_settled(c) and len(c.commits) == 1, "nothing new: no second commit"
+
+
+def test_an_output_whose_send_fails_is_sent_again_and_holds_the_commit():
+    led, (p,), resent = _ledger()
+    c = FakeConsumer([TP0])
+    p.broken = KafkaTimeoutError("no metadata")
+    out = led.send(Output("out", None, b"x"))
+    led.advance([(TP0, 0)])
+    assert out.failed and not led.commit_if_settled(c) and c.commits == []
+    p.broken = None
+    assert led.resend() == 1 and resent == [1] and len(p.sent) == 1
+    p.fail(KafkaTimeoutError("expired"))  # the broker never acknowledged it
+    assert not led.commit_if_settled(c) and c.commits == []
+    assert led.resend() == 1 and len(p.sent) == 2
+    p.ack()
+    assert led.commit_if_settled(c) and c.commits == [{TP0: 1}]
+    assert led.resend() == 0
+
+
+def test_buffered_documents_hold_their_partition_back_and_offsets_never_go_back():
+    led, _, _ = _ledger()
+    c = FakeConsumer([TP0, TP1])
+    led.advance([(TP0, 10), (TP1, 3)])
+    led.advance([(TP0, 2)])
+    assert led.next_offset == {TP0: 11, TP1: 4}
+    assert led.commit_if_settled(c, held={TP0: 7})
+    assert c.commits == [{TP0: 7, TP1: 4}]
+    led.commit_if_settled(c, held={}, only={TP1})
+    assert len(c.commits) == 1, "only TP1, unchanged"
+    led.commit_if_settled(c, held={})
+    assert c.commits[-1] == {TP0: 11}
+    led.forget([TP0])
+    assert led.next_offset == {TP1: 4} and led.committed == {TP1: 4}
+
+
+def test_replace_producer_sends_every_unacknowledged_output_again():
+    led, producers, resent = _ledger()
+    led.send(Output("out", None, b"done"))
+    producers[0].ack()
+    led.send(Output("out", None, b"waiting"))
+    assert led.replace_producer() == 1 and resent == [1]
+    assert producers[0].closed and len(producers) == 2
+    assert producers[1].values("out") == [b"waiting"]
+
+
+# ---------------------------------------------------------------- broker-reset guard
+class _Clock:
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+@pytest.fixture
+def guard(monkeypatch):
+    calls = []
+    monkeypatch.setattr(kafka_io, "ensure_topics", lambda settings, timeout_s=30.0: calls.append(1) or ["docs"])
+    episodes = []
+    clock = _Clock()
+    g = BrokerResetGuard(resolve({}), on_episode=lambda: episodes.append(clock.t), clock=clock)
+    return g, calls, episodes, clock
+
+
+def test_a_position_past_the_high_watermark_requests_a_reset_and_rereads_the_partition(guard):
+    g, _, _, _ = guard
+    led, _, _ = _ledger()
+    c = FakeConsumer([TP0, TP1], highwater={TP0: 50, TP1: 3})
+    led.advance([(TP0, 40), (TP1, 20)])
+    assert g.check_positions(c, led) == [TP1]
+    assert g.pending and g.sources == {"documents_topic"}
+    assert c.seeks == [TP1] and TP1 not in led.next_offset and led.next_offset[TP0] == 41
+
+
+def test_one_loss_counts_once_per_episode(guard):
+    g, ensure_calls, episodes, clock = guard
+    led, producers, _ = _ledger()
+    c = FakeConsumer([TP0])
+    led.send(Output("out", None, b"pending"))
+    led.advance([(TP0, 5)])
+    g.request("control_topic")
+    assert g.handle(c, led, seeds=3) is True
+    assert episodes == [1000.0] and len(producers) == 2 and producers[1].values("out") == [b"pending"]
+    assert led.next_offset == {} and c.seeks == [TP0] and not g.pending
+    clock.t += RESET_EPISODE_S / 2
+    g.request("documents_topic")
+    assert g.handle(c, led) is False, "the same loss seen again"
+    assert episodes == [1000.0] and len(producers) == 2 and len(ensure_calls) == 2
+    assert g.on_assigned(c, {TP1}) and c.seeks[-1] == TP1, "assigned during the episode: read from the beginning"
+    clock.t += RESET_EPISODE_S * 2
+    assert not g.on_assigned(c, {TP1})
+    g.request("control_topic")
+    assert g.handle(c, led) is True and len(episodes) == 2
+
+
+def test_known_position_reads_the_subscription_state_or_gives_up():
+    class Pos:
+        offset = 12
+
+    class State:
+        position = Pos()
+
+    class Sub:
+        assignment = {TP0: State()}
+
+    class C:
+        _subscription = Sub()
+
+    assert BrokerResetGuard.known_position(C(), TP0) == 12
+    assert BrokerResetGuard.known_position(C(), TP1) is None
+    assert BrokerResetGuard.known_position(object(), TP0) is None
+
+
+# ---------------------------------------------------------------- in-flight marker
+def test_inflight_marker_names_the_batch_until_it_is_processed(tmp_path):
+    m = InFlightMarker(tmp_path)
+    m.begin([(TP0, 5), (TP0, 7), (TP1, 2)])
+    body = json.loads((tmp_path / "inflight.json").read_text())
+    assert sorted(body["ranges"]) == [["docs", 0, 5, 7], ["docs", 1, 2, 2]] and body["attempts"] == 0
+    m.end()
+    assert not (tmp_path / "inflight.json").exists()
+    m2 = InFlightMarker(tmp_path)
+    m2.load()
+    assert m2.suspects == {} and m2.crashes == 0
+
+
+def test_a_record_that_kills_the_process_alone_twice_is_poison(tmp_path):
+    InFlightMarker(tmp_path).begin([(TP0, 5), (TP0, 9)])  # died in a batch
+    first = InFlightMarker(tmp_path)
+    first.load()
+    assert first.is_suspect(TP0, 7) and not first.is_suspect(TP0, 10) and first.poison is None
+    first.begin([(TP0, 5)])
+    first.end()
+    first.begin([(TP0, 6)])  # died processing offset 6 alone
+    second = InFlightMarker(tmp_path)
+    second.load()
+    assert second.crashes == 1 and second.poison is None, "one death alone may be bad luck (a kill)"
+    second.begin([(TP0, 6)])  # alone again, died again
+    third = InFlightMarker(tmp_path)
+    third.load()
+    assert third.crashes == 2 and third.is_poison(TP0, 6) and not third.is_poison(TP0, 5)
+    third.done(TP0, 6)
+    assert third.poison is None and third.suspects == {}
+
+
+@pytest.mark.parametrize("content", [b"{", b"[" * 100000, json.dumps({"ranges": 5}).encode(),
+                                     json.dumps({"ranges": [["docs", 0, 1, 2]], "attempts": "x"}).encode()])
+def test_an_unreadable_marker_is_ignored(tmp_path, content):
+    (tmp_path / "inflight.json").write_bytes(content)
+    m = InFlightMarker(tmp_path)
+    m.load()
+    assert m.suspects == {} and m.poison is None and not (tmp_path / "inflight.json").exists()
+
+
+def test_without_a_state_dir_the_marker_does_nothing(tmp_path):
+    m = InFlightMarker(None)
+    m.begin([(TP0, 1)])
+    m.load()
+    assert m.suspects == {} and list(tmp_path.iterdir()) == []

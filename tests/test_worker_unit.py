@@ -1,0 +1,147 @@
+"""Worker.step with fake Kafka clients: processing errors are a designed path, offsets follow outputs."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from kafka import TopicPartition
+from kafka_fakes import FakeConsumer, FakeProducer
+
+from streamsemi.core.datasets import load
+from streamsemi.engine import Engine, EngineConfig
+from streamsemi.service.config import resolve
+from streamsemi.service.worker import Worker
+
+
+@pytest.fixture(scope="module")
+def r8():
+    return load("reuters-r8")
+
+
+def _worker(r8, tmp_path=None):
+    flags = {"state_dir": str(tmp_path)} if tmp_path is not None else {}
+    w = Worker(resolve(flags))
+    w.engine = Engine(EngineConfig(background_refit=False, min_docs_first_refit=1, refit_every_docs=0,
+                                   drift_detection=False), w.telemetry)
+    for i in range(40):  # seeds with text: the first documents get a model at once
+        w.engine.label(f"s{i}", [r8.labels[i]], text=r8.texts[i])
+    tp = TopicPartition(w.settings.documents_topic, 0)
+    w.consumer = FakeConsumer([tp])
+    w.ledger.producer = FakeProducer()
+    w.ledger.producer.auto_ack = True
+    return w, tp
+
+
+def _doc(r8, i, doc_id=None):
+    return json.dumps({"id": doc_id or f"d{i}", "text": r8.texts[100 + i]}).encode()
+
+
+def _dead(w):
+    return [json.loads(v) for v in w.ledger.producer.values(w.settings.deadletter_topic)]
+
+
+def _assigned(w):
+    return {json.loads(v)["id"] for v in w.ledger.producer.values(w.settings.assignments_topic)}
+
+
+def _failing_on(w, bad_id, calls=None):
+    real = w.engine.process
+
+    def process(docs):
+        if calls is not None:
+            calls.append([d.id for d in docs])
+        if any(d.id == bad_id for d in docs):
+            raise RuntimeError(f"cannot process {bad_id}")
+        return real(docs)
+
+    w.engine.process = process
+
+
+def test_a_document_that_makes_processing_raise_is_dead_lettered_and_the_batch_goes_on(r8):
+    w, tp = _worker(r8)
+    calls: list[list[str]] = []
+    _failing_on(w, "bad", calls)
+    values = [_doc(r8, i, "bad" if i == 2 else None) for i in range(6)]
+    w.consumer.feed(tp, values)
+    w.step()
+    assert calls[0] == ["d0", "d1", "bad", "d3", "d4", "d5"] and calls[1:] == [[x] for x in calls[0]], \
+        "the batch, then its documents one at a time"
+    assert _assigned(w) == {"d0", "d1", "d3", "d4", "d5"}
+    (dead,) = _dead(w)
+    assert dead["reason"] == "processing_error" and dead["detail"] == "RuntimeError: cannot process bad"
+    assert (dead["topic"], dead["partition"], dead["offset"]) == (tp.topic, 0, 2)
+    assert dead["original"] == values[2].decode()
+    assert w.telemetry.dead_letters.labels("processing_error")._value.get() == 1
+    assert w.consumer.committed_offsets == {tp: 6}, "every record has its outcome: the batch is committed"
+
+
+def test_an_exception_that_escapes_a_step_never_commits_its_records(r8):
+    w, tp = _worker(r8)
+    w.consumer.feed(tp, [_doc(r8, i) for i in range(3)])
+    w.step()
+    assert w.consumer.committed_offsets == {tp: 3}
+    w.consumer.feed(tp, [_doc(r8, i) for i in range(3, 8)], start=3)
+
+    def broken_emit(assignments, dead):
+        raise MemoryError("out of memory while emitting")
+
+    w._emit = broken_emit
+    with pytest.raises(MemoryError):
+        w.step()
+    w.shutdown()  # the clean-stop path commits what was processed, and nothing else
+    assert w.consumer.committed_offsets == {tp: 3}, "records 3..7 were parsed but their outputs never sent"
+
+
+def test_documents_are_committed_only_after_their_outputs_are_acknowledged(r8):
+    w, tp = _worker(r8)
+    w.ledger.producer.auto_ack = False
+    w.consumer.feed(tp, [_doc(r8, i) for i in range(4)])
+    w.step()
+    assert _assigned(w) == {"d0", "d1", "d2", "d3"} and w.consumer.commits == []
+    assert w.paused, "consumption pauses while outputs wait for acknowledgements"
+    w.ledger.producer.ack()
+    w.step()
+    assert w.consumer.committed_offsets == {tp: 4} and not w.paused
+
+
+def test_a_record_that_killed_the_process_is_processed_alone_then_dead_lettered(r8, tmp_path):
+    # a previous run died twice while processing offset 1 alone
+    (tmp_path / "inflight.json").write_text(json.dumps({"ranges": [["streamsemi.documents", 0, 1, 1]], "attempts": 1}))
+    w, tp = _worker(r8, tmp_path)
+    assert tp.topic == "streamsemi.documents"
+    w.inflight.load()
+    calls: list[list[str]] = []
+    _failing_on(w, "never", calls)
+    w.consumer.feed(tp, [_doc(r8, i) for i in range(4)])
+    w.step()
+    assert calls == [["d0"], ["d2"], ["d3"]], "the poison record is never processed again"
+    (dead,) = _dead(w)
+    assert dead["reason"] == "processing_error" and dead["offset"] == 1 and "died 2 times" in dead["detail"]
+    assert _assigned(w) == {"d0", "d2", "d3"} and w.consumer.committed_offsets == {tp: 4}
+    assert not (tmp_path / "inflight.json").exists()
+    w.consumer.feed(tp, [_doc(r8, i) for i in range(4, 7)], start=4)
+    w.step()
+    assert calls[-1] == ["d4", "d5", "d6"], "back to whole batches"
+
+
+def test_a_batch_in_flight_at_a_crash_is_processed_one_record_at_a_time(r8, tmp_path):
+    w, tp = _worker(r8, tmp_path)
+    markers = []
+    real_process = w.engine.process
+
+    def process(docs):
+        markers.append(json.loads((tmp_path / "inflight.json").read_text()))
+        return real_process(docs)
+
+    w.engine.process = process
+    w.consumer.feed(tp, [_doc(r8, i) for i in range(3)])
+    w.step()
+    assert markers == [{"ranges": [[tp.topic, 0, 0, 2]], "attempts": 0}], "the marker names the batch while it runs"
+    assert not (tmp_path / "inflight.json").exists(), "and is gone once its outputs are sent"
+    (tmp_path / "inflight.json").write_text(json.dumps({"ranges": [[tp.topic, 0, 3, 5]], "attempts": 0}))
+    w.inflight.load()
+    w.consumer.feed(tp, [_doc(r8, i) for i in range(3, 7)], start=3)
+    w.step()
+    assert [m["ranges"] for m in markers[1:]] == [[[tp.topic, 0, k, k]] for k in range(3, 7)]
+    assert _assigned(w) == {f"d{i}" for i in range(7)} and not _dead(w)
