@@ -11,6 +11,7 @@ import time
 from typing import Any
 
 from streamsemi import __version__
+from streamsemi.core.errors import StreamsemiError
 from streamsemi.service.config import ConfigError, Settings, add_flags, flags_from_args, resolve
 
 TOPIC_FLAGS = ("documents_topic", "control_topic", "assignments_topic", "deadletter_topic")
@@ -331,18 +332,20 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except ConfigError as exc:
-        print(f"streamsemi: configuration error: {exc}", file=sys.stderr)
+        print(f"streamsemi: configuration error: {_one_line(exc)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130
-    except Exception as exc:  # noqa: BLE001 - last-resort message instead of a traceback for known failures
-        from streamsemi.core.datasets import DatasetError
-        from streamsemi.devtools.broker import BrokerError
+    except (StreamsemiError, ConnectionError) as exc:
+        # streamsemi's own failures (broker, datasets, checkpoints, algorithms) and an unreachable
+        # Kafka: one line instead of a traceback; anything else is a bug and keeps its traceback
+        print(f"streamsemi: {_one_line(exc)}", file=sys.stderr)
+        return 1
 
-        if isinstance(exc, (BrokerError, DatasetError, ConnectionError)):
-            print(f"streamsemi: {exc}", file=sys.stderr)
-            return 1
-        raise
+
+def _one_line(exc: BaseException) -> str:
+    """The exception's message on one line (TOML and library messages may span several)."""
+    return " ".join(str(exc).split()) or type(exc).__name__
 
 
 if __name__ == "__main__":

@@ -69,3 +69,95 @@ def test_unreachable_broker_gives_a_clear_error():
     out = run("produce", "--bootstrap-servers", f"127.0.0.1:{port}", "--corpus", "reuters-r8", "--limit", "1",
               timeout=120)
     assert out.returncode == 1 and f"cannot reach Kafka at 127.0.0.1:{port}" in out.stderr
+
+
+def _missing_codec() -> str | None:
+    import kafka.codec
+
+    for codec, check in (("snappy", kafka.codec.has_snappy), ("lz4", kafka.codec.has_lz4), ("zstd", kafka.codec.has_zstd)):
+        if not check():
+            return codec
+    return None
+
+
+def _assert_one_line_config_error(out: subprocess.CompletedProcess, *fragments: str) -> None:
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert "Traceback" not in out.stderr, out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("streamsemi: configuration error: setting '"), out.stderr
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+
+
+@pytest.mark.parametrize("case", ["compression", "heartbeat", "metrics_host", "topic", "state_dir", "env", "port"])
+def test_worker_refuses_bad_settings_in_one_line_without_traceback(tmp_path, case):
+    """`streamsemi run` as a user starts it: exit 2, one line naming the setting, no traceback."""
+    import os
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMSEMI_") or k in ("STREAMSEMI_DATA_DIR", "STREAMSEMI_TANSU")}
+    args = ["run", "--bootstrap-servers", f"127.0.0.1:{free_port()}", "--metrics-port", "0"]
+    if case == "compression":
+        codec = _missing_codec()
+        if codec is None:
+            pytest.skip("every compression library is installed")
+        args += ["--compression", codec]
+        expect = ("setting 'compression' (from flag --compression)", f"got '{codec}'")
+    elif case == "heartbeat":
+        args += ["--heartbeat-interval-ms", "10000", "--session-timeout-ms", "10000"]
+        expect = ("setting 'heartbeat_interval_ms'", "got 10000")
+    elif case == "metrics_host":
+        args += ["--metrics-host", "not a host"]
+        expect = ("setting 'metrics_host' (from flag --metrics-host)", "got 'not a host'")
+    elif case == "topic":
+        args += ["--documents-topic", ""]
+        expect = ("setting 'documents_topic' (from flag --documents-topic)", "got ''")
+    elif case == "state_dir":
+        blocker = tmp_path / "file"
+        blocker.write_text("x")
+        args += ["--state-dir", str(blocker / "state")]
+        expect = ("setting 'state_dir' (from flag --state-dir): must be a writable directory",)
+    elif case == "env":
+        env["STREAMSEMI_WINDOW_MAXDOCS"] = "5"
+        expect = ()
+    else:
+        args = ["run", "--metrics-port", "99999"]
+        expect = ("setting 'metrics_port' (from flag --metrics-port)", "got 99999")
+    out = subprocess.run([sys.executable, "-m", "streamsemi", *args], capture_output=True, text=True, timeout=120, env=env)
+    if case == "env":
+        assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
+        assert out.stderr.strip() == ("streamsemi: configuration error: environment variable STREAMSEMI_WINDOW_MAXDOCS: "
+                                      "not a streamsemi setting (did you mean 'STREAMSEMI_WINDOW_MAX_DOCS'?)")
+        return
+    _assert_one_line_config_error(out, *expect)
+
+
+def test_worker_whose_metrics_port_is_taken_stops_with_the_setting_named():
+    """A check that only the running worker can make (the port is bound by another process)."""
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        out = run("run", "--bootstrap-servers", f"127.0.0.1:{free_port()}", "--metrics-port", str(port), timeout=120)
+    _assert_one_line_config_error(out, "setting 'metrics_port': must be a port this host can listen on",
+                                  f"got 127.0.0.1:{port}")
+
+
+@pytest.mark.parametrize(("toml", "fragment"), [
+    (b"streamsemi = 5\n", "setting 'streamsemi'"),
+    (b'log_level = "caf\xe9"\n', "must be UTF-8 text, got byte 0xe9 on line 1"),
+    (None, "must be a regular file, got a directory"),
+    (b"window_max_docs = [\n", "is not valid TOML"),
+])
+def test_bad_config_file_is_one_line(tmp_path, toml, fragment):
+    path = tmp_path
+    if toml is not None:
+        path = tmp_path / "s.toml"
+        path.write_bytes(toml)
+    _assert_one_line_config_error(run("run", "--config", str(path), "--print-config", timeout=60), fragment)
+
+
+def test_broker_port_out_of_range_is_a_config_error():
+    out = run("broker", "--port", "99999", timeout=60)
+    _assert_one_line_config_error(out, "setting 'port' (embedded broker): must be a TCP port 1..65535", "got 99999")

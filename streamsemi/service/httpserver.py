@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import socket
 import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+from streamsemi.core.errors import ConfigError
 
 
 class StatusServer:
@@ -21,6 +24,12 @@ class StatusServer:
     registry : CollectorRegistry
     health : callable returning (ok, details)
     ready : callable returning (ok, details)
+
+    Raises
+    ------
+    ConfigError
+        The host does not resolve or the address cannot be bound (port in use, not an
+        address of this host); the message names ``metrics_host`` / ``metrics_port``.
     """
 
     def __init__(self, host: str, port: int, registry: CollectorRegistry,
@@ -51,7 +60,20 @@ class StatusServer:
             def log_message(self, *args: Any) -> None:
                 return
 
-        self.httpd = ThreadingHTTPServer((host, port), Handler)
+        try:
+            family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+        except (OSError, UnicodeError) as exc:
+            raise ConfigError(f"setting 'metrics_host': must be an IP address or a resolvable host name, "
+                              f"got {host!r} ({exc})") from None
+
+        class Server(ThreadingHTTPServer):
+            address_family = family
+
+        try:
+            self.httpd = Server((host, port), Handler)
+        except OSError as exc:
+            raise ConfigError(f"setting 'metrics_port': must be a port this host can listen on, got {host}:{port} "
+                              f"({exc.strerror or exc})") from None
         self.httpd.daemon_threads = True
         self.host = host
         self.port = int(self.httpd.server_address[1])

@@ -6,16 +6,34 @@ import logging
 import queue
 import threading
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import NewTopic
-from kafka.errors import KafkaError, TopicAlreadyExistsError
+from kafka.errors import KafkaConfigurationError, KafkaError, TopicAlreadyExistsError
 
+from streamsemi.core.errors import ConfigError
 from streamsemi.core.logs import event
 from streamsemi.service.config import Settings, kafka_security
 
 log = logging.getLogger("streamsemi.kafka")
+
+T = TypeVar("T")
+
+
+def _client(make: Callable[..., T], **conf: Any) -> T:
+    """Construct a kafka-python client; a configuration it refuses becomes a :class:`ConfigError`.
+
+    :func:`streamsemi.service.config.resolve` checks the settings kafka-python would
+    refuse (codec libraries, heartbeat vs session timeout, TLS files) at start; this is
+    the backstop for a combination it does not know about, so that it is reported in
+    one line instead of a traceback.
+    """
+    try:
+        return make(**conf)
+    except KafkaConfigurationError as exc:
+        raise ConfigError(f"Kafka client settings refused by kafka-python ({make.__name__}): {exc}") from None
 
 
 def topics_of(settings: Settings) -> list[str]:
@@ -29,8 +47,8 @@ def ensure_topics(settings: Settings, topics: list[str] | None = None, timeout_s
     last: Exception | None = None
     while time.monotonic() < deadline:
         try:
-            admin = KafkaAdminClient(bootstrap_servers=settings.bootstrap_servers, client_id="streamsemi-admin",
-                                     request_timeout_ms=10000, **kafka_security(settings))
+            admin = _client(KafkaAdminClient, bootstrap_servers=settings.bootstrap_servers,
+                            client_id="streamsemi-admin", request_timeout_ms=10000, **kafka_security(settings))
             try:
                 existing = set(admin.list_topics())
                 missing = [t for t in topics if t not in existing]
@@ -62,13 +80,13 @@ def make_producer(settings: Settings, **overrides: Any) -> KafkaProducer:
     if settings.compression:
         conf["compression_type"] = settings.compression
     conf.update(overrides)
-    return KafkaProducer(**conf)
+    return _client(KafkaProducer, **conf)
 
 
 def make_document_consumer(settings: Settings) -> KafkaConsumer:
     """Group consumer of the documents topic; offsets committed by the worker after outputs are flushed."""
-    return KafkaConsumer(
-        bootstrap_servers=settings.bootstrap_servers, group_id=settings.group_id, client_id="streamsemi-worker",
+    return _client(
+        KafkaConsumer, bootstrap_servers=settings.bootstrap_servers, group_id=settings.group_id, client_id="streamsemi-worker",
         enable_auto_commit=False, auto_offset_reset="earliest", max_poll_records=settings.max_poll_records,
         session_timeout_ms=settings.session_timeout_ms, heartbeat_interval_ms=settings.heartbeat_interval_ms,
         max_poll_interval_ms=settings.max_poll_interval_ms, allow_auto_create_topics=False,
@@ -85,7 +103,7 @@ def make_reader(settings: Settings, **overrides: Any) -> KafkaConsumer:
                                 max_partition_fetch_bytes=max(1_048_576, settings.max_message_bytes * 2),
                                 **kafka_security(settings))
     conf.update(overrides)
-    return KafkaConsumer(**conf)
+    return _client(KafkaConsumer, **conf)
 
 
 def assign_all(consumer: KafkaConsumer, topic: str, timeout_s: float = 30.0, from_beginning: bool = True) -> list[TopicPartition]:
@@ -230,9 +248,9 @@ class BrokerWatch(threading.Thread):
         while not self.stop_event.wait(self.interval_s):
             try:
                 if admin is None:
-                    admin = KafkaAdminClient(bootstrap_servers=self.settings.bootstrap_servers,
-                                             client_id="streamsemi-watch", request_timeout_ms=10000,
-                                             **kafka_security(self.settings))
+                    admin = _client(KafkaAdminClient, bootstrap_servers=self.settings.bootstrap_servers,
+                                    client_id="streamsemi-watch", request_timeout_ms=10000,
+                                    **kafka_security(self.settings))
                 self.check(admin)
             except Exception as exc:  # noqa: BLE001 - broker trouble: report and try again
                 if self.on_error:

@@ -1,0 +1,113 @@
+"""The embedded broker: its tansu child never outlives `streamsemi broker` (issue 13 part 8)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from streamsemi.core.errors import BrokerError, ConfigError
+from streamsemi.devtools.broker import EmbeddedBroker, free_port, port_free, wait_for_port
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux only")
+
+
+def _children(pid: int) -> list[int]:
+    """Live (not zombie) processes whose parent is ``pid``."""
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[1]) == pid and fields[0] != "Z":
+            out.append(int(stat.parent.name))
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
+
+
+def _wait(predicate, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return predicate()
+
+
+def test_kill9_of_streamsemi_broker_takes_its_tansu_child_down():
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "streamsemi", "broker", "--port", str(port)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    tansu: list[int] = []
+    try:
+        line = proc.stdout.readline()
+        assert json.loads(line) == {"event": "broker_started", "bootstrap_servers": f"127.0.0.1:{port}"}, (
+            line + proc.stderr.read())
+        assert _wait(lambda: bool(_children(proc.pid)), 5.0)
+        tansu = _children(proc.pid)
+        assert len(tansu) == 1 and "tansu" in Path(f"/proc/{tansu[0]}/cmdline").read_bytes().decode(errors="replace")
+        assert wait_for_port("127.0.0.1", port, 5.0) and not port_free("127.0.0.1", port)
+
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+        assert _wait(lambda: not _alive(tansu[0]), 5.0), "tansu outlived the killed `streamsemi broker`"
+        assert _wait(lambda: port_free("127.0.0.1", port), 5.0), f"port {port} still held after the kill"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+        for pid in tansu:
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+def test_sigterm_stops_the_broker_and_frees_the_port():
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "streamsemi", "broker", "--port", str(port)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert "broker_started" in proc.stdout.readline()
+        tansu = _children(proc.pid)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(15) == 0
+        assert all(not _alive(pid) for pid in tansu)
+        assert port_free("127.0.0.1", port)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+
+
+def test_a_taken_port_and_bad_arguments_are_refused_before_starting(tmp_path):
+    with EmbeddedBroker(log_file=tmp_path / "tansu.log") as first:
+        with pytest.raises(BrokerError, match=f"{first.bootstrap_servers} is already in use"):
+            EmbeddedBroker(port=first.port).start()
+    with pytest.raises(ConfigError, match=r"setting 'port' \(embedded broker\): must be a TCP port .*got 70000"):
+        EmbeddedBroker(port=70000)
+    with pytest.raises(ConfigError, match=r"setting 'host' \(embedded broker\): .*got 'not a host'"):
+        EmbeddedBroker(host="not a host")
+
+
+def test_a_broker_that_exits_at_once_is_reported(tmp_path, monkeypatch):
+    fake = tmp_path / "tansu"
+    fake.write_text("#!/bin/sh\necho 'bad flag' >&2\nexit 3\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("STREAMSEMI_TANSU", str(fake))
+    t0 = time.monotonic()
+    with pytest.raises(BrokerError, match="exited with status 3 before listening"):
+        EmbeddedBroker(log_file=tmp_path / "log").start(timeout=15)
+    assert time.monotonic() - t0 < 10, "an exited broker is noticed without waiting for the whole timeout"
