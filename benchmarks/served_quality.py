@@ -364,12 +364,19 @@ def score_served(stream: Stream, algorithms: list[str], run: dict[str, Any], X: 
             "revisions_per_document": (sum(n_records.values()) - len(n_records)) / max(len(n_records), 1),
         }
         if (stream.alias, name) not in batch_cache:
-            batch_cache[(stream.alias, name)] = batch_predictions(stream, name, X, keep)
+            try:
+                batch_cache[(stream.alias, name)] = batch_predictions(stream, name, X, keep)
+            except Exception as exc:  # noqa: BLE001 - keep the served figures when the in-process fit fails
+                batch_cache[(stream.alias, name)] = ([], -1.0)
+                res["batch_error"] = f"{type(exc).__name__}: {exc}"
         bpred, bsec = batch_cache[(stream.alias, name)]
-        bmap = dict(zip([d for d in ids if d in rows_kept], bpred, strict=True))
-        bscored = [d for d in nonseed if d in bmap]
-        res["batch"] = score([stream.truth(idx_of[d]) for d in bscored], [bmap[d] for d in bscored])
-        res["batch_fit_seconds"] = round(bsec, 2)
+        if bpred:
+            bmap = dict(zip([d for d in ids if d in rows_kept], bpred, strict=True))
+            bscored = [d for d in nonseed if d in bmap]
+            res["batch"] = score([stream.truth(idx_of[d]) for d in bscored], [bmap[d] for d in bscored])
+            res["batch_fit_seconds"] = round(bsec, 2)
+        else:
+            res["batch"] = float("nan")
         # latency: output CreateTime/LogAppendTime - document CreateTime (both stamped on this host)
         if first:
             t_first_out = min(ts for _, ts in first.values())
@@ -412,7 +419,14 @@ def mode_served(args: argparse.Namespace) -> dict[str, Any]:
             print(f"[served] {alias}: {len(stream.order)} documents, {len(stream.seeds)} seeds, "
                   f"rate {_rate(rate)}, {','.join(algorithms)}", flush=True)
             t0 = time.monotonic()
-            run = served_run(stream, algorithms, rate, args.idle, args.timeout, work_dir)
+            raw_path = Path(args.from_raw) if args.from_raw else None
+            if raw_path is not None:
+                run = json.loads(raw_path.read_text())
+            else:
+                run = served_run(stream, algorithms, rate, args.idle, args.timeout, work_dir)
+                raw_path = work_dir / f"raw-{alias}-{rate:g}.json"
+                raw_path.write_text(json.dumps(run))
+            print(f"  raw records: {raw_path} (rescore with --from-raw)", flush=True)
             res = score_served(stream, algorithms, run, X, keep, batch_cache)
             res.update(stream=stream.describe(), corpus=alias, rate=rate, river_mnb_prequential=floor,
                        seconds=round(time.monotonic() - t0, 1))
@@ -574,7 +588,7 @@ def mode_engine(args: argparse.Namespace) -> dict[str, Any]:
         stream = make_stream(alias, args.docs if args.docs else DEFAULT_DOCS.get(alias), args.seed_fraction, args.seed)
         X, keep = featurize(stream)
         for name in args.algorithms.split(","):
-            r = engine_replay(stream, name, args.batch)
+            r = engine_replay(stream, name, args.batch, **_engine_overrides(args))
             bpred, _ = batch_predictions(stream, name, X, keep)
             ids = [d for d, k in zip(stream.ids, keep, strict=True) if k]
             idx_of = dict(zip(stream.ids, stream.order, strict=True))
@@ -588,7 +602,7 @@ def mode_engine(args: argparse.Namespace) -> dict[str, Any]:
                   f"batch {r['batch']:.3f} | per version "
                   + "; ".join(f"v{v} {x['documents']} @ {x['macro_f1']:.3f}" for v, x in r["per_version"].items()),
                   flush=True)
-    return {"runs": out, "batch_size": args.batch}
+    return {"runs": out, "batch_size": args.batch, "refit_every_docs": args.refit_every_docs or "worker default"}
 
 
 def engine_markdown(result: dict[str, Any]) -> str:
@@ -606,9 +620,21 @@ def engine_markdown(result: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _classes_needed(token: str, n_classes: int) -> int:
+    """K from ``--gate-classes``: a number, ``0`` (every class) or ``N%`` of the corpus' classes."""
+    if token.endswith("%"):
+        return max(1, int(round(float(token[:-1]) / 100 * n_classes)))
+    k = int(token)
+    return n_classes if k == 0 else min(k, n_classes)
+
+
+def _engine_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    return {"refit_every_docs": args.refit_every_docs} if args.refit_every_docs else {}
+
+
 def mode_gating(args: argparse.Namespace) -> dict[str, Any]:
     out = []
-    ks = [int(x) for x in args.gate_classes.split(",")]
+    ks = args.gate_classes.split(",")
     ms = [int(x) for x in args.gate_seeds.split(",")]
     mins = [int(x) for x in args.gate_min_docs.split(",")]
     for alias in args.corpora.split(","):
@@ -617,9 +643,10 @@ def mode_gating(args: argparse.Namespace) -> dict[str, Any]:
         for name in args.algorithms.split(","):
             for min_docs in mins:
                 for k in ks:
-                    kk = n_classes if k == 0 else min(k, n_classes)
+                    kk = _classes_needed(k, n_classes)
                     for m in ms:
-                        r = engine_replay(stream, name, args.batch, gate=(kk, m, min_docs), rate=args.gate_rate)
+                        r = engine_replay(stream, name, args.batch, gate=(kk, m, min_docs), rate=args.gate_rate,
+                                          **_engine_overrides(args))
                         row = {"corpus": alias, "algorithm": name, "min_seed_classes": kk, "min_seeds_per_class": m,
                                "min_docs": min_docs, **{k2: r[k2] for k2 in (
                                    "served_first", "first_refit_at_document", "forced_first_refit",
@@ -631,7 +658,8 @@ def mode_gating(args: argparse.Namespace) -> dict[str, Any]:
                               f" first fit at doc {r['first_refit_at_document']} waited {r['documents_that_waited']}"
                               f" p99 wait {r['p99_wait_documents']:.0f} docs ({r['p99_wait_s_at_rate']:.1f}s at "
                               f"{args.gate_rate:g}/s)", flush=True)
-    return {"runs": out, "rate_for_seconds": args.gate_rate, "batch_size": args.batch}
+    return {"runs": out, "rate_for_seconds": args.gate_rate, "batch_size": args.batch,
+            "refit_every_docs": args.refit_every_docs or "worker default"}
 
 
 def gating_markdown(result: dict[str, Any]) -> str:
@@ -757,12 +785,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--idle", type=float, default=10.0, help="served: quiet seconds that end a run")
     p.add_argument("--timeout", type=float, default=3600.0, help="served: longest wait after producing")
     p.add_argument("--batch", type=int, default=100, help="engine/gating: documents per Engine.process call")
-    p.add_argument("--gate-classes", default="2,4,0", help="gating: K values (0 = every class of the corpus)")
+    p.add_argument("--refit-every-docs", type=int, default=0,
+                   help="engine/gating: refit_every_docs (default: the worker's default)")
+    p.add_argument("--gate-classes", default="2,50%,0",
+                   help="gating: K values (N, N%% of the corpus' classes, 0 = every class)")
     p.add_argument("--gate-seeds", default="1,2,3", help="gating: M values")
     p.add_argument("--gate-min-docs", default="200,500", help="gating: min_docs values")
     p.add_argument("--gate-rate", type=float, default=200.0, help="gating: docs/s used to express waits in seconds")
     p.add_argument("--quick", action="store_true", help="a small smoke run (300 R8 documents)")
     p.add_argument("--tag", default="", help="suffix of the result files")
+    p.add_argument("--from-raw", default=None,
+                   help="served: score the raw records a previous run saved instead of running (one corpus and rate)")
     p.add_argument("--work-dir", default=None, help="served: where worker and broker logs go (default /tmp)")
     p.add_argument("--no-write", action="store_true", help="print only")
     args = p.parse_args(argv)
