@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 DEMO_ARGS ?=
 PYTEST_ARGS ?=
 
-.PHONY: demo test install-demo install-test lint results clean
+.PHONY: demo test install-demo install-test lint results clean mutation
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -26,6 +26,17 @@ test: install-test
 
 lint: install-test
 	$(BIN)/ruff check .
+
+# Mutation testing on demand (not in CI): mutmut on the core modules of [tool.mutmut] in pyproject.toml,
+# run on a copy of the committed tree (HEAD) with one worker process; results in benchmarks/results/mutation*.
+# MUTANTS='streamsemi.core.messages*' limits the run to one module (mutmut's name patterns).
+MUTATION_DIR ?= /tmp/streamsemi-mutation
+MUTANTS ?=
+mutation: install-test
+	$(BIN)/python -m pip install -q 'mutmut>=3.3,<4'
+	rm -rf $(MUTATION_DIR) && mkdir -p $(MUTATION_DIR) && git archive HEAD | tar -x -C $(MUTATION_DIR)
+	cd $(MUTATION_DIR) && OMP_NUM_THREADS=1 $(abspath $(BIN))/mutmut run --max-children 1 $(MUTANTS)
+	$(BIN)/python benchmarks/mutation_report.py $(MUTATION_DIR)
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache

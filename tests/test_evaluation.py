@@ -184,6 +184,10 @@ def test_failing_method_is_reported_and_others_still_scored(tmp_path, monkeypatc
 
 
 def test_bad_arguments() -> None:
+    from streamsemi.core.errors import StreamsemiError
+
+    with pytest.raises(StreamsemiError, match="unknown dataset id"):
+        prepare(["nope"])
     assert run_cli(["--protocol", "semi-ldc", "--datasets", "nope"]) == 2
     assert run_cli(["--protocol", "semi-ldc", "--datasets", "reuters-multilabel20"]) == 2
     assert run_cli([]) == 2

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import itertools
 import math
+import warnings
 from collections import Counter
 
 import numpy as np
 import pytest
+import scipy.sparse as sp
 from sklearn.metrics import (
     adjusted_rand_score,
     f1_score,
@@ -15,7 +17,9 @@ from sklearn.metrics import (
     roc_auc_score,
 )
 
+from streamsemi.core.errors import StreamsemiError
 from streamsemi.evaluation import metrics as M
+from streamsemi.evaluation.errors import EvaluationError
 
 # classes a,a,a,b,b,c ; clusters: 0 = {a,a,b}, 1 = {a,b}, 2 = {c}
 Y_TRUE = ["a", "a", "a", "b", "b", "c"]
@@ -63,11 +67,19 @@ def test_nmi_matches_sklearn_and_hand_value() -> None:
         assert M.nmi(Y_TRUE, Y_PRED, avg) == pytest.approx(
             normalized_mutual_info_score(Y_TRUE, [str(v) for v in Y_PRED], average_method=avg))
     # perfect clustering up to renaming
-    assert M.nmi(["a", "a", "b", "b"], [1, 1, 0, 0]) == pytest.approx(1.0)
+    assert M.nmi(["a", "a", "b", "b"], [1, 1, 0, 0], "max") == pytest.approx(1.0)
     # hand computed: two classes, one cluster -> I = 0
     assert M.nmi(["a", "b"], [0, 0], "arithmetic") == pytest.approx(0.0)
-    with pytest.raises(ValueError, match="unknown NMI"):
+    with pytest.raises(ValueError, match="^unknown NMI normalisation 'median'$"):
         M.nmi(Y_TRUE, Y_PRED, "median")
+    # every normalisation scikit-learn knows is accepted and passed through
+    y_true, y_pred = ["a"] * 4 + ["b"] * 4, [0, 0, 1, 1, 2, 2, 3, 3]
+    for avg in ("geometric", "min"):
+        assert M.nmi(y_true, y_pred, avg) == pytest.approx(
+            normalized_mutual_info_score(y_true, y_pred, average_method=avg))
+    assert M.nmi(y_true, y_pred, "min") == pytest.approx(1.0)  # I = H(true) = min(H)
+    with pytest.raises(TypeError):
+        M.nmi(y_true, y_pred)  # the normalisation is always explicit
 
 
 def test_pairwise_prf_hand_computed() -> None:
@@ -111,11 +123,58 @@ def test_macro_auc_against_sklearn_and_skips_constant_columns() -> None:
         M.macro_auc(np.ones((3, 2)), np.ones((3, 2)))
 
 
-def test_contingency_errors() -> None:
-    with pytest.raises(ValueError, match="empty"):
+def test_error_messages() -> None:
+    with pytest.raises(EvaluationError, match="^cannot score an empty set of documents$") as err:
         M.contingency([], [])
-    with pytest.raises(ValueError, match="elements"):
+    assert isinstance(err.value, StreamsemiError) and isinstance(err.value, ValueError)
+    with pytest.raises(ValueError, match="^y_true has 1 elements, y_pred has 2$"):
         M.contingency(["a"], [0, 1])
+    with pytest.raises(ValueError, match="^y_true has 2 elements, y_pred has 1$"):
+        M.macro_f1_known(["a", "b"], ["a"], ["a"])
+    with pytest.raises(ValueError, match="^no known class to score$"):
+        M.macro_f1_known(["a"], ["a"], [])
+    with pytest.raises(ValueError, match="^no class has both positive and negative documents$"):
+        M.macro_auc(np.zeros((2, 1)), np.ones((2, 1)))
+    with pytest.raises(ValueError, match=r"^label matrix \(2, 1\) and score matrix \(2, 2\) differ in shape$"):
+        M.macro_auc(np.zeros((2, 1)), np.ones((2, 2)))
+    known = ", ".join(M.SINGLE_LABEL_METRICS)
+    with pytest.raises(ValueError) as err:
+        M.single_label_scores(["a"], ["a"], ["macro_auc", "bogus"])
+    assert str(err.value) == f"not a single-label metric: 'macro_auc', 'bogus' (known: {known}; macro_auc needs scores)"
+
+
+def test_degenerate_cases_give_defined_values_without_warnings() -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no division or undefined-metric warnings in evaluation output
+        # every document its own cluster: no same-cluster pair -> pairwise precision 0 (not a division)
+        assert M.pairwise_prf(["a", "a", "b"], [0, 1, 2]) == (0.0, 0.0, 0.0)
+        # every document its own class: no same-class pair -> recall 0
+        assert M.pairwise_prf(["a", "b", "c"], [0, 0, 0]) == (0.0, 0.0, 0.0)
+        # a class never predicted scores F1 = 0 (no precision warning)
+        assert M.macro_f1(["a", "a", "b"], ["a", "a", "a"]) == pytest.approx((0.8 + 0.0) / 2)
+        # a known class with no document and no prediction counts 0
+        assert M.macro_f1_known(["k1", "k1"], ["k1", "k1"], ["k1", "k2"]) == pytest.approx(0.5)
+        # clusters with members of one class, classes spread over clusters: finite values
+        assert M.f_measure(["a", "a", "b", "b"], [0, 1, 2, 3]) == pytest.approx(2 / 3)
+        assert M.entropy(["a", "a", "b", "b"], [0, 1, 2, 3]) == 0.0
+        assert M.entropy(["a", "b"], [0, 0]) == pytest.approx(1.0)
+
+
+def test_predicted_class_names_are_kept_not_remapped() -> None:
+    # cluster 'b' holds two 'a' documents: a cluster id would map to 'a', a class name stays 'b'
+    assert M.map_clusters(["a", "a", "b"], ["b", "b", "b"]).tolist() == ["b", "b", "b"]
+    assert M.map_clusters(["a", "a", "b"], ["k", "k", "k"]).tolist() == ["a", "a", "a"]
+    assert M.macro_f1(["a", "a", "b"], ["b", "b", "b"]) == pytest.approx((0.0 + 0.5) / 2)
+
+
+def test_macro_auc_sparse_labels_and_all_negative_columns() -> None:
+    rng = np.random.default_rng(3)
+    Y = rng.integers(0, 2, size=(30, 4))
+    Y[:, 1] = 0  # no positives: skipped
+    S = rng.random((30, 4))
+    expected = np.mean([roc_auc_score(Y[:, k], S[:, k]) for k in (0, 2, 3)])
+    assert M.macro_auc(Y, S) == pytest.approx(expected)
+    assert M.macro_auc(sp.csr_matrix(Y), S) == pytest.approx(expected)
 
 
 # ----------------------------------------------------------------------------- brute force

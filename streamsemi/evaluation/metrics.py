@@ -13,20 +13,24 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 from scipy.optimize import linear_sum_assignment
+from scipy.special import xlogy
 from sklearn.metrics import f1_score, normalized_mutual_info_score, roc_auc_score
+
+from streamsemi.evaluation.errors import EvaluationError
 
 
 def contingency(y_true: Sequence[Any], y_pred: Sequence[Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Contingency table ``C[i, j]`` = #docs of class ``classes[i]`` in cluster ``clusters[j]``."""
-    yt = np.asarray([str(v) for v in y_true], dtype=object)
-    yp = np.asarray([str(v) for v in y_pred], dtype=object)
+    yt = np.asarray([str(v) for v in y_true])
+    yp = np.asarray([str(v) for v in y_pred])
     if yt.shape != yp.shape:
-        raise ValueError(f"y_true has {yt.size} elements, y_pred has {yp.size}")
+        raise EvaluationError(f"y_true has {yt.size} elements, y_pred has {yp.size}")
     if yt.size == 0:
-        raise ValueError("cannot score an empty set of documents")
+        raise EvaluationError("cannot score an empty set of documents")
     classes, ti = np.unique(yt, return_inverse=True)
     clusters, pi = np.unique(yp, return_inverse=True)
-    C = sp.coo_matrix((np.ones(yt.size), (ti, pi)), shape=(classes.size, clusters.size)).toarray()
+    C = np.zeros((classes.size, clusters.size))
+    np.add.at(C, (ti, pi), 1.0)
     return C, classes, clusters
 
 
@@ -40,12 +44,12 @@ def map_clusters(y_true: Sequence[Any], y_pred: Sequence[Any]) -> np.ndarray:
     C, classes, clusters = contingency(y_true, y_pred)
     names = set(classes.tolist())
     mapping = {c: (c if c in names else classes[int(np.argmax(C[:, j]))]) for j, c in enumerate(clusters)}
-    return np.asarray([mapping[str(v)] for v in y_pred], dtype=object)
+    return np.asarray([mapping[str(v)] for v in y_pred])
 
 
 def macro_f1(y_true: Sequence[Any], y_pred: Sequence[Any]) -> float:
     """Macro-averaged F1 over the true classes after :func:`map_clusters`."""
-    yt = np.asarray([str(v) for v in y_true], dtype=object)
+    yt = np.asarray([str(v) for v in y_true])
     yp = map_clusters(yt, y_pred)
     return float(f1_score(yt, yp, labels=np.unique(yt), average="macro", zero_division=0))
 
@@ -57,13 +61,13 @@ def macro_f1_known(y_true: Sequence[Any], y_pred: Sequence[Any], known: Sequence
     true class), recall over all documents of class ``k``; a document of a known
     class put into a new cluster counts as missed. No cluster mapping is done.
     """
-    yt = np.asarray([str(v) for v in y_true], dtype=object)
-    yp = np.asarray([str(v) for v in y_pred], dtype=object)
+    yt = np.asarray([str(v) for v in y_true])
+    yp = np.asarray([str(v) for v in y_pred])
     if yt.shape != yp.shape:
-        raise ValueError(f"y_true has {yt.size} elements, y_pred has {yp.size}")
-    labels = np.asarray(sorted({str(k) for k in known}), dtype=object)
+        raise EvaluationError(f"y_true has {yt.size} elements, y_pred has {yp.size}")
+    labels = np.asarray(sorted({str(k) for k in known}))
     if labels.size == 0:
-        raise ValueError("no known class to score")
+        raise EvaluationError("no known class to score")
     return float(f1_score(yt, yp, labels=labels, average="macro", zero_division=0))
 
 
@@ -74,10 +78,10 @@ def accuracy_hungarian(y_true: Sequence[Any], y_pred: Sequence[Any]) -> float:
     return float(C[rows, cols].sum() / C.sum())
 
 
-def nmi(y_true: Sequence[Any], y_pred: Sequence[Any], average: str = "max") -> float:
+def nmi(y_true: Sequence[Any], y_pred: Sequence[Any], average: str) -> float:
     """Normalised mutual information; ``average`` is ``"max"`` (CLE) or ``"arithmetic"`` (D-LDA)."""
     if average not in {"max", "arithmetic", "geometric", "min"}:
-        raise ValueError(f"unknown NMI normalisation {average!r}")
+        raise EvaluationError(f"unknown NMI normalisation {average!r}")
     yt = [str(v) for v in y_true]
     yp = [str(v) for v in y_pred]
     return float(normalized_mutual_info_score(yt, yp, average_method=average))
@@ -92,8 +96,8 @@ def pairwise_prf(y_true: Sequence[Any], y_pred: Sequence[Any]) -> tuple[float, f
     """
     C, _, _ = contingency(y_true, y_pred)
 
-    def pairs(a: np.ndarray) -> float:
-        return float((a * (a - 1) / 2).sum())
+    def pairs(a: np.ndarray) -> float:  # ordered pairs: twice the unordered ones, same ratios
+        return float((a * (a - 1)).sum())
 
     tp = pairs(C)
     pred = pairs(C.sum(axis=0))
@@ -115,8 +119,7 @@ def f_measure(y_true: Sequence[Any], y_pred: Sequence[Any]) -> float:
     n_j = C.sum(axis=0, keepdims=True)
     P = C / n_j
     R = C / n_i
-    with np.errstate(invalid="ignore", divide="ignore"):
-        F = np.where(C > 0, 2 * P * R / (P + R), 0.0)
+    F = np.divide(2 * P * R, P + R, out=np.zeros_like(C), where=C > 0)
     return float((n_i.ravel() / C.sum() * F.max(axis=1)).sum())
 
 
@@ -129,10 +132,7 @@ def entropy(y_true: Sequence[Any], y_pred: Sequence[Any]) -> float:
     if classes.size < 2:
         return 0.0
     n_j = C.sum(axis=0)
-    P = C / n_j
-    with np.errstate(invalid="ignore", divide="ignore"):
-        terms = np.where(P > 0, P * np.log(P), 0.0)
-    E_j = -terms.sum(axis=0) / np.log(classes.size)
+    E_j = -xlogy(C / n_j, C / n_j).sum(axis=0) / np.log(classes.size)
     return float((n_j / C.sum() * E_j).sum())
 
 
@@ -141,10 +141,10 @@ def macro_auc(Y_true: Any, scores: Any) -> float:
     Y = Y_true.toarray() if sp.issparse(Y_true) else np.asarray(Y_true)
     S = np.asarray(scores, dtype=np.float64)
     if Y.shape != S.shape:
-        raise ValueError(f"label matrix {Y.shape} and score matrix {S.shape} differ in shape")
+        raise EvaluationError(f"label matrix {Y.shape} and score matrix {S.shape} differ in shape")
     aucs = [roc_auc_score(Y[:, k], S[:, k]) for k in range(Y.shape[1]) if 0 < Y[:, k].sum() < Y.shape[0]]
     if not aucs:
-        raise ValueError("no class has both positive and negative documents")
+        raise EvaluationError("no class has both positive and negative documents")
     return float(np.mean(aucs))
 
 
@@ -193,12 +193,12 @@ def single_label_scores(y_true: Sequence[Any], y_pred: Sequence[Any],
 
     Raises
     ------
-    ValueError
+    EvaluationError
         For a name that is not a single-label metric (``macro_auc`` needs scores).
     """
     names = list(SINGLE_LABEL_METRICS if names is None else names)
     unknown = [n for n in names if n not in SINGLE_LABEL_METRICS]
     if unknown:
-        raise ValueError(f"not a single-label metric: {', '.join(map(repr, unknown))} "
+        raise EvaluationError(f"not a single-label metric: {', '.join(map(repr, unknown))} "
                          f"(known: {', '.join(SINGLE_LABEL_METRICS)}; macro_auc needs scores)")
     return {n: float(SINGLE_LABEL_METRICS[n](y_true, y_pred)) for n in names}

@@ -25,6 +25,7 @@ import scipy.sparse as sp
 
 from streamsemi.core import datasets
 from streamsemi.core.features import TextFeaturizer
+from streamsemi.evaluation.errors import EvaluationError
 
 NG_COMP5 = ["comp.graphics", "comp.os.ms-windows.misc", "comp.sys.ibm.pc.hardware",
             "comp.sys.mac.hardware", "comp.windows.x"]
@@ -312,7 +313,7 @@ def prepare(dataset_ids: Sequence[str], max_docs: int | None = None, seed: int =
     """
     unknown = [d for d in dataset_ids if d not in DATASETS]
     if unknown:
-        raise KeyError(f"unknown dataset id(s) {', '.join(unknown)}; known: {', '.join(DATASETS)}")
+        raise EvaluationError(f"unknown dataset id(s) {', '.join(unknown)}; known: {', '.join(DATASETS)}")
     by_corpus: dict[str, list[str]] = {}
     for d in dict.fromkeys(dataset_ids):
         by_corpus.setdefault(DATASETS[d].corpus, []).append(d)
@@ -421,7 +422,7 @@ def stratified_seeds(labels: Sequence[str], rng: np.random.Generator, fraction: 
         quota = np.maximum(1, np.rint(fraction * sizes).astype(int))
     else:
         if count is None or count < classes.size:
-            raise ValueError(f"{count} seeds cannot cover {classes.size} classes (one each at least)")
+            raise EvaluationError(f"{count} seeds cannot cover {classes.size} classes (one each at least)")
         share = sizes / sizes.sum() * (count - classes.size)
         quota = 1 + np.floor(share).astype(int)
         order = np.argsort(-(share - np.floor(share)), kind="stable")
@@ -450,7 +451,7 @@ def make_draw(protocol: Protocol, data: PreparedDataset, label_value: float, run
         counts = Counter(data.labels)
         eligible = sorted(c for c, n in counts.items() if n >= 2)
         if len(eligible) < spec.draw_classes:
-            raise ValueError(f"{spec.id}: only {len(eligible)} classes with >= 2 documents")
+            raise EvaluationError(f"{spec.id}: only {len(eligible)} classes with >= 2 documents")
         crng = draw_rng(seed, spec.id, "classes", run)  # same classes for every label amount
         chosen = set(crng.choice(eligible, size=spec.draw_classes, replace=False).tolist())
         rows = np.flatnonzero(np.isin(labels, list(chosen)))

@@ -9,6 +9,8 @@ from typing import Any
 
 import numpy as np
 
+from streamsemi.evaluation.errors import EvaluationError
+
 #: The papers' own figures (from ../shared/ALGORITHMS.md and the papers' tables):
 #: (protocol, dataset, metric) -> list of (method label, {label_fraction: value}).
 PAPER_FIGURES: dict[tuple[str, str, str], list[tuple[str, dict[float, float]]]] = {
@@ -132,7 +134,7 @@ def plot(records: Sequence[dict[str, Any]], path: str | Path) -> None:
 
     panels = sorted({(r["dataset"], r["metric"]) for r in records})
     if not panels:
-        raise ValueError("nothing to plot: no records")
+        raise EvaluationError("nothing to plot: no records")
     ncols = min(3, len(panels))
     nrows = (len(panels) + ncols - 1) // ncols
     fig, axes = plt.subplots(nrows, ncols, figsize=(5.2 * ncols, 3.8 * nrows), squeeze=False)

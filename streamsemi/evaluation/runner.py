@@ -22,6 +22,7 @@ import numpy as np
 from streamsemi.algorithms import MULTILABEL
 from streamsemi.evaluation import metrics
 from streamsemi.evaluation.baselines import make_method
+from streamsemi.evaluation.errors import EvaluationError
 from streamsemi.evaluation.protocols import (
     Draw,
     PreparedDataset,
@@ -176,7 +177,7 @@ def run_job(job: tuple[str, float, int, tuple[str, ...]]) -> list[RunOutcome]:
     seed = int(_STATE.get("seed", 0))
     try:
         draw = make_draw(protocol, data, label_value, run, seed)
-    except ValueError as exc:
+    except EvaluationError as exc:
         return [RunOutcome(dataset_id, m, label_value, run, error=f"draw failed: {exc}")
                 for m in methods]
     with blas_threads():

@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from streamsemi.evaluation import metrics
+from streamsemi.evaluation.errors import EvaluationError
 from streamsemi.evaluation.protocols import Draw, PreparedDataset, Protocol, draw_rng, make_draw
 from streamsemi.evaluation.runner import (
     _STATE,
@@ -152,7 +153,7 @@ def replay_engine(protocol: Protocol, data: PreparedDataset, draw: Draw, order: 
     seconds = time.perf_counter() - t0
     slot = eng.models.get(algorithm)
     if slot is None:
-        raise RuntimeError(f"the engine never fitted {algorithm!r} (fewer than 2 seeded classes?)")
+        raise EvaluationError(f"the engine never fitted {algorithm!r} (fewer than 2 seeded classes?)")
     scored = [k for k in range(draw.rows.size)
               if not draw.seed_mask[k] and k in pred and pred[k] is not WARMUP]
     n_warmup = sum(1 for k in range(draw.rows.size) if not draw.seed_mask[k] and pred.get(k) is WARMUP)
@@ -185,7 +186,7 @@ def replay_river(protocol: Protocol, data: PreparedDataset, draw: Draw, order: n
     from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS
 
     if data.spec.kind == "multi":
-        raise ValueError("the River baseline is single-label")
+        raise EvaluationError("the River baseline is single-label")
     model = BagOfWords(lowercase=True, stop_words=set(ENGLISH_STOP_WORDS)) | MultinomialNB(alpha=1.0)
     texts = [data.texts[r] for r in draw.rows]
     fallback = Counter(draw.y_true[k] for k in np.flatnonzero(draw.seed_mask)).most_common(1)
