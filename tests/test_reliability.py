@@ -5,7 +5,9 @@
 2. a 20 s broker stall (SIGSTOP/SIGCONT): no restart, nothing lost;
 3. broker loss (killed, restarted empty): topics recreated, seeds and model kept, metric + log;
 4. SIGTERM during a slow refit: exit within the grace period, everything emitted committed;
-5. a flood of 10,000 malformed messages interleaved with good ones.
+5. a flood of 10,000 malformed messages interleaved with good ones;
+6. a document whose processing raises, one that kills the worker, and outputs never acknowledged
+   or whose send fails (faults injected by tests/faulty_worker.py at the client boundaries).
 
 Tests that stop or kill the broker use their own broker (never the session one).
 """
@@ -18,6 +20,7 @@ import signal
 import threading
 import time
 from collections import Counter
+from pathlib import Path
 
 import pytest
 from kafka import KafkaProducer
@@ -391,3 +394,109 @@ def test_flood_of_10000_malformed_messages(broker, tmp_path, r8):
     finally:
         assert w.terminate() == 0
     assert not _errors(w)
+
+
+# ---------------------------------------------------------------- 6. processing errors and producer faults
+FAULTY_WORKER = str(Path(__file__).with_name("faulty_worker.py"))
+
+
+def _faulty(bootstrap: str, topics: Topics, args: list[str], tmp_path, **faults: str) -> WorkerProcess:
+    """A worker process with faults injected at the boundaries (tests/faulty_worker.py)."""
+    w = WorkerProcess(bootstrap, topics, args, log_dir=tmp_path, env={f"FAULT_{k.rstrip('_').upper()}_ID": v for k, v in faults.items()})
+    assert w.cmd[1:3] == ["-m", "streamsemi"]
+    w.cmd[1:3] = [FAULTY_WORKER]
+    return w
+
+
+def _uncommitted(bootstrap: str, topics: Topics, position: tuple[int, int]) -> bool:
+    """The record at ``(partition, offset)`` is not covered by the group's committed offset."""
+    committed = committed_offsets(bootstrap, topics.documents, topics.group).get(position[0])
+    return committed is None or committed <= position[1]
+
+
+FAST = ["--refit-every-docs", "0", "--min-docs-first-refit", "50", "--no-drift-detection"]
+
+
+def test_a_document_that_breaks_processing_is_dead_lettered_and_every_other_one_assigned(broker, tmp_path, r8):
+    topics = Topics()
+    topics.create(broker.bootstrap)
+    n = 3000
+    w = _faulty(broker.bootstrap, topics, [*FAST, "--max-poll-records", "500"], tmp_path, raise_="c1500").start()
+    try:
+        assert w.wait_assigned(60)
+        Replay(broker.bootstrap, topics, r8, n, rate=5000, seed_every=20).run()
+        want = {f"c{j}" for j in range(n)} - {"c1500"}
+        assert wait_until(lambda: set(assigned_ids(broker.bootstrap, topics.assignments, idle=1.0)) >= want, 120, 2.0), \
+            "every good document assigned"
+        dead = [json.loads(r.value) for r in read_topic(broker.bootstrap, topics.deadletter, expect=1, timeout=30)]
+        pos = id_positions(broker.bootstrap, topics.documents, expect=n)
+        assert [(d["reason"], d["partition"], d["offset"]) for d in dead] == [("processing_error", *pos["c1500"])]
+        assert dead[0]["detail"] == "RuntimeError: injected failure for c1500"
+        assert json.loads(dead[0]["original"])["id"] == "c1500"
+        assert w.proc.poll() is None
+    finally:
+        assert w.terminate() == 0
+    committed = committed_offsets(broker.bootstrap, topics.documents, topics.group)
+    ends = Counter(p for p, _ in pos.values())
+    assert committed == dict(ends), "every record has its outcome, and nothing beyond is committed"
+    assert [e for e in w.logs() if e.get("event") == "batch_processing_failed"]
+
+
+def test_a_document_that_kills_the_worker_is_dead_lettered_after_restarts(broker, tmp_path, r8):
+    topics = Topics()
+    topics.create(broker.bootstrap)
+    args = [*FAST, "--state-dir", str(tmp_path / "state"), "--max-poll-records", "50"]
+    Replay(broker.bootstrap, topics, r8, 300, rate=5000, seed_every=10).run()
+    runs = []
+    for _ in range(5):
+        w = _faulty(broker.bootstrap, topics, args, tmp_path, kill="c150").start()
+        runs.append(w)
+        if not wait_until(lambda w=w: w.proc.poll() is not None, 40):
+            break  # survived: the killer was recognised
+    try:
+        assert len(runs) == 4, f"died {len(runs) - 1} times: in a batch, alone, alone again, then dead-lettered"
+        want = {f"c{j}" for j in range(300)} - {"c150"}
+        assert wait_until(lambda: set(assigned_ids(broker.bootstrap, topics.assignments, idle=1.0)) >= want, 90, 2.0)
+        pos = id_positions(broker.bootstrap, topics.documents, expect=300)
+        dead = [json.loads(r.value) for r in read_topic(broker.bootstrap, topics.deadletter, expect=1, timeout=30)]
+        assert [(d["reason"], d["partition"], d["offset"]) for d in dead] == [("processing_error", *pos["c150"])]
+        assert "died 2 times" in dead[0]["detail"]
+        assert [e["crashes"] for w in runs[1:] for e in _events(w, "inflight_marker_found")] == [1, 1, 2]
+    finally:
+        assert runs[-1].terminate() == 0
+        for w in runs:
+            w.kill()
+
+
+@pytest.mark.parametrize("fault", ["noack", "sendfail"])
+def test_an_output_that_is_never_acknowledged_is_never_committed(broker, tmp_path, r8, fault):
+    topics = Topics()
+    topics.create(broker.bootstrap)
+    n = 200
+    args = [*FAST, "--state-dir", str(tmp_path / "state")]  # the restart resumes with the model
+    w = _faulty(broker.bootstrap, topics, args, tmp_path, **{fault: "late0"}).start()
+    try:
+        assert w.wait_assigned(60)
+        Replay(broker.bootstrap, topics, r8, n, rate=5000, seed_every=10).run()
+        first = {f"c{j}" for j in range(n)}
+        assert wait_until(lambda: set(assigned_ids(broker.bootstrap, topics.assignments, idle=1.0)) >= first, 90, 2.0)
+        # then the document whose assignment is never acknowledged (the worker pauses while it waits for it)
+        Replay(broker.bootstrap, topics, r8, 1, rate=5000, seed_every=0, prefix="late").run()
+        pos = id_positions(broker.bootstrap, topics.documents, expect=n + 1)
+        assert wait_until(lambda: _events(w, "consumption_paused"), 30)
+        time.sleep(2.0)
+        assert _uncommitted(broker.bootstrap, topics, pos["late0"]), "committed past an unacknowledged output"
+        assert "late0" not in assigned_ids(broker.bootstrap, topics.assignments, idle=1.0)
+    finally:
+        assert w.terminate() == 0
+    assert _uncommitted(broker.bootstrap, topics, pos["late0"]), "the shutdown committed past it"
+    assert _events(w, "shutdown_outputs_unacknowledged")
+    if fault == "sendfail":
+        assert _events(w, "outputs_resent")
+    again = WorkerProcess(broker.bootstrap, topics, args, log_dir=tmp_path).start()
+    try:
+        assert wait_until(lambda: "late0" in assigned_ids(broker.bootstrap, topics.assignments, idle=1.0), 90, 2.0), \
+            "assigned after the restart"
+        assert wait_until(lambda: not _uncommitted(broker.bootstrap, topics, pos["late0"]), 30)
+    finally:
+        assert again.terminate() == 0
