@@ -349,7 +349,8 @@ def load_toml(path: str | Path) -> dict[str, Any]:
         others = sorted(set(data) - {"streamsemi"})
         if others:
             raise ConfigError(f"setting '{others[0]}' ({src}): must be inside the [streamsemi] table when the file "
-                              "has one (keys outside it would be ignored)")
+                              f"has one (keys outside it would be ignored), got {others[0]} = {data[others[0]]!r} "
+                              "at the top level")
         data = table
     known = [*_BY_NAME, *_TOML_ONLY]
     for key in data:
