@@ -272,25 +272,19 @@ def _coerce(setting: Setting, raw: Any, source: str) -> Any:
     if not isinstance(raw, (str, int, float)):   # a TOML table, array or date
         raise ConfigError(wrong)
     value: Any
+    text = str(raw).strip().lower()
     if setting.kind is bool:
-        if isinstance(raw, bool):
-            value = raw
-        elif str(raw).strip().lower() in ("1", "true", "yes", "on"):
-            value = True
-        elif str(raw).strip().lower() in ("0", "false", "no", "off"):
-            value = False
+        if isinstance(raw, bool) or text in ("1", "true", "yes", "on", "0", "false", "no", "off"):
+            value = raw if isinstance(raw, bool) else text in ("1", "true", "yes", "on")
         else:
             raise ConfigError(wrong)
-    elif isinstance(raw, bool) and setting.kind is not str:
+    elif isinstance(raw, bool):   # TOML true/false where a number or a string is expected
         raise ConfigError(wrong)
     elif setting.kind is int:
+        if isinstance(raw, float) and not raw.is_integer():
+            raise ConfigError(wrong)
         try:
-            if isinstance(raw, float):
-                if not raw.is_integer():
-                    raise ValueError
-                value = int(raw)
-            else:
-                value = int(raw)
+            value = int(raw)
         except (ValueError, OverflowError):
             raise ConfigError(wrong) from None
     elif setting.kind is float:
@@ -301,8 +295,6 @@ def _coerce(setting: Setting, raw: Any, source: str) -> Any:
         if not math.isfinite(value):
             raise ConfigError(f"{where}: must be a finite number, got {raw!r}")
     else:
-        if isinstance(raw, bool):
-            raise ConfigError(wrong)
         value = str(raw)
     if setting.choices is not None and value not in setting.choices:
         raise ConfigError(f"{where}: must be one of {', '.join(repr(c) for c in setting.choices)}, got {value!r}")
