@@ -32,9 +32,9 @@ from typing import Any, ClassVar
 
 import numpy as np
 import scipy.sparse as sp
-from sklearn.base import BaseEstimator, ClassifierMixin
+from sklearn.base import BaseEstimator, ClassifierMixin, TransformerMixin
 from sklearn.utils._param_validation import Interval
-from sklearn.utils._tags import Tags, TransformerTags
+from sklearn.utils._tags import Tags
 from sklearn.utils.validation import check_array, check_is_fitted
 
 from streamsemi.core.errors import StreamsemiError
@@ -100,7 +100,8 @@ def check_counts(X: Any, n_features_in: int | None = None, estimator: Any = None
             f"{_first_entry(X, ~np.isfinite(X.data))}")
     if X.nnz and X.data.min() < 0:
         raise DegenerateInputError(
-            f"{name} must be non-negative term counts, got {_first_entry(X, X.data < 0)}")
+            f"Negative values in data passed to {name}: it must be non-negative term counts, got "
+            f"{_first_entry(X, X.data < 0)}")
     if n_features_in is not None and X.shape[1] != n_features_in:
         who = type(estimator).__name__ if estimator is not None else "the model"
         raise ValueError(f"{name} has {X.shape[1]} features, but {who} is expecting "
@@ -134,7 +135,8 @@ def check_count_matrix(X: Any, allow_empty_rows: bool = False, name: str = "X",
 class StreamsemiEstimator(BaseEstimator):
     """Base of every algorithm: tags, parameter validation, input check, ``explain``.
 
-    Subclasses declare ``_parameter_constraints`` (scikit-learn's ``Interval`` /
+    Estimators with a ``transform`` also derive from :class:`TransformerMixin`
+    (``fit_transform``, transformer tags). Subclasses declare ``_parameter_constraints`` (scikit-learn's ``Interval`` /
     ``StrOptions`` style); constraints between parameters go in
     :meth:`_check_param_combination`. ``fit`` starts with ``self._validate_params()``
     and ``X = self._validate_counts(X, reset=True)``; every scoring method checks its
@@ -150,8 +152,6 @@ class StreamsemiEstimator(BaseEstimator):
         tags.input_tags.positive_only = True
         tags.input_tags.allow_nan = False
         tags.target_tags.required = True
-        if callable(getattr(self, "transform", None)):
-            tags.transformer_tags = TransformerTags()
         return tags
 
     def __sklearn_is_fitted__(self) -> bool:
@@ -202,6 +202,12 @@ class StreamsemiEstimator(BaseEstimator):
         return explain_weights(self.classes_, self._explain_weights(), sketch, top_n)
 
 
+__all__ = ["RANDOM_STATE", "DegenerateInputError", "StreamsemiEstimator", "ScoresClassifierMixin",
+           "TransformerMixin", "check_counts", "check_count_matrix", "encode_single_labels",
+           "encode_multi_labels", "check_n_clusters", "new_cluster_names", "softmax_rows",
+           "explain_weights", "is_unlabeled", "target_list"]
+
+
 class ScoresClassifierMixin(ClassifierMixin):
     """``predict`` and ``predict_proba`` of an estimator that scores every class.
 
@@ -227,10 +233,13 @@ class ScoresClassifierMixin(ClassifierMixin):
         return self.classes_[scores.argmax(axis=1)]
 
 
-def _target_list(y: Any) -> list[Any]:
+def target_list(y: Any) -> list[Any]:
+    """``y`` as a list, one element per row (array-likes included); a missing ``y`` is an error."""
     if y is None:
         raise DegenerateInputError("requires y to be passed, but the target y is None: give one seed "
                                    "label per row (None, -1 or \"\" for an unlabeled row)")
+    if not isinstance(y, (list, tuple, np.ndarray)) and hasattr(y, "__array__"):
+        y = np.asarray(y)  # array-likes without __iter__ (pandas-like wrappers)
     return list(y)
 
 
@@ -249,7 +258,7 @@ def encode_single_labels(y: Sequence[Any], n_samples: int, min_classes: int = 2)
     DegenerateInputError
         Length mismatch, no seeds, or fewer than ``min_classes`` classes.
     """
-    y = _target_list(y)
+    y = target_list(y)
     if len(y) != n_samples:
         raise DegenerateInputError(f"y has {len(y)} elements but X has {n_samples} rows")
     labels = [None if is_unlabeled(v) else str(v) for v in y]
@@ -275,7 +284,7 @@ def encode_multi_labels(y: Sequence[Any], n_samples: int, min_classes: int = 2) 
     classes : ndarray of str
     labeled : ndarray of bool, shape (n_samples,)
     """
-    y = _target_list(y)
+    y = target_list(y)
     if len(y) != n_samples:
         raise DegenerateInputError(f"y has {len(y)} elements but X has {n_samples} rows")
     sets: list[list[str]] = []

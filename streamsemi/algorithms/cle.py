@@ -64,6 +64,7 @@ from streamsemi.algorithms.base import (
     DegenerateInputError,
     ScoresClassifierMixin,
     StreamsemiEstimator,
+    TransformerMixin,
     check_n_clusters,
     encode_single_labels,
     new_cluster_names,
@@ -474,7 +475,7 @@ def fit_temperature(S: np.ndarray, target: np.ndarray) -> float:
 
 # ----------------------------------------------------------------------------- estimator
 
-class CLE(ScoresClassifierMixin, StreamsemiEstimator):
+class CLE(ScoresClassifierMixin, TransformerMixin, StreamsemiEstimator):
     """Constrained Laplacian Eigenmap, then an assignment in the r-dimensional embedding.
 
     Parameters

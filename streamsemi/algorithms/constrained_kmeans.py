@@ -21,6 +21,7 @@ from streamsemi.algorithms.base import (
     DegenerateInputError,
     ScoresClassifierMixin,
     StreamsemiEstimator,
+    TransformerMixin,
     check_n_clusters,
     encode_single_labels,
     new_cluster_names,
@@ -61,7 +62,7 @@ def farthest_point_centroids(Xn: sp.csr_matrix, C: np.ndarray, candidates: np.nd
     return np.vstack([C, np.array(out)]) if out else C
 
 
-class ConstrainedKMeans(ScoresClassifierMixin, StreamsemiEstimator):
+class ConstrainedKMeans(ScoresClassifierMixin, TransformerMixin, StreamsemiEstimator):
     """Constrained (or seeded) spherical k-means on sublinear tf-idf.
 
     Parameters

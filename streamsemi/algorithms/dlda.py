@@ -28,6 +28,7 @@ fixed. All fitted state is plain numpy arrays (checkpointable with ``np.savez``)
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
 from numbers import Integral, Real
 from typing import Any
@@ -50,6 +51,10 @@ from streamsemi.algorithms.base import (
 )
 
 _MAX_TOPICS = 32767  # z and y are stored as int16
+
+# phi_.T in C order per fitted model, for the fold-in kernel: outside the estimator's __dict__
+# so that predict does not change the estimator (nor add an L x V array to its checkpoints)
+_PHI_T: weakref.WeakKeyDictionary[Any, tuple[np.ndarray, np.ndarray]] = weakref.WeakKeyDictionary()
 
 
 # --------------------------------------------------------------------------- math helpers
@@ -412,7 +417,6 @@ class DLDA(ClassifierMixin, StreamsemiEstimator):
                                     else np.zeros((0, 2), dtype=str))
         self.n_sweeps_run_ = sweeps
         self.warm_started_ = bool(warm)
-        self.__dict__.pop("_phiT_cache", None)
         return self
 
     # ------------------------------------------------------------------ warm-start helpers
@@ -526,11 +530,11 @@ class DLDA(ClassifierMixin, StreamsemiEstimator):
     # ------------------------------------------------------------------ prediction
 
     def _phiT(self) -> np.ndarray:
-        cache = self.__dict__.get("_phiT_cache")
-        if cache is None or cache.shape != self.phi_.T.shape:
-            cache = np.ascontiguousarray(self.phi_.T)
-            self.__dict__["_phiT_cache"] = cache
-        return cache
+        cached = _PHI_T.get(self)
+        if cached is None or cached[0] is not self.phi_:  # a refit or restore replaces phi_
+            cached = (self.phi_, np.ascontiguousarray(self.phi_.T))
+            _PHI_T[self] = cached
+        return cached[1]
 
     def _fold_in_counts(self, X: Any) -> tuple[np.ndarray, np.ndarray]:
         X = self._validate_counts(X, reset=False)

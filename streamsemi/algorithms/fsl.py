@@ -129,6 +129,7 @@ from streamsemi.algorithms.base import (
     DegenerateInputError,
     ScoresClassifierMixin,
     StreamsemiEstimator,
+    TransformerMixin,
     check_n_clusters,
     encode_single_labels,
     new_cluster_names,
@@ -432,7 +433,7 @@ def _class_sums(X: sp.csr_matrix, labels: np.ndarray, n_clusters: int) -> np.nda
 # The estimator
 # ----------------------------------------------------------------------------------------------
 
-class FSL(ScoresClassifierMixin, StreamsemiEstimator):
+class FSL(ScoresClassifierMixin, TransformerMixin, StreamsemiEstimator):
     """Feature space learning around k-means or affinity propagation (four variants).
 
     Parameters

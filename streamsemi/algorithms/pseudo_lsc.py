@@ -54,14 +54,15 @@ import numpy as np
 import scipy.sparse as sp
 from sklearn.base import ClassifierMixin
 from sklearn.utils._param_validation import Interval, StrOptions
-from sklearn.utils._tags import Tags
 
 from streamsemi.algorithms.base import (
     RANDOM_STATE,
     DegenerateInputError,
     StreamsemiEstimator,
+    TransformerMixin,
     check_n_clusters,
     encode_multi_labels,
+    target_list,
 )
 
 _TINY = 1e-300
@@ -308,7 +309,7 @@ def objective(G: np.ndarray, Wf: np.ndarray, imp: np.ndarray, Lq: np.ndarray,
 # --------------------------------------------------------------------------- estimator
 
 
-class PseudoLSC(ClassifierMixin, StreamsemiEstimator):
+class PseudoLSC(ClassifierMixin, TransformerMixin, StreamsemiEstimator):
     """Pseudo-label based semi-supervised fuzzy subspace clustering (multi-label).
 
     Parameters
@@ -352,7 +353,8 @@ class PseudoLSC(ClassifierMixin, StreamsemiEstimator):
     new_clusters_ : list of str (always empty)
     n_features_in_ : int
     multilabel_ : bool
-        True when ``y`` was given as label lists; with scalar labels the model
+        True when ``y`` was given as label lists (not scikit-learn's indicator matrix,
+        hence no ``multi_label`` classifier tag); with scalar labels the model
         behaves as a single-label classifier (``predict`` returns class names,
         ``predict_proba`` rows sum to 1).
     feature_indices_ : ndarray of int
@@ -407,18 +409,11 @@ class PseudoLSC(ClassifierMixin, StreamsemiEstimator):
 
     # ----------------------------------------------------------------- fitting
 
-    def __sklearn_tags__(self) -> Tags:
-        tags = super().__sklearn_tags__()
-        tags.classifier_tags.multi_label = True
-        return tags
-
     def fit(self, X: Any, y: Any) -> PseudoLSC:
         """Fit on counts ``X`` and seeds ``y`` (label lists, [] = unlabeled; or scalars)."""
         self._validate_params()
         X = self._validate_counts(X, reset=True)
-        if y is None:
-            encode_multi_labels(y, X.shape[0])  # raises: y is required
-        y = list(y)
+        y = target_list(y)
         multilabel = _is_multilabel_input(y)
         Y, classes, labeled = encode_multi_labels(y, X.shape[0])
         N = X.shape[0]

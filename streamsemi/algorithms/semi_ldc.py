@@ -37,6 +37,7 @@ from streamsemi.algorithms.base import (
     DegenerateInputError,
     ScoresClassifierMixin,
     StreamsemiEstimator,
+    TransformerMixin,
     check_n_clusters,
     encode_single_labels,
     new_cluster_names,
@@ -543,7 +544,7 @@ class ConstrainedPLSA(ScoresClassifierMixin, StreamsemiEstimator):
         return W
 
 
-class SemiLDC(ScoresClassifierMixin, StreamsemiEstimator):
+class SemiLDC(ScoresClassifierMixin, TransformerMixin, StreamsemiEstimator):
     """Semi-supervised Linear Discriminant Clustering (Algorithm 2).
 
     Parameters
