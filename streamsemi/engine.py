@@ -28,7 +28,7 @@ from streamsemi.algorithms import MULTILABEL, build_estimator
 from streamsemi.core.features import TextFeaturizer
 from streamsemi.core.logs import event
 from streamsemi.core.messages import Document, Rejected
-from streamsemi.core.store import PendingLabels, Row, SeedStore, Window, rows_to_csr
+from streamsemi.core.store import PendingLabel, PendingLabels, Row, SeedStore, Window, rows_to_csr
 from streamsemi.core.telemetry import Telemetry
 
 log = logging.getLogger("streamsemi.engine")
@@ -300,11 +300,9 @@ class Engine:
         """
         labels = tuple(labels)
         self.telemetry.control.labels("label").inc()
-        known = self.seeds.class_counts()
-        new_classes = [lb for lb in labels if lb not in known]
-        if new_classes and len(known) + len(new_classes) > self.config.max_classes:
-            return [({"op": "label", "id": doc_id, "labels": list(labels)},
-                     Rejected("invalid_label", f"would exceed max_classes={self.config.max_classes} seeded classes"))]
+        rejected = self._over_max_classes(doc_id, labels, self.pending.class_counts())
+        if rejected:
+            return rejected
         if origin == "resolved":
             last = self._last_op.get(doc_id)
             if last is not None and label_offset is not None and last[0] > label_offset and last[1] == "unlabel":
@@ -335,7 +333,8 @@ class Engine:
                 self.resolved.append(ResolvedSeed(doc_id, labels, entry.text, offset))
             return []
         out = [({"op": "label", "id": k, "labels": list(p.labels)},
-                Rejected("pending_overflow", f"more than max_pending_labels={self.config.max_pending_labels} labels wait for their documents"))
+                Rejected("pending_overflow", f"more than max_pending_labels={self.config.max_pending_labels} labels "
+                                            f"(or {self.pending.max_bytes} accounted bytes) wait for their documents"))
                for k, p in self.pending.put(doc_id, labels, self.clock(), offset)]
         self.telemetry.pending.set(len(self.pending))
         return out
@@ -355,6 +354,27 @@ class Engine:
         if trigger == "request":
             self.telemetry.control.labels("refit").inc()
         self._start_refit(trigger)
+
+    def _over_max_classes(self, doc_id: str, labels: tuple[str, ...],
+                          held: dict[str, int]) -> list[tuple[dict, Rejected]]:
+        """The rejection of a label that would make seeded + ``held`` classes exceed ``max_classes``, else []."""
+        seeded = self.seeds.class_counts()
+        known = len(seeded) + sum(1 for c in held if c not in seeded)
+        new_classes = {lb for lb in labels if lb not in seeded and lb not in held}
+        if new_classes and known + len(new_classes) > self.config.max_classes:
+            return [({"op": "label", "id": doc_id, "labels": list(labels)},
+                     Rejected("invalid_label", f"would exceed max_classes={self.config.max_classes} classes "
+                                               "(seeded and held labels)"))]
+        return []
+
+    def _promote_held(self, doc_id: str, held: PendingLabel, row: Row, text: str) -> None:
+        """A held label whose document arrived becomes a seed (re-checked against ``max_classes`` seeded classes)."""
+        rejected = self._over_max_classes(doc_id, held.labels, {})
+        if rejected:
+            self.dead.extend(rejected)
+            return
+        self._make_seed(doc_id, held.labels, row)
+        self.resolved.append(ResolvedSeed(doc_id, held.labels, text, held.offset))
 
     def _make_seed(self, doc_id: str, labels: tuple[str, ...], row: Row) -> None:
         self.seeds.put(doc_id, labels, row)
@@ -388,8 +408,7 @@ class Engine:
                 self.window.add(doc.id, row, ts, doc.text)
                 held = self.pending.pop(doc.id)
                 if held is not None:
-                    self._make_seed(doc.id, held.labels, row)
-                    self.resolved.append(ResolvedSeed(doc.id, held.labels, doc.text, held.offset))
+                    self._promote_held(doc.id, held, row, doc.text)
                 good.append((doc, row))
             self.telemetry.pending.set(len(self.pending))
             self.docs_since_refit += len(good)
@@ -703,8 +722,7 @@ class Engine:
             self.window.add(doc.id, row, doc.ts if doc.ts is not None else doc.arrival, doc.text)
             held = self.pending.pop(doc.id)
             if held is not None:
-                self._make_seed(doc.id, held.labels, row)
-                self.resolved.append(ResolvedSeed(doc.id, held.labels, doc.text, held.offset))
+                self._promote_held(doc.id, held, row, doc.text)
             n += 1
         self.telemetry.pending.set(len(self.pending))
         return n

@@ -2,9 +2,23 @@
 
 from __future__ import annotations
 
-import numpy as np
+import tracemalloc
 
-from streamsemi.core.features import TextFeaturizer, WordSketch, feature_index, idf_weights, tfidf
+import numpy as np
+import pytest
+
+from streamsemi.core.features import (
+    MAX_WORD_CHARS,
+    TextFeaturizer,
+    WordSketch,
+    feature_index,
+    idf_weights,
+    tfidf,
+)
+
+# docs/reliability.md, "Bounds": worst-case bytes of the word sketch
+SKETCH_BYTES_PER_FEATURE = 1536
+SKETCH_CACHE_BYTES_PER_WORD = 420
 
 
 def test_feature_index_matches_the_vectorizer():
@@ -51,3 +65,74 @@ def test_tfidf_rows_are_unit_length_and_sublinear():
     idf = idf_weights(X)
     expected = (1 + np.log(3)) * idf[feature_index("apple", 2**10)] / (idf[feature_index("banana", 2**10)])
     assert np.isclose(a / b, expected)
+
+
+# ---------------------------------------------------------------- bounded in bytes (issue 13 part 5)
+def _traced(build):
+    """(result, bytes still allocated by build()) measured with tracemalloc."""
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        out = build()
+        return out, tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+
+
+def test_long_unique_tokens_are_hashed_but_not_kept_by_the_sketch():
+    # the attack: documents of unique 10,000-character tokens (under every message limit)
+    rng = np.random.default_rng(0)
+    alphabet = np.array(list("abcdefghijklmnopqrstuvwxyz"))
+    texts = [" ".join("".join(rng.choice(alphabet, 10_000)) for _ in range(45)) + " grain wheat" for _ in range(20)]
+    f = TextFeaturizer(n_features=2**14)
+    X, grown = _traced(lambda: f.transform(texts))
+    assert X.sum() == 20 * 47, "long tokens still count as features"
+    assert all(len(w) <= MAX_WORD_CHARS for slot in f.sketch._slots.values() for w in slot)
+    assert "grain" in f.sketch.words(feature_index("grain", 2**14))
+    assert len(f.sketch._index) == 2, "only the short words were looked up"
+    assert grown < 2_000_000, f"{grown} bytes kept for 9 MB of unique long tokens"
+    short = "x" * MAX_WORD_CHARS
+    f.sketch.update_tokens([short, short + "y"])
+    assert f.sketch.words(feature_index(short, 2**14)) == [short]
+    assert not f.sketch.words(feature_index(short + "y", 2**14))
+
+
+def test_sketch_worst_case_bytes_per_feature_are_under_the_documented_bound():
+    # every slot full with words of MAX_WORD_CHARS astral-plane characters (4 bytes each in a str)
+    n = 256
+    rng = np.random.default_rng(1)
+
+    words = ["".join(map(chr, rng.integers(0x10000, 0x1F000, MAX_WORD_CHARS))) for _ in range(16 * n)]
+
+    def fill():
+        s = WordSketch(n_features=n, words_per_feature=3, index_cache_size=1)
+        for w in words:
+            s.update_tokens([w])
+        for slot in s._slots.values():
+            for i, w in enumerate(slot):
+                slot[w] = 10**6 + i * n  # counts beyond the small-int cache
+        s._index.clear()
+        return s
+
+    s, grown = _traced(fill)
+    assert len(s) == n and all(len(v) == 3 for v in s._slots.values())
+    assert grown / n <= SKETCH_BYTES_PER_FEATURE, f"{grown / n:.0f} bytes per feature"
+    cache = WordSketch(n_features=n, index_cache_size=5_000)
+
+    def fill_cache():
+        for _ in range(5_000):
+            cache._index_of("".join(map(chr, rng.integers(0x10000, 0x1F000, MAX_WORD_CHARS))))
+        return cache
+
+    _, grown = _traced(fill_cache)
+    assert len(cache._index) == 5_000 and grown / 5_000 <= SKETCH_CACHE_BYTES_PER_WORD, grown / 5_000
+
+
+def test_restored_sketch_keeps_its_bounds():
+    s = WordSketch(n_features=8, words_per_feature=2)
+    state = s.to_dict()
+    state["slots"] = {"3": {"ok": 2, "y" * (MAX_WORD_CHARS + 1): 5}}
+    assert WordSketch.from_dict(state).words(3) == ["ok"]
+    for slots in ({"8": {"a": 1}}, {"-1": {"a": 1}}, {"1": {"a": 1, "b": 1, "c": 1}}):
+        with pytest.raises(ValueError, match="out of range or holds more"):
+            WordSketch.from_dict({**state, "slots": slots})

@@ -7,17 +7,21 @@ import json
 from pathlib import Path
 
 import jsonschema
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from streamsemi.core.messages import (
+    DEAD_LETTER_ORIGINAL_BYTES,
     REASONS,
     ControlMessage,
     Document,
     Limits,
     Rejected,
     dead_letter,
+    encode_json,
+    encode_key,
     parse_control,
     parse_document,
 )
@@ -160,3 +164,107 @@ def test_parsers_never_raise_on_arbitrary_json_objects(obj):
         assert obj["op"] in ("label", "unlabel", "refit")
     else:
         assert ctl.reason in REASONS
+
+
+# ---------------------------------------------------------------- poison pills (issue 13 parts 2 and 3)
+@pytest.mark.parametrize("ts", [
+    10**400, -(10**400), 10**20, 1e300, -1e300,         # OverflowError in float() / outside datetime's years
+    "0001-01-01", "0001-01-01T00:00:00",                # ValueError from timestamp() (local time before year 1)
+    "9999-12-31T23:59:59-23:59",                        # OverflowError from timestamp()
+])
+def test_timestamps_outside_years_1_to_9999_are_rejected_not_raised(ts):
+    raw = json.dumps({"id": "a", "text": "hello world", "ts": ts}).encode()
+    out = parse_document(raw)
+    assert isinstance(out, Rejected) and out.reason == "wrong_type" and "'ts'" in out.detail
+
+
+def test_timestamps_at_the_edges_of_the_range_parse():
+    assert parse_document(enc({"id": "a", "text": "t", "ts": -62135596800})).ts == -62135596800.0
+    assert parse_document(enc({"id": "a", "text": "t", "ts": 253402300799})).ts == 253402300799.0
+    assert parse_document(enc({"id": "a", "text": "t", "ts": "9999-12-31T00:00:00Z"})).ts == 253402214400.0
+    assert parse_document(enc({"id": "a", "text": "t", "ts": "0001-01-02T00:00:00+00:00"})).ts == -62135510400.0
+
+
+LONE = ["\ud800", "\udfff", "x-\ud800", "\ud83d", "a\udc00b"]
+
+
+@pytest.mark.parametrize("bad", LONE)
+@pytest.mark.parametrize("field", ["id", "text", "stream", "meta"])
+def test_lone_surrogates_in_documents_are_rejected_as_invalid_utf8(field, bad):
+    obj = {"id": "a", "text": "hello world", field: {"k": [bad]} if field == "meta" else bad}
+    raw = json.dumps(obj).encode()  # ensure_ascii: the surrogate travels as a \\uXXXX escape, valid UTF-8 bytes
+    assert b"\\ud" in raw
+    out = parse_document(raw)
+    assert isinstance(out, Rejected) and out.reason == "invalid_utf8" and repr(field) in out.detail, out
+
+
+@pytest.mark.parametrize("obj", [
+    {"op": "label", "id": "x-\ud800", "labels": ["a"]},
+    {"op": "label", "id": "x", "labels": ["\ud800"]},
+    {"op": "label", "id": "x", "labels": ["a"], "text": "\ud83d"},
+    {"op": "label", "id": "x", "labels": ["a"], "origin": "\udfff"},
+    {"op": "unlabel", "id": "\ud800"},
+    {"op": "label", "id": "x", "labels": ["a"], "\ud800": 1},
+])
+def test_lone_surrogates_in_control_messages_are_rejected(obj):
+    out = parse_control(json.dumps(obj).encode())
+    assert isinstance(out, Rejected) and out.reason == "invalid_utf8", out
+    assert isinstance(parse_control(json.dumps(obj)), Rejected), "a str value is checked too"
+
+
+def test_surrogate_pairs_are_text_not_errors():
+    d = parse_document(json.dumps({"id": "\U0001f600", "text": "smile \U0001f600 please"}).encode())  # escaped as a pair
+    assert isinstance(d, Document) and d.id == "\U0001f600" and encode_key(d.id) == "\U0001f600".encode()
+
+
+@pytest.mark.parametrize("label_offset", [-1, 2**63, 10**400])
+def test_label_offset_must_be_a_kafka_offset(label_offset):
+    raw = json.dumps({"op": "label", "id": "x", "labels": ["a"], "label_offset": label_offset}).encode()
+    assert parse_control(raw).reason == "wrong_type"
+    ok = json.dumps({"op": "label", "id": "x", "labels": ["a"], "label_offset": 2**63 - 1}).encode()
+    assert parse_control(ok).label_offset == 2**63 - 1
+
+
+# ---------------------------------------------------------------- encoders are total
+def test_encode_json_never_raises_and_always_gives_valid_utf8_json():
+    cyclic: list = []
+    cyclic.append(cyclic)
+    deep: list = []
+    node = deep
+    for _ in range(5000):
+        node.append([])
+        node = node[0]
+    obj = {"id": "x-\ud800", "labels": ["\udfff"], "nan": float("nan"), "inf": float("-inf"),
+           "np": np.float32(0.5), "arr": np.arange(3), "obj": object(), "cycle": cyclic, "deep": deep,
+           "bytes": b"\xff\x00", 7: "int key", "\ud800": "surrogate key"}
+    out = encode_json(obj)
+    back = json.loads(out.decode("utf-8"))  # strict UTF-8 and standard JSON (no NaN)
+    assert back["id"] == "x-\ufffd" and back["labels"] == ["\ufffd"] and back["nan"] is None and back["inf"] is None
+    assert back["np"] == 0.5 and back["arr"] == [0, 1, 2] and back["cycle"] == ["<cycle>"]
+    assert back["7"] == "int key" and back["\ufffd"] == "surrogate key"
+    assert encode_json({"a": "b"}) == b'{"a":"b"}'
+    assert encode_key("x-\ud800") == "x-\ufffd".encode() and encode_key("caf\u00e9") == "caf\u00e9".encode()
+
+
+def test_dead_letter_of_surrogate_text_and_keys_is_encodable():
+    d = dead_letter("x\ud800", "invalid_utf8", "detail \ud800", "t", 0, 1, key="k\udc00")
+    back = json.loads(encode_json(d))
+    assert back["encoding"] == "base64" and base64.b64decode(back["original"]) == "x\ud800".encode("utf-8", "surrogatepass")
+    assert back["key"] and back["detail"] == "detail \ufffd"
+    jsonschema.validate(back, schema("deadletter"))
+
+
+@pytest.mark.parametrize(("raw", "encoding"), [
+    (b"\x01" * 900_000, "utf-8"),                 # every byte needs a 6-byte JSON escape
+    (b"\xff" * 900_000, "base64"),
+    ("\u00e9".encode() * 40_000, "utf-8"),        # a cut inside a 2-byte character is moved before it
+])
+def test_dead_letter_of_a_huge_record_is_truncated_to_fit_one_produce_request(raw, encoding):
+    d = dead_letter(raw, "no_terms", "x", "t", 0, 1)
+    assert d["truncated"] is True and d["original_bytes"] == len(raw) and d["encoding"] == encoding
+    kept = d["original"].encode() if encoding == "utf-8" else base64.b64decode(d["original"])
+    assert raw.startswith(kept) and len(raw) - DEAD_LETTER_ORIGINAL_BYTES <= len(raw) - len(kept) <= len(raw)
+    assert len(kept) >= DEAD_LETTER_ORIGINAL_BYTES - 1
+    assert len(encode_json(d)) < 1_000_000, "kafka-python's default max_request_size is 1 MiB"
+    small = dead_letter(b"abc", "no_terms", "x")
+    assert "truncated" not in small and small["original"] == "abc"

@@ -20,6 +20,10 @@ from sklearn.feature_extraction.text import HashingVectorizer
 from sklearn.utils import murmurhash3_32
 
 DEFAULT_N_FEATURES = 2**18
+# Words longer than this are hashed into the features as usual but never kept by the word
+# sketch (URLs, base64 blobs, adversarial 10,000-character tokens): the sketch is bounded in
+# bytes, not only in words, and a long word would not help an explanation anyway.
+MAX_WORD_CHARS = 64
 
 
 def make_vectorizer(n_features: int = DEFAULT_N_FEATURES, stop_words: str | None = "english") -> HashingVectorizer:
@@ -59,8 +63,11 @@ class WordSketch:
 
     Each feature keeps at most ``words_per_feature`` words with approximate counts
     (space-saving: a new word replaces the rarest one and inherits its count + 1).
-    The number of tracked features is at most the hashing dimension, so memory is
-    bounded by ``n_features * words_per_feature`` entries.
+    The number of tracked features is at most the hashing dimension and words longer
+    than ``max_word_chars`` are never kept, so memory is bounded by
+    ``n_features * words_per_feature`` words of at most ``max_word_chars`` characters
+    (docs/reliability.md gives the bytes), plus the lookup cache of at most
+    ``index_cache_size`` such words.
 
     Parameters
     ----------
@@ -70,15 +77,20 @@ class WordSketch:
         Words kept per feature.
     index_cache_size : int
         Maximum number of cached word -> feature lookups (cleared when full).
+    max_word_chars : int
+        Longer words are ignored by the sketch (they still count in the features).
     """
 
     def __init__(self, n_features: int = DEFAULT_N_FEATURES, words_per_feature: int = 3,
-                 index_cache_size: int = 500_000) -> None:
+                 index_cache_size: int = 100_000, max_word_chars: int = MAX_WORD_CHARS) -> None:
         if words_per_feature < 1:
             raise ValueError("words_per_feature must be >= 1")
+        if max_word_chars < 1:
+            raise ValueError("max_word_chars must be >= 1")
         self.n_features = int(n_features)
         self.words_per_feature = int(words_per_feature)
         self.index_cache_size = int(index_cache_size)
+        self.max_word_chars = int(max_word_chars)
         self._slots: dict[int, dict[str, int]] = {}
         self._index: dict[str, int] = {}
 
@@ -95,8 +107,9 @@ class WordSketch:
         return idx
 
     def update_tokens(self, tokens: Iterable[str]) -> None:
-        """Count ``tokens`` (already analysed words) into the sketch."""
-        for word, count in Counter(tokens).items():
+        """Count ``tokens`` (already analysed words) into the sketch; words over ``max_word_chars`` are skipped."""
+        limit = self.max_word_chars
+        for word, count in Counter(t for t in tokens if len(t) <= limit).items():
             slot = self._slots.setdefault(self._index_of(word), {})
             if word in slot:
                 slot[word] += count
@@ -142,12 +155,24 @@ class WordSketch:
 
     @classmethod
     def from_dict(cls, state: dict[str, Any]) -> WordSketch:
-        """Rebuild a sketch from :meth:`to_dict` output, validating its shape."""
+        """Rebuild a sketch from :meth:`to_dict` output, validating its shape.
+
+        The bounds hold for a restored sketch too: a slot outside ``[0, n_features)``
+        or with more than ``words_per_feature`` words is refused (``ValueError``);
+        words over :data:`MAX_WORD_CHARS` (from a sketch written before the bound
+        existed) are dropped.
+        """
         sketch = cls(int(state["n_features"]), int(state["words_per_feature"]))
         for key, slot in state["slots"].items():
             if not isinstance(slot, dict):
                 raise ValueError("word sketch slot must be an object")
-            sketch._slots[int(key)] = {str(w): int(c) for w, c in slot.items()}
+            index = int(key)
+            if not 0 <= index < sketch.n_features or len(slot) > sketch.words_per_feature:
+                raise ValueError(f"word sketch slot {key!r} is out of range or holds more than "
+                                 f"{sketch.words_per_feature} words")
+            kept = {str(w): int(c) for w, c in slot.items() if len(str(w)) <= sketch.max_word_chars}
+            if kept:
+                sketch._slots[index] = kept
         return sketch
 
 

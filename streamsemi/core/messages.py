@@ -14,15 +14,32 @@ import math
 import re
 import time
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 REASONS = (
     "invalid_json", "invalid_utf8", "missing_field", "wrong_type", "empty_text", "oversize",
-    "no_terms", "unknown_op", "invalid_label", "label_expired", "pending_overflow",
+    "no_terms", "unknown_op", "invalid_label", "label_expired", "pending_overflow", "processing_error",
 )
 
 DEFAULT_LABEL_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_ .:/&+-]{0,63}$"
+
+# Event times must be representable as a datetime (years 1..9999), as ISO-8601 text or epoch seconds.
+TS_MIN = datetime(1, 1, 1, tzinfo=UTC).timestamp()
+TS_MAX = datetime(9999, 12, 31, 23, 59, 59, tzinfo=UTC).timestamp()
+# Kafka offsets are signed 64-bit integers.
+OFFSET_MAX = 2**63 - 1
+# A dead letter keeps at most this many bytes of the original value (its JSON form stays far
+# below the producer's 1 MiB request limit even when every byte needs a 6-byte escape).
+DEAD_LETTER_ORIGINAL_BYTES = 65536
+DEAD_LETTER_DETAIL_CHARS = 1000
+# encode_json's fallback: containers nested deeper than this, or met after this many values,
+# are replaced by a marker string (a value shared many times over could otherwise blow up).
+JSON_MAX_DEPTH = 64
+JSON_MAX_ITEMS = 1_000_000
+
+_SURROGATE = re.compile(r"[\ud800-\udfff]")
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 
 
 @dataclass
@@ -108,7 +125,33 @@ def _decode(raw: bytes | str | None, limits: Limits) -> dict | Rejected:
         return Rejected("invalid_json", f"not valid JSON: {str(exc)[:200]}")
     if not isinstance(obj, dict):
         return Rejected("wrong_type", f"message must be a JSON object, got {type(obj).__name__}")
+    if _SURROGATE_ESCAPE.search(raw) or _SURROGATE.search(raw):
+        where = _lone_surrogate_field(obj)
+        if where is not None:
+            return Rejected("invalid_utf8", f"field {where} holds a lone UTF-16 surrogate (an unpaired \\uD800-\\uDFFF "
+                                            "escape): it is not Unicode text and cannot be encoded as UTF-8")
     return obj
+
+
+def _lone_surrogate_field(obj: dict) -> str | None:
+    """The top-level field (as ``ascii()``) whose value or nested keys/values hold a lone surrogate, else None.
+
+    JSON escapes can spell a half of a UTF-16 surrogate pair (``"\\ud800"``); Python
+    decodes it into a ``str`` that no UTF-8 encoder accepts. Iterative: safe at any depth.
+    """
+    for key, value in obj.items():
+        stack: list[Any] = [key, value]
+        while stack:
+            item = stack.pop()
+            if isinstance(item, str):
+                if _SURROGATE.search(item):
+                    return ascii(key)[:60]
+            elif isinstance(item, dict):
+                stack.extend(item.keys())
+                stack.extend(item.values())
+            elif isinstance(item, list):
+                stack.extend(item)
+    return None
 
 
 def _parse_ts(value: Any) -> float | None | Rejected:
@@ -117,15 +160,21 @@ def _parse_ts(value: Any) -> float | None | Rejected:
     if isinstance(value, bool):
         return Rejected("wrong_type", "'ts' must be ISO-8601 text or epoch seconds")
     if isinstance(value, (int, float)):
-        if not math.isfinite(value):
+        # int/float comparisons are exact in Python: a 400-digit integer is out of range, not an OverflowError
+        if isinstance(value, float) and not math.isfinite(value):
             return Rejected("wrong_type", "'ts' must be finite")
+        if not TS_MIN <= value <= TS_MAX:
+            return Rejected("wrong_type", f"'ts' must be epoch seconds between {TS_MIN:.0f} and {TS_MAX:.0f} (years 1..9999)")
         return float(value)
     if isinstance(value, str):
         try:
-            dt = datetime.fromisoformat(value.replace("Z", "+00:00"))
-        except ValueError:
-            return Rejected("wrong_type", f"'ts' is not ISO-8601: {value[:40]!r}")
-        return dt.timestamp()
+            ts = datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+        except (ValueError, OverflowError, OSError):
+            # not ISO-8601, or a date whose epoch seconds do not exist here (e.g. 0001-01-01 in local time)
+            return Rejected("wrong_type", f"'ts' is not an ISO-8601 time of years 1..9999: {value[:40]!r}")
+        if not TS_MIN <= ts <= TS_MAX:
+            return Rejected("wrong_type", f"'ts' is outside years 1..9999: {value[:40]!r}")
+        return ts
     return Rejected("wrong_type", "'ts' must be ISO-8601 text or epoch seconds")
 
 
@@ -225,31 +274,127 @@ def parse_control(raw: bytes | str | None, limits: Limits = Limits()) -> Control
     label_offset = obj.get("label_offset")
     if origin is not None and not isinstance(origin, str):
         return Rejected("wrong_type", "'origin' must be a string")
-    if label_offset is not None and (not isinstance(label_offset, int) or isinstance(label_offset, bool)):
-        return Rejected("wrong_type", "'label_offset' must be an integer")
+    if label_offset is not None and (not isinstance(label_offset, int) or isinstance(label_offset, bool)
+                                     or not 0 <= label_offset <= OFFSET_MAX):
+        return Rejected("wrong_type", "'label_offset' must be a Kafka offset (an integer 0..2**63-1)")
     return ControlMessage(op="label", id=doc_id, labels=labels, text=text, origin=origin,
                           label_offset=label_offset)
 
 
+def _raw_bytes(raw: Any) -> bytes | None:
+    """The bytes of a record value as received (``str`` via UTF-8, surrogates passed through)."""
+    if raw is None or isinstance(raw, bytes):
+        return raw
+    if isinstance(raw, str):
+        return raw.encode("utf-8", "surrogatepass")
+    try:
+        return bytes(raw)  # bytearray, memoryview
+    except (TypeError, ValueError):
+        return repr(raw).encode("utf-8", "backslashreplace")
+
+
 def dead_letter(raw: bytes | str | None, reason: str, detail: str, topic: str | None = None,
                 partition: int | None = None, offset: int | None = None, key: bytes | None = None) -> dict:
-    """The dead-letter record: original bytes (UTF-8 text, or base64), source position, reason."""
-    if isinstance(raw, str):
-        raw = raw.encode("utf-8", "surrogatepass")
-    value: dict[str, Any] = {"reason": reason, "detail": detail, "topic": topic, "partition": partition,
-                             "offset": offset, "ts": time.time()}
-    if raw is None:
+    """The dead-letter record: original bytes (UTF-8 text, or base64), source position, reason.
+
+    Total: never raises, whatever ``raw``, ``detail`` and ``key`` are. At most
+    :data:`DEAD_LETTER_ORIGINAL_BYTES` of the original are kept (then ``truncated`` is
+    true and ``original_bytes`` gives the full size), so that the dead letter always
+    fits in one produce request: an oversize record must not become an output that can
+    never be sent.
+    """
+    data = _raw_bytes(raw)
+    value: dict[str, Any] = {"reason": str(reason), "detail": str(detail)[:DEAD_LETTER_DETAIL_CHARS],
+                             "topic": topic, "partition": partition, "offset": offset, "ts": time.time()}
+    if data is None:
         value.update(original=None, encoding=None)
     else:
+        kept = data[:DEAD_LETTER_ORIGINAL_BYTES]
         try:
-            value.update(original=raw.decode("utf-8"), encoding="utf-8")
-        except UnicodeDecodeError:
-            value.update(original=base64.b64encode(raw).decode("ascii"), encoding="base64")
-    if key is not None:
-        value["key"] = base64.b64encode(key).decode("ascii")
+            value.update(original=kept.decode("utf-8"), encoding="utf-8")
+        except UnicodeDecodeError as exc:
+            if len(kept) < len(data) and exc.start >= len(kept) - 3 and exc.reason == "unexpected end of data":
+                kept = kept[:exc.start]  # the cut split a multi-byte character: keep the text whole
+                value.update(original=kept.decode("utf-8", "replace"), encoding="utf-8")
+            else:
+                value.update(original=base64.b64encode(kept).decode("ascii"), encoding="base64")
+        if len(kept) < len(data):
+            value.update(truncated=True, original_bytes=len(data))
+    key_bytes = _raw_bytes(key)
+    if key_bytes is not None:
+        value["key"] = base64.b64encode(key_bytes[:DEAD_LETTER_ORIGINAL_BYTES]).decode("ascii")
     return value
 
 
-def encode_json(obj: dict) -> bytes:
-    """Compact UTF-8 JSON."""
-    return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+def _json_safe(obj: Any) -> Any:
+    """A JSON-encodable copy of ``obj``.
+
+    Lone surrogates become U+FFFD, non-finite floats null, numpy scalars/arrays Python
+    values, bytes text, other objects their ``str``; cycles, nesting deeper than
+    :data:`JSON_MAX_DEPTH` and values past the first :data:`JSON_MAX_ITEMS` become
+    marker strings.
+    """
+    budget = [JSON_MAX_ITEMS]
+    path: set[int] = set()
+
+    def safe(o: Any, depth: int) -> Any:
+        budget[0] -= 1
+        if budget[0] < 0:
+            return "<truncated>"
+        if o is None or isinstance(o, (bool, int)):
+            return o
+        if isinstance(o, float):
+            return o if math.isfinite(o) else None
+        if isinstance(o, str):
+            return _SURROGATE.sub("\ufffd", o)
+        if isinstance(o, (bytes, bytearray)):
+            return bytes(o).decode("utf-8", "replace")
+        if depth >= JSON_MAX_DEPTH:
+            return "<nested too deeply>"
+        if isinstance(o, (dict, list, tuple, set, frozenset)):
+            if id(o) in path:
+                return "<cycle>"
+            path.add(id(o))
+            try:
+                if isinstance(o, dict):
+                    return {safe(k if isinstance(k, str) else _text(k), depth): safe(v, depth + 1) for k, v in o.items()}
+                return [safe(v, depth + 1) for v in o]
+            finally:
+                path.discard(id(o))
+        tolist = getattr(o, "tolist", None)  # numpy scalars and arrays
+        if callable(tolist):
+            try:
+                return safe(tolist(), depth)
+            except Exception:  # noqa: BLE001 - fall back to the text form
+                pass
+        return safe(_text(o), depth)
+
+    return safe(obj, 0)
+
+
+def _text(o: Any) -> str:
+    try:
+        return str(o)
+    except Exception:  # noqa: BLE001 - an object whose __str__ raises
+        return f"<{type(o).__name__}>"
+
+
+def encode_json(obj: Any) -> bytes:
+    """Compact UTF-8 JSON; total: never raises.
+
+    The fast path is plain :func:`json.dumps`; a value it refuses (a lone surrogate,
+    NaN, an unknown type, a cycle, nesting too deep) is encoded from :func:`_json_safe`'s
+    copy instead, so that an output record can always be built.
+    """
+    try:
+        return json.dumps(obj, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode("utf-8")
+    except (TypeError, ValueError, RecursionError):  # UnicodeEncodeError is a ValueError
+        return json.dumps(_json_safe(obj), ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+
+
+def encode_key(doc_id: Any) -> bytes:
+    """The record key of an output (the document id as UTF-8); total: never raises."""
+    if isinstance(doc_id, bytes):
+        return doc_id
+    text = doc_id if isinstance(doc_id, str) else str(doc_id)
+    return _SURROGATE.sub("\ufffd", text).encode("utf-8")

@@ -45,6 +45,7 @@ from streamsemi.core.messages import (
     Rejected,
     dead_letter,
     encode_json,
+    encode_key,
     parse_control,
     parse_document,
 )
@@ -432,7 +433,7 @@ class Worker:
         s = self.settings
         now = time.time()
         for a in assignments:
-            self.ledger.send(Output(s.assignments_topic, a.id.encode("utf-8"), encode_json(a.to_message()),
+            self.ledger.send(Output(s.assignments_topic, encode_key(a.id), encode_json(a.to_message()),
                                     [("model_version", str(a.model_version).encode())]))
             if a.primary and a.document is not None:
                 self.telemetry.latency.observe(max(0.0, now - a.document.arrival))
@@ -448,7 +449,7 @@ class Worker:
                 continue
             msg = {"op": "label", "id": seed.id, "labels": list(seed.labels), "text": seed.text,
                    "origin": "resolved", "label_offset": seed.label_offset}
-            self.ledger.send(Output(self.settings.control_topic, seed.id.encode("utf-8"), encode_json(msg), None))
+            self.ledger.send(Output(self.settings.control_topic, encode_key(seed.id), encode_json(msg), None))
 
     # ------------------------------------------------------------------ partitions
     def on_revoked(self, revoked: set[TopicPartition]) -> None:
