@@ -317,6 +317,11 @@ EXTRA_XFAIL = {
 }
 
 
+# score() compares str predictions with the check's int y: scikit-learn 1.6 computes an accuracy of 0,
+# newer versions raise "Mix of label input types" -- listed, but not required to fail
+VERSION_DEPENDENT = {"check_fit_score_takes_y", "check_pipeline_consistency"}
+
+
 def expected_failed_checks(estimator) -> dict[str, str]:
     return {**COMMON_XFAIL, **EXTRA_XFAIL.get(type(estimator).__name__, {})}
 
@@ -332,5 +337,6 @@ def test_scikit_learn_estimator_checks(name):
     failed = [(r["check_name"], repr(r["exception"])[:300]) for r in results if r["status"] == "failed"]
     assert not failed, failed
     passing = {r["check_name"] for r in results if r["status"] == "passed"}
-    assert not passing & set(expected), f"listed as expected failures but pass: {passing & set(expected)}"
+    stale = passing & (set(expected) - VERSION_DEPENDENT)
+    assert not stale, f"listed as expected failures but pass: {stale}"
     assert sum(r["status"] == "passed" for r in results) >= 30

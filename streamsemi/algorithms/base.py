@@ -184,6 +184,21 @@ class StreamsemiEstimator(BaseEstimator):
         # have no width to check against
         return check_counts(X, getattr(self, "n_features_in_", None), estimator=self)
 
+    def _fit_inputs(self, X: Any, y: Any) -> tuple[sp.csr_matrix, np.ndarray, np.ndarray]:
+        """Start of a single-label ``fit``: parameters, counts, seeds, and room for the
+        ``n_new_clusters`` extra clusters. Returns ``(X, codes, classes)`` as
+        :func:`encode_single_labels`."""
+        self._validate_params()
+        X = self._validate_counts(X, reset=True)
+        codes, classes = encode_single_labels(y, X.shape[0])
+        n_new = int(getattr(self, "n_new_clusters", 0))
+        check_n_clusters(classes.size + n_new, X.shape[0])
+        n_unlabeled = int((codes < 0).sum())
+        if n_new > n_unlabeled:
+            raise DegenerateInputError(
+                f"n_new_clusters = {n_new} exceeds the number of unlabeled documents ({n_unlabeled})")
+        return X, codes, classes
+
     def _explain_weights(self) -> Any:
         """(n_classes x n_features_in_) non-negative word weights per class (dense or sparse)."""
         raise NotImplementedError
@@ -233,14 +248,30 @@ class ScoresClassifierMixin(ClassifierMixin):
         return self.classes_[scores.argmax(axis=1)]
 
 
-def target_list(y: Any) -> list[Any]:
-    """``y`` as a list, one element per row (array-likes included); a missing ``y`` is an error."""
+def target_list(y: Any, n_samples: int | None = None) -> list[Any]:
+    """``y`` as a list, one element per row (array-likes included); a missing ``y``, or one whose
+    length is not ``n_samples``, is an error."""
     if y is None:
         raise DegenerateInputError("requires y to be passed, but the target y is None: give one seed "
                                    "label per row (None, -1 or \"\" for an unlabeled row)")
     if not isinstance(y, (list, tuple, np.ndarray)) and hasattr(y, "__array__"):
         y = np.asarray(y)  # array-likes without __iter__ (pandas-like wrappers)
-    return list(y)
+    y = list(y)
+    if n_samples is not None and len(y) != n_samples:
+        raise DegenerateInputError(f"y has {len(y)} elements but X has {n_samples} rows")
+    return y
+
+
+def _seeded_classes(names: set[str], min_classes: int) -> np.ndarray:
+    """Sorted class names of the seeds; at least ``min_classes`` of them."""
+    classes = np.array(sorted(names), dtype=object)
+    if classes.size == 0:
+        raise DegenerateInputError("no seed labels: at least one labeled document per class is needed")
+    if classes.size < min_classes:
+        raise DegenerateInputError(
+            f"only {classes.size} seeded class ({classes[0]!r}); at least {min_classes} classes are needed"
+        )
+    return classes
 
 
 def encode_single_labels(y: Sequence[Any], n_samples: int, min_classes: int = 2) -> tuple[np.ndarray, np.ndarray]:
@@ -258,17 +289,8 @@ def encode_single_labels(y: Sequence[Any], n_samples: int, min_classes: int = 2)
     DegenerateInputError
         Length mismatch, no seeds, or fewer than ``min_classes`` classes.
     """
-    y = target_list(y)
-    if len(y) != n_samples:
-        raise DegenerateInputError(f"y has {len(y)} elements but X has {n_samples} rows")
-    labels = [None if is_unlabeled(v) else str(v) for v in y]
-    classes = np.array(sorted({v for v in labels if v is not None}), dtype=object)
-    if classes.size == 0:
-        raise DegenerateInputError("no seed labels: at least one labeled document per class is needed")
-    if classes.size < min_classes:
-        raise DegenerateInputError(
-            f"only {classes.size} seeded class ({classes[0]!r}); at least {min_classes} classes are needed"
-        )
+    labels = [None if is_unlabeled(v) else str(v) for v in target_list(y, n_samples)]
+    classes = _seeded_classes({v for v in labels if v is not None}, min_classes)
     lookup = {c: i for i, c in enumerate(classes)}
     codes = np.array([-1 if v is None else lookup[v] for v in labels], dtype=np.int64)
     return codes, classes
@@ -284,22 +306,13 @@ def encode_multi_labels(y: Sequence[Any], n_samples: int, min_classes: int = 2) 
     classes : ndarray of str
     labeled : ndarray of bool, shape (n_samples,)
     """
-    y = target_list(y)
-    if len(y) != n_samples:
-        raise DegenerateInputError(f"y has {len(y)} elements but X has {n_samples} rows")
     sets: list[list[str]] = []
-    for v in y:
+    for v in target_list(y, n_samples):
         if isinstance(v, (list, tuple, set, frozenset, np.ndarray)):
             sets.append(sorted({str(x) for x in v if not is_unlabeled(x)}))
         else:
             sets.append([] if is_unlabeled(v) else [str(v)])
-    classes = np.array(sorted({c for s in sets for c in s}), dtype=object)
-    if classes.size == 0:
-        raise DegenerateInputError("no seed labels: at least one labeled document is needed")
-    if classes.size < min_classes:
-        raise DegenerateInputError(
-            f"only {classes.size} seeded class ({classes[0]!r}); at least {min_classes} classes are needed"
-        )
+    classes = _seeded_classes({c for s in sets for c in s}, min_classes)
     lookup = {c: i for i, c in enumerate(classes)}
     rows = [i for i, s in enumerate(sets) for _ in s]
     cols = [lookup[c] for s in sets for c in s]

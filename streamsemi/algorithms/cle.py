@@ -61,12 +61,9 @@ from sklearn.utils._param_validation import Interval, StrOptions
 
 from streamsemi.algorithms.base import (
     RANDOM_STATE,
-    DegenerateInputError,
     ScoresClassifierMixin,
     StreamsemiEstimator,
     TransformerMixin,
-    check_n_clusters,
-    encode_single_labels,
     new_cluster_names,
     softmax_rows,
 )
@@ -587,12 +584,9 @@ class CLE(ScoresClassifierMixin, TransformerMixin, StreamsemiEstimator):
 
     def fit(self, X: Any, y: Any) -> CLE:
         """Fit on counts ``X`` with seed labels ``y`` (None/-1/"" = unlabeled)."""
-        self._validate_params()
-        X = self._validate_counts(X, reset=True)
-        codes, classes = encode_single_labels(y, X.shape[0])
+        X, codes, classes = self._fit_inputs(X, y)
         r = classes.size
         n_clusters = r + int(self.n_new_clusters)
-        check_n_clusters(n_clusters, X.shape[0])
         rng = np.random.default_rng(self.random_state)
         times = {}
 
@@ -631,9 +625,6 @@ class CLE(ScoresClassifierMixin, TransformerMixin, StreamsemiEstimator):
         if self.assign == "kmeans":
             if self.n_new_clusters:
                 unl = np.flatnonzero(codes < 0)
-                if unl.size < self.n_new_clusters:
-                    raise DegenerateInputError(f"n_new_clusters = {self.n_new_clusters} exceeds the number of "
-                                               f"unlabeled documents ({unl.size})")
                 C = farthest_first(Y, C, unl, int(self.n_new_clusters), rng)
             C, labels, n_iter = kmeans_fixed_seeds(Y, C, codes, bool(self.constrained), int(self.max_iter))
         else:

@@ -18,12 +18,9 @@ from sklearn.utils._param_validation import Interval
 
 from streamsemi.algorithms.base import (
     RANDOM_STATE,
-    DegenerateInputError,
     ScoresClassifierMixin,
     StreamsemiEstimator,
     TransformerMixin,
-    check_n_clusters,
-    encode_single_labels,
     new_cluster_names,
 )
 from streamsemi.core.features import idf_weights, l2_normalize_rows, tfidf
@@ -112,21 +109,15 @@ class ConstrainedKMeans(ScoresClassifierMixin, TransformerMixin, StreamsemiEstim
 
     def fit(self, X: Any, y: Any) -> ConstrainedKMeans:
         """Fit on counts ``X`` with seed labels ``y`` (None/-1 = unlabeled)."""
-        self._validate_params()
-        X = self._validate_counts(X, reset=True)
-        codes, classes = encode_single_labels(y, X.shape[0])
+        X, codes, classes = self._fit_inputs(X, y)
         n_known = classes.size
         n_clusters = n_known + int(self.n_new_clusters)
-        check_n_clusters(n_clusters, X.shape[0])
         rng = np.random.default_rng(self.random_state)
         self.idf_ = idf_weights(X)
         Xn = tfidf(X, self.idf_)
         C = seed_means(Xn, codes, n_known)
         if self.n_new_clusters:
             unl = np.flatnonzero(codes < 0)
-            if unl.size < self.n_new_clusters:
-                raise DegenerateInputError(f"n_new_clusters = {self.n_new_clusters} exceeds the number of "
-                                           f"unlabeled documents ({unl.size})")
             C = farthest_point_centroids(Xn, C, unl, int(self.n_new_clusters), rng)
         seeds = np.flatnonzero(codes >= 0)
         labels = np.full(X.shape[0], -1)

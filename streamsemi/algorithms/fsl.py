@@ -126,12 +126,9 @@ from sklearn.utils.validation import check_is_fitted
 
 from streamsemi.algorithms.base import (
     RANDOM_STATE,
-    DegenerateInputError,
     ScoresClassifierMixin,
     StreamsemiEstimator,
     TransformerMixin,
-    check_n_clusters,
-    encode_single_labels,
     new_cluster_names,
 )
 from streamsemi.algorithms.constrained_kmeans import farthest_point_centroids
@@ -557,15 +554,9 @@ class FSL(ScoresClassifierMixin, TransformerMixin, StreamsemiEstimator):
 
     def fit(self, X: Any, y: Any) -> FSL:
         """Fit on counts ``X`` with seed labels ``y`` (None/-1/"" = unlabeled)."""
-        self._validate_params()
-        X = self._validate_counts(X, reset=True)
-        codes, classes = encode_single_labels(y, X.shape[0])
+        X, codes, classes = self._fit_inputs(X, y)
         n_known = classes.size
         n_new = int(self.n_new_clusters)
-        check_n_clusters(n_known + n_new, X.shape[0])
-        if n_new and np.count_nonzero(codes < 0) < n_new:
-            raise DegenerateInputError(
-                f"n_new_clusters = {n_new} but only {np.count_nonzero(codes < 0)} unlabeled documents")
         rng = np.random.default_rng(self.random_state)
         self.columns_ = np.unique(X.indices)
         Xc = sp.csr_matrix(X[:, self.columns_])

@@ -38,8 +38,6 @@ from streamsemi.algorithms.base import (
     ScoresClassifierMixin,
     StreamsemiEstimator,
     TransformerMixin,
-    check_n_clusters,
-    encode_single_labels,
     new_cluster_names,
 )
 from streamsemi.algorithms.constrained_kmeans import farthest_point_centroids, seed_means
@@ -298,20 +296,6 @@ def calibrate_temperature(D2: np.ndarray, codes: np.ndarray, t0: float,
     return float(np.exp(best))
 
 
-def _check_common(est: StreamsemiEstimator, X: Any, y: Any) -> tuple[sp.csr_matrix, np.ndarray, np.ndarray]:
-    """Parameters, counts and seeds of a ``fit`` (shared by ConstrainedPLSA and SemiLDC)."""
-    est._validate_params()
-    X = est._validate_counts(X, reset=True)
-    codes, classes = encode_single_labels(y, X.shape[0])
-    n_new_clusters = est.n_new_clusters
-    check_n_clusters(classes.size + int(n_new_clusters), X.shape[0])
-    if int(n_new_clusters) > int((codes < 0).sum()):
-        raise DegenerateInputError(
-            f"n_new_clusters = {n_new_clusters} exceeds the number of unlabeled documents "
-            f"({int((codes < 0).sum())})")
-    return X, codes, classes
-
-
 def sublinear_tfidf_rows(X: sp.csr_matrix, idf: np.ndarray) -> sp.csr_matrix:
     """``(1 + ln n) * idf`` with l2-normalised rows, computed on the CSR arrays directly.
 
@@ -434,7 +418,7 @@ class ConstrainedPLSA(ScoresClassifierMixin, StreamsemiEstimator):
 
     def fit(self, X: Any, y: Any) -> ConstrainedPLSA:
         """Fit on counts ``X`` with seed labels ``y`` (None/-1/"" = unlabeled)."""
-        X, codes, classes = _check_common(self, X, y)
+        X, codes, classes = self._fit_inputs(X, y)
         self._fit(X, codes, classes)
         return self
 
@@ -656,7 +640,7 @@ class SemiLDC(ScoresClassifierMixin, TransformerMixin, StreamsemiEstimator):
     # -- fitting -----------------------------------------------------------
     def fit(self, X: Any, y: Any) -> SemiLDC:
         """Fit on counts ``X`` with seed labels ``y`` (None/-1/"" = unlabeled)."""
-        X, codes, classes = _check_common(self, X, y)
+        X, codes, classes = self._fit_inputs(X, y)
         rng = np.random.default_rng(self.random_state)
         n_known = classes.size
         K = n_known + int(self.n_new_clusters)
