@@ -233,9 +233,7 @@ class Engine:
         self.clock = clock
         self.featurizer = TextFeaturizer(config.n_features, config.stop_words)
         self.sketch_lock = threading.Lock()
-        self.window = Window(config.window_max_docs, config.window_max_age_s, config.keep_text_chars)
-        self.seeds = SeedStore(config.max_seed_docs)
-        self.pending = PendingLabels(config.max_pending_labels, config.pending_label_ttl_s)
+        self.window, self.seeds, self.pending = self._new_stores()
         self.models: dict[str, ModelSlot] = {}
         self.version = 0
         self.buffer: deque[tuple[Document, Row]] = deque()
@@ -727,6 +725,12 @@ class Engine:
         self.telemetry.pending.set(len(self.pending))
         return n
 
+    def _new_stores(self) -> tuple[Window, SeedStore, PendingLabels]:
+        """Empty window, seed store and held labels with the configured bounds."""
+        cfg = self.config
+        return (Window(cfg.window_max_docs, cfg.window_max_age_s, cfg.keep_text_chars), SeedStore(cfg.max_seed_docs),
+                PendingLabels(cfg.max_pending_labels, cfg.pending_label_ttl_s))
+
     def export_state(self) -> EngineState:
         """References to the state a checkpoint keeps (O(n) list copies, no encoding).
 
@@ -761,13 +765,11 @@ class Engine:
                              f"the engine uses n_features={cfg.n_features}, stop_words={cfg.stop_words!r}")
         if getattr(state.sketch, "n_features", None) != cfg.n_features:
             raise ValueError("word sketch of another n_features")
-        window = Window(cfg.window_max_docs, cfg.window_max_age_s, cfg.keep_text_chars)
+        window, seeds, pending = self._new_stores()
         for doc_id, ts, row, text in state.window:
             window.add(doc_id, row, float(ts), text)
-        seeds = SeedStore(cfg.max_seed_docs)
         for doc_id, labels, row in state.seeds:
             seeds.put(doc_id, tuple(labels), row)
-        pending = PendingLabels(cfg.max_pending_labels, cfg.pending_label_ttl_s)
         for doc_id, labels, expires, offset in state.pending:
             pending.put(doc_id, tuple(labels), float(expires) - pending.ttl_s, offset)
         last_op: OrderedDict[str, tuple[int, str]] = OrderedDict()
