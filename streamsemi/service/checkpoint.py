@@ -51,6 +51,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from streamsemi import __version__
+from streamsemi.core.errors import StreamsemiError
 from streamsemi.core.logs import event
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -68,11 +69,11 @@ _ARRAY_KINDS = "biufcUS"
 _SPARSE_FORMATS = ("csr", "csc", "coo")
 
 
-class CheckpointError(Exception):
+class CheckpointError(StreamsemiError):
     """A checkpoint is missing, of another format version, or corrupted."""
 
 
-class UnsupportedState(TypeError):
+class UnsupportedState(StreamsemiError, TypeError):
     """A value that the safe encoding does not allow (the model is skipped)."""
 
 

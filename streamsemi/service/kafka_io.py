@@ -140,7 +140,6 @@ class ControlReader(threading.Thread):
         self.on_error = on_error
         self.on_reset = on_reset
         self.consumer: KafkaConsumer | None = None
-        self.resets = 0
 
     def run(self) -> None:
         while not self.stop_event.is_set():
@@ -193,7 +192,6 @@ class ControlReader(threading.Thread):
             high.update(seen)
             return False
         high.clear()
-        self.resets += 1
         event(log, "control_log_lost", logging.WARNING, topic=self.settings.control_topic,
               partitions=sorted(tp.partition for tp in lost), action="replaying the control topic from the beginning")
         if self.on_reset:
