@@ -389,6 +389,16 @@ def test_validate_manifest_accepts_what_save_writes(r8, tmp_path):
                      ("files", {"../x": {"sha256": "0", "bytes": 1}})):
         with pytest.raises(CheckpointError):
             checkpoint.validate_manifest({**m, key: bad})
+    # the message names the field and shows the value it got (shortened when long)
+    with pytest.raises(CheckpointError, match=r"^manifest.json: 'models' must be a list, got 5$"):
+        checkpoint.validate_manifest({**m, "models": 5})
+    with pytest.raises(CheckpointError, match=r"'n_features' must be a positive integer, got '262144'$"):
+        checkpoint.validate_manifest({**m, "n_features": "262144"})
+    with pytest.raises(CheckpointError, match=r"models\[0\].version must be an integer, got \[\[\[\[.*\.\.\.$"):
+        deep: list = []
+        for _ in range(50):
+            deep = [deep]
+        checkpoint.validate_manifest({**m, "models": [{**m["models"][0], "version": deep}]})
 
 
 def test_restore_state_leaves_the_engine_unchanged_when_it_fails(r8):

@@ -93,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
                   f"(multi-label datasets go with pseudo-lsc only)", file=sys.stderr)
             return 2
     if args.runs is not None and args.runs < 1:
-        print("--runs must be >= 1", file=sys.stderr)
+        print(f"--runs must be >= 1, got {args.runs}", file=sys.stderr)
         return 2
     methods = resolve_methods(protocol, args.algorithm, baselines=not args.no_baselines)
     if not methods:

@@ -560,9 +560,22 @@ def _is_str_list(v: Any) -> bool:
     return isinstance(v, list) and all(isinstance(x, str) for x in v)
 
 
-def _require(ok: bool, where: str, what: str) -> None:
+_NOTHING = object()
+
+
+def _require(ok: bool, where: str, what: str, got: Any = _NOTHING) -> None:
+    """Raise :class:`CheckpointError` ``"{where}: {what}, got {value}"`` unless ``ok`` (value shortened)."""
     if not ok:
-        raise CheckpointError(f"{where}: {what}")
+        shown = "" if got is _NOTHING else f", got {_short_repr(got)}"
+        raise CheckpointError(f"{where}: {what}{shown}")
+
+
+def _short_repr(value: Any, limit: int = 60) -> str:
+    try:
+        text = repr(value)
+    except RecursionError:
+        text = f"<{type(value).__name__} nested too deeply>"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def validate_manifest(m: Any, where: str = "manifest.json") -> None:
@@ -576,12 +589,12 @@ def validate_manifest(m: Any, where: str = "manifest.json") -> None:
     _require(isinstance(m, dict) and m.get("format") == FORMAT, where, "not a streamsemi checkpoint")
     _require(m.get("format_version") == FORMAT_VERSION and _is_int(m.get("format_version")), where,
              f"format version {m.get('format_version')!r}, this streamsemi reads version {FORMAT_VERSION}")
-    _require(_is_number(m.get("created")), where, "'created' must be a number")
-    _require(_is_int(m.get("n_features")) and m["n_features"] > 0, where, "'n_features' must be a positive integer")
+    _require(_is_number(m.get("created")), where, "'created' must be a number", m.get("created"))
+    _require(_is_int(m.get("n_features")) and m["n_features"] > 0, where, "'n_features' must be a positive integer", m.get("n_features"))
     _require(m.get("stop_words") is None or isinstance(m.get("stop_words"), str), where,
-             "'stop_words' must be text or null")
+             "'stop_words' must be text or null", m.get("stop_words"))
     _require(_is_int(m.get("model_version")) and m["model_version"] >= 0, where,
-             "'model_version' must be a non-negative integer")
+             "'model_version' must be a non-negative integer", m.get("model_version"))
     counts = m.get("counts")
     _require(isinstance(counts, dict) and all(_is_int(v) for v in counts.values()), where,
              "'counts' must map names to integers")
@@ -592,26 +605,26 @@ def validate_manifest(m: Any, where: str = "manifest.json") -> None:
                  and isinstance(meta.get("sha256"), str) and _is_int(meta.get("bytes")), where,
                  f"bad file entry {fname!r}")
     models = m.get("models")
-    _require(isinstance(models, list), where, "'models' must be a list")
+    _require(isinstance(models, list), where, "'models' must be a list", models)
     for i, meta in enumerate(models):
         at = f"models[{i}]"
-        _require(isinstance(meta, dict), where, f"{at} must be an object")
+        _require(isinstance(meta, dict), where, f"{at} must be an object", meta)
         for key in ("algorithm", "registry", "class", "state"):
-            _require(isinstance(meta.get(key), str), where, f"{at}.{key} must be text")
-        _require(bool(re.fullmatch(r"model-[0-9]{1,6}", meta["state"])), where, f"{at}.state must be model-<n>")
+            _require(isinstance(meta.get(key), str), where, f"{at}.{key} must be text", meta.get(key))
+        _require(bool(re.fullmatch(r"model-[0-9]{1,6}", meta["state"])), where, f"{at}.state must be model-<n>", meta["state"])
         for suffix in (".json", ".npz"):
             _require(meta["state"] + suffix in files, where, f"{at}: {meta['state']}{suffix} is not in the file list")
-        _require(_is_int(meta.get("version")) and meta["version"] >= 0, where, f"{at}.version must be an integer")
-        _require(_is_number(meta.get("fitted_at")), where, f"{at}.fitted_at must be a number")
-        _require(_is_int(meta.get("n_train", 0)), where, f"{at}.n_train must be an integer")
+        _require(_is_int(meta.get("version")) and meta["version"] >= 0, where, f"{at}.version must be an integer", meta.get("version"))
+        _require(_is_number(meta.get("fitted_at")), where, f"{at}.fitted_at must be a number", meta.get("fitted_at"))
+        _require(_is_int(meta.get("n_train", 0)), where, f"{at}.n_train must be an integer", meta.get("n_train"))
         for key in ("multilabel", "fallback"):
-            _require(isinstance(meta.get(key, False), bool), where, f"{at}.{key} must be true or false")
+            _require(isinstance(meta.get(key, False), bool), where, f"{at}.{key} must be true or false", meta.get(key))
         for key in ("classes", "new_clusters"):
-            _require(_is_str_list(meta.get(key, [])), where, f"{at}.{key} must be a list of text")
+            _require(_is_str_list(meta.get(key, [])), where, f"{at}.{key} must be a list of text", meta.get(key))
         explain = meta.get("explain") or {}
         _require(isinstance(explain, dict) and all(_is_str_list(v) for v in explain.values()), where,
                  f"{at}.explain must map clusters to lists of words")
-    _require(isinstance(m.get("skipped_models", []), list), where, "'skipped_models' must be a list")
+    _require(isinstance(m.get("skipped_models", []), list), where, "'skipped_models' must be a list", m.get("skipped_models"))
 
 
 def read_dir(path: str | Path) -> Loaded:
@@ -719,25 +732,25 @@ def _decode_models(config: Any, loaded: Loaded, report: RestoreReport) -> dict[s
 def _engine_json(state: Any) -> dict[str, Any]:
     """Check the structure and types of ``engine.json``."""
     w = "engine.json"
-    _require(isinstance(state, dict), w, "must be an object")
+    _require(isinstance(state, dict), w, "must be an object", state)
     for key in ("version", "refit_count", "docs_since_refit"):
-        _require(_is_int(state.get(key, 0)) and state.get(key, 0) >= 0, w, f"{key!r} must be a non-negative integer")
+        _require(_is_int(state.get(key, 0)) and state.get(key, 0) >= 0, w, f"{key!r} must be a non-negative integer", state.get(key))
     seed_labels = state.get("seed_labels")
     _require(isinstance(seed_labels, list) and all(_is_str_list(x) for x in seed_labels), w,
-             "'seed_labels' must be a list of lists of text")
+             "'seed_labels' must be a list of lists of text", seed_labels)
     pending = state.get("pending")
     _require(isinstance(pending, list) and all(
         isinstance(x, list) and len(x) == 4 and isinstance(x[0], str) and _is_str_list(x[1]) and _is_number(x[2])
         and (x[3] is None or _is_int(x[3])) for x in pending), w,
-        "'pending' must be a list of [id, labels, expiry, offset or null]")
+        "'pending' must be a list of [id, labels, expiry, offset or null]", pending)
     last_ops = state.get("last_ops")
     _require(isinstance(last_ops, list) and all(
         isinstance(x, list) and len(x) == 3 and isinstance(x[0], str) and _is_int(x[1]) and x[2] in ("label", "unlabel")
-        for x in last_ops), w, "'last_ops' must be a list of [id, offset, 'label' | 'unlabel']")
+        for x in last_ops), w, "'last_ops' must be a list of [id, offset, 'label' | 'unlabel']", last_ops)
     offsets = state.get("offsets", [])
     _require(isinstance(offsets, list) and all(
         isinstance(x, list) and len(x) == 3 and isinstance(x[0], str) and _is_int(x[1]) and _is_int(x[2])
-        for x in offsets), w, "'offsets' must be a list of [topic, partition, offset]")
+        for x in offsets), w, "'offsets' must be a list of [topic, partition, offset]", offsets)
     return state
 
 

@@ -80,7 +80,7 @@ class InFlightMarker:
                       and 0 <= a <= b]
             attempts = doc.get("attempts", 0)
             if not isinstance(attempts, int) or isinstance(attempts, bool) or attempts < 0:
-                raise ValueError("attempts must be a non-negative integer")
+                raise ValueError(f"attempts must be a non-negative integer, got {attempts!r}")
         except (OSError, ValueError, TypeError, KeyError, RecursionError) as exc:
             event(log, "inflight_marker_unreadable", logging.WARNING, path=str(self.path),
                   error=f"{type(exc).__name__}: {exc}", action="ignored")
