@@ -7,12 +7,21 @@ deterministic) or on a background thread, and swap the new models in atomically.
 
 Documents that arrive before every enabled algorithm has a model are buffered
 (bounded by ``max_buffered_docs``; the worker pauses consumption when the buffer
-is full) and assigned as soon as the first refit completes.
+is full) and assigned as soon as the first refit completes. The first refit waits
+for ``min_docs_first_refit`` documents and seeds covering ``min_seed_classes``
+classes with ``min_seeds_per_class`` each (or a full buffer, or an idle stream);
+a model fitted on fewer seeds than that is *provisional*.
+
+Revisions: after every model swap, :meth:`Engine.process` walks the window in
+chunks of ``revision_chunk`` documents (after the fresh documents of the call),
+re-assigns them with the new models and returns the assignments that changed in
+``ProcessResult.revisions`` with a higher ``revision`` number (docs/messages.md).
 """
 
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 import time
 from collections import OrderedDict, deque
@@ -37,6 +46,12 @@ FALLBACK_ALGORITHM = "constrained-kmeans"
 AGREEMENT_SAMPLE = 1000
 LABEL_PROB_MIN = 1e-3
 LABELS_IN_OUTPUT = 10
+REVISION_MODES = ("off", "changed", "all")
+PRIMARY_AUTO = "auto"
+PRIMARY_MIN_CHECKS = 30      # prequential seed checks per algorithm before they choose the primary (else k-fold)
+PRIMARY_HYSTERESIS = 0.02    # a challenger must beat the primary's held-out seed accuracy by this much
+PRIMARY_KFOLD = 3            # folds over the seeds while prequential checks are too few
+PRIMARY_KFOLD_MAX_DOCS = 5000  # k-fold only on snapshots up to this size (early rounds; cost k extra fits)
 
 
 @dataclass
@@ -65,6 +80,12 @@ class EngineConfig:
     refit_every_docs: int = 2000
     refit_every_s: float | None = None
     min_docs_first_refit: int = 200
+    min_seed_classes: int = 2
+    min_seeds_per_class: int = 2
+    refit_growth: float = 2.0
+    refit_idle_s: float = 3.0
+    revisions: str = "changed"
+    revision_chunk: int = 500
     min_refit_interval_s: float = 5.0
     drift_detection: bool = True
     drift_delta: float = 0.002
@@ -77,15 +98,19 @@ class EngineConfig:
         if not self.algorithms:
             raise ValueError("EngineConfig.algorithms: at least one algorithm is needed")
         if self.primary is None:
-            self.primary = self.algorithms[0]
-        if self.primary not in self.algorithms:
+            self.primary = PRIMARY_AUTO if len(self.algorithms) > 1 else self.algorithms[0]
+        if self.primary != PRIMARY_AUTO and self.primary not in self.algorithms:
             raise ValueError(f"EngineConfig.primary: {self.primary!r} is not enabled")
+        if self.revisions not in REVISION_MODES:
+            raise ValueError(f"EngineConfig.revisions: {self.revisions!r} is not one of {REVISION_MODES}")
+        if self.revision_chunk < 1:
+            raise ValueError(f"EngineConfig.revision_chunk: must be >= 1, got {self.revision_chunk}")
 
     @classmethod
     def from_settings(cls, s: Any) -> EngineConfig:
         """Build from :class:`streamsemi.service.config.Settings`."""
         return cls(
-            algorithms=s.algorithm_list, primary=s.primary_algorithm,
+            algorithms=s.algorithm_list, primary=s.values["primary"] or None,
             algorithm_params=dict(s.algorithm_params), n_new_clusters=s.n_new_clusters,
             n_features=s.n_features, stop_words=None if s.stop_words == "none" else s.stop_words,
             window_max_docs=s.window_max_docs, window_max_age_s=s.window_max_age_s or None,
@@ -93,6 +118,9 @@ class EngineConfig:
             max_pending_labels=s.max_pending_labels, pending_label_ttl_s=s.pending_label_ttl_s,
             max_buffered_docs=s.max_buffered_docs, refit_every_docs=s.refit_every_docs,
             refit_every_s=s.refit_every_s or None, min_docs_first_refit=s.min_docs_first_refit,
+            min_seed_classes=s.min_seed_classes, min_seeds_per_class=s.min_seeds_per_class,
+            refit_growth=s.refit_growth, refit_idle_s=s.refit_idle_s, revisions=s.revisions,
+            revision_chunk=s.revision_chunk,
             min_refit_interval_s=s.min_refit_interval_s, drift_detection=s.drift_detection,
             drift_delta=s.drift_delta, explain_words=s.explain_words, random_state=s.random_state,
             background_refit=True,
@@ -116,14 +144,16 @@ class Assignment:
     ts: float
     fallback: bool = False
     document: Document | None = None
+    revision: int = 0
+    provisional: bool = False
 
     def to_message(self) -> dict[str, Any]:
         """JSON body of the output record."""
         out = {
             "id": self.id, "algorithm": self.algorithm, "model_version": self.model_version,
-            "label": self.label, "score": round(self.score, 6), "labels": self.labels,
+            "revision": self.revision, "label": self.label, "score": round(self.score, 6), "labels": self.labels,
             "cluster": self.cluster, "new_cluster": self.new_cluster, "explain": self.explain,
-            "primary": self.primary, "ts": self.ts,
+            "primary": self.primary, "provisional": self.provisional, "ts": self.ts,
         }
         if self.fallback:
             out["fallback"] = True
@@ -143,6 +173,7 @@ class ModelSlot:
     explain: dict[str, list[str]]
     fallback: bool = False
     n_train: int = 0
+    provisional: bool = False
 
 
 @dataclass
@@ -157,8 +188,34 @@ class ResolvedSeed:
 
 @dataclass
 class ProcessResult:
+    """What one :meth:`Engine.process` call produced.
+
+    Attributes
+    ----------
+    assignments : list of Assignment
+        First assignments (``revision`` 0) of the call's documents and of buffered ones.
+    rejected : list of (Document, Rejected)
+    revisions : list of Assignment
+        Revised assignments of earlier documents (one chunk of a revision pass).
+    """
+
     assignments: list[Assignment]
     rejected: list[tuple[Document, Rejected]]
+    revisions: list[Assignment] = field(default_factory=list)
+
+
+class _Served:
+    """What was last emitted for one window document: its revision and, per algorithm, a compact verdict.
+
+    ``verdicts[k]`` is ``(cluster, provisional, primary, model_version)`` of algorithm
+    ``k`` (``None`` before its first emission); cluster names are interned.
+    """
+
+    __slots__ = ("revision", "verdicts")
+
+    def __init__(self, n_algorithms: int) -> None:
+        self.revision = 0
+        self.verdicts: list[tuple[str, bool, bool, int] | None] = [None] * n_algorithms
 
 
 @dataclass
@@ -212,6 +269,7 @@ class _Snapshot:
     seed_labels: list[tuple[str, ...] | None]
     n_window: int
     trigger: str
+    provisional: bool = False
 
 
 class Engine:
@@ -251,6 +309,22 @@ class Engine:
         self._refit_queued: str | None = None
         self._adwin = ADWIN(delta=config.drift_delta) if config.drift_detection else None
         self.last_refit_error: dict[str, str] = {}
+        # the primary algorithm ("auto": chosen at every refit round, see _choose_primary)
+        self.auto_primary = config.primary == PRIMARY_AUTO
+        self.primary: str = config.algorithms[0] if self.auto_primary else str(config.primary)
+        self._kfold_accuracy: dict[str, float] = {}
+        # refit cadence: window size at the last fit (growth trigger), last document time (idle trigger)
+        self._last_fit_window = 0
+        self._last_doc_at = self.clock()
+        self._seeds_changed = False
+        # revisions: what was emitted per window document (evicted with the window), the pass in progress
+        self._alg_index = {a: k for k, a in enumerate(config.algorithms)}
+        self._served: OrderedDict[str, _Served] = OrderedDict()
+        self._pass_models: dict[str, ModelSlot] | None = None
+        self._judged_models: dict[str, ModelSlot] | None = None
+        self._pass_ids: deque[str] = deque()
+        self.revisions_sent = 0
+        self._publish_primary()
 
     # ------------------------------------------------------------------ state
     @property
@@ -266,6 +340,11 @@ class Engine:
     @property
     def buffer_full(self) -> bool:
         return len(self.buffer) >= self.config.max_buffered_docs
+
+    @property
+    def revisions_pending(self) -> int:
+        """Window documents the running revision pass has still to look at (0 when no pass runs)."""
+        return len(self._pass_ids)
 
     @property
     def control_ops(self) -> int:
@@ -322,6 +401,7 @@ class Engine:
             return []
         if doc_id in self.seeds:
             self.seeds.relabel(doc_id, labels)
+            self._seeds_changed = True
             self._publish_seeds()
             return []
         entry = self.window.get(doc_id)
@@ -342,6 +422,7 @@ class Engine:
         self.telemetry.control.labels("unlabel").inc()
         self._note_op(doc_id, offset, "unlabel")
         removed = self.seeds.remove(doc_id)
+        self._seeds_changed = self._seeds_changed or removed
         removed = (self.pending.pop(doc_id) is not None) or removed
         self.telemetry.pending.set(len(self.pending))
         self._publish_seeds()
@@ -375,6 +456,7 @@ class Engine:
         self.resolved.append(ResolvedSeed(doc_id, held.labels, text, held.offset))
 
     def _make_seed(self, doc_id: str, labels: tuple[str, ...], row: Row) -> None:
+        self._seeds_changed = True
         self.seeds.put(doc_id, labels, row)
         self._pending_checks.append((labels, row, self.version))  # models up to this version never saw it
         self._publish_seeds()
@@ -389,7 +471,12 @@ class Engine:
 
     # ------------------------------------------------------------------ documents
     def process(self, docs: Sequence[Document]) -> ProcessResult:
-        """Vectorise and window ``docs``, assign them if models exist (else buffer), maybe refit."""
+        """Vectorise and window ``docs``, assign them if models exist (else buffer), maybe refit.
+
+        After the fresh assignments, one chunk (``revision_chunk`` documents) of the
+        revision pass that follows a model swap is re-assigned: the changed
+        verdicts are returned in ``ProcessResult.revisions``.
+        """
         rejected: list[tuple[Document, Rejected]] = []
         assignments: list[Assignment] = []
         if docs:
@@ -397,26 +484,38 @@ class Engine:
                 X = self.featurizer.transform([d.text for d in docs])
             nnz = np.diff(X.indptr)
             good: list[tuple[Document, Row]] = []
+            evicted: list[str] = []
             for i, doc in enumerate(docs):
                 if nnz[i] == 0:
                     rejected.append((doc, Rejected("no_terms", "the text has no indexable terms (only stop words, digits or punctuation)")))
                     continue
                 row = Row.from_csr(X, i)
                 ts = doc.ts if doc.ts is not None else doc.arrival
-                self.window.add(doc.id, row, ts, doc.text)
+                evicted.extend(self.window.add(doc.id, row, ts, doc.text))
                 held = self.pending.pop(doc.id)
                 if held is not None:
                     self._promote_held(doc.id, held, row, doc.text)
                 good.append((doc, row))
+            self._forget_served(evicted)
             self.telemetry.pending.set(len(self.pending))
             self.docs_since_refit += len(good)
+            if good:
+                self._last_doc_at = self.clock()
             if self.ready and not self.buffer:
                 assignments = self._assign(good)
             else:
                 self.buffer.extend(good)
         self.tick()
         assignments.extend(self.flush())
-        return ProcessResult(assignments, rejected)
+        try:
+            revisions = self._revise()
+        except Exception as exc:  # noqa: BLE001 - fresh documents must never depend on a revision pass
+            event(log, "revision_failed", logging.WARNING, error=f"{type(exc).__name__}: {exc}",
+                  action="pass abandoned; the next model swap starts a new one", left=len(self._pass_ids))
+            self._pass_ids.clear()
+            self.telemetry.revisions_pending.set(0)
+            revisions = []
+        return ProcessResult(assignments, rejected, revisions)
 
     def flush(self) -> list[Assignment]:
         """Assign buffered documents once every enabled algorithm has a model."""
@@ -437,9 +536,9 @@ class Engine:
         return dropped
 
     def tick(self) -> None:
-        """Time-driven work: window age, label expiry, refit timer, first-fit and count triggers."""
+        """Time-driven work: window age, label expiry, refit timer, first-fit, growth, count and idle triggers."""
         now = self.clock()
-        self.window.expire(now)
+        self._forget_served(self.window.expire(now))
         expired = [({"op": "label", "id": k, "labels": list(p.labels)},
                     Rejected("label_expired", f"document {k!r} did not arrive within pending_label_ttl_s={self.config.pending_label_ttl_s}"))
                    for k, p in self.pending.expire(now)]
@@ -447,20 +546,37 @@ class Engine:
             self.dead.extend(expired)
             self.telemetry.pending.set(len(self.pending))
         cfg = self.config
+        idle = bool(cfg.refit_idle_s) and now - self._last_doc_at >= cfg.refit_idle_s
         if self._refit_queued is not None and not self.refitting:
             with self._refit_lock:
                 queued, self._refit_queued = self._refit_queued, None
             self._start_refit(queued)
         elif not self.models:
-            if len(self.window) >= cfg.min_docs_first_refit or self.buffer_full:
+            if len(self.window) >= cfg.min_docs_first_refit and self.seed_policy_met():
                 self._start_refit("docs", quiet=True)
+            elif self.buffer_full:
+                self._start_refit("buffer_full", quiet=True)
+            elif idle and len(self.window) >= cfg.min_docs_first_refit:
+                self._start_refit("idle", quiet=True)
+        elif (cfg.refit_growth and not self.refitting and len(self.window) < cfg.window_max_docs
+              and len(self.window) >= cfg.refit_growth * max(self._last_fit_window, 1)):
+            self._start_refit("growth")
         elif cfg.refit_every_docs and self.docs_since_refit >= cfg.refit_every_docs:
             self._start_refit("docs")
         elif cfg.refit_every_s and now - self.last_refit_start >= cfg.refit_every_s:
             self._start_refit("time")
+        elif (idle and not self.refitting and (self.docs_since_refit or self._seeds_changed)
+              and now - self.last_refit_start >= cfg.min_refit_interval_s):
+            self._start_refit("idle", quiet=True)
         self.telemetry.window.set(len(self.window))
         oldest = self.window.oldest_ts()
         self.telemetry.window_age.set(max(0.0, now - oldest) if oldest is not None else 0.0)
+
+    def seed_policy_met(self) -> bool:
+        """The seeds cover ``min_seed_classes`` classes with ``min_seeds_per_class`` seeds each."""
+        cfg = self.config
+        counts = self.seeds.class_counts()
+        return sum(1 for n in counts.values() if n >= cfg.min_seeds_per_class) >= cfg.min_seed_classes
 
     def drain_dead(self) -> list[tuple[dict, Rejected]]:
         """Label operations that expired unseen since the last call (for the dead-letter topic)."""
@@ -471,22 +587,35 @@ class Engine:
     def _assign(self, items: Sequence[tuple[Document, Row]]) -> list[Assignment]:
         if not items:
             return []
+        self._on_swap()
         X = rows_to_csr([r for _, r in items], self.config.n_features)
         models = self.models
+        primary = self.primary
         now = self.clock()
         out: list[Assignment] = []
         primary_scores = None
-        for name in self.config.algorithms:
+        served = self._served
+        track = self.config.revisions != "off"
+        if track:
+            for doc, _ in items:
+                served.pop(doc.id, None)   # a document sent again starts over (revision 0)
+                served[doc.id] = _Served(len(self.config.algorithms))
+        for k, name in enumerate(self.config.algorithms):
             slot = models[name]
             per_doc = self._assign_with(slot, X)
-            is_primary = name == self.config.primary
+            is_primary = name == primary
             for (doc, _), (label, score, labels, cluster, new) in zip(items, per_doc, strict=True):
                 out.append(Assignment(doc.id, name, slot.version, label, score, labels, cluster, new,
-                                      slot.explain.get(cluster, []), is_primary, now, slot.fallback, doc))
+                                      slot.explain.get(cluster, []), is_primary, now, slot.fallback, doc,
+                                      0, slot.provisional))
+                if track:
+                    served[doc.id].verdicts[k] = (sys.intern(cluster), slot.provisional, is_primary, slot.version)
                 self.telemetry.assignments.labels(name, self.telemetry.class_label(label, new)).inc()
             self.telemetry.assigned.labels(name).inc(len(items))
             if is_primary:
                 primary_scores = [s for _, s, _, _, _ in per_doc]
+        if track:
+            self._bound_served()
         if self._adwin is not None and primary_scores:
             drift = False
             for s in primary_scores:
@@ -494,8 +623,145 @@ class Engine:
                 drift = drift or self._adwin.drift_detected
             if drift and now - self.last_drift_refit >= self.config.min_refit_interval_s:
                 self.last_drift_refit = now
-                event(log, "drift_detected", algorithm=self.config.primary)
+                event(log, "drift_detected", algorithm=primary)
                 self._start_refit("drift")
+        return out
+
+    # ------------------------------------------------------------------ primary
+    def held_out_accuracy(self) -> dict[str, float]:
+        """Per algorithm, the held-out seed accuracy ``primary = auto`` compares.
+
+        Prequential (seeds that arrived after the model judging them was fitted, last
+        200) once every algorithm has ``PRIMARY_MIN_CHECKS`` of them; before that, the
+        k-fold accuracy over the snapshot's seeds measured at the refit rounds.
+        """
+        checks = self._seed_checks
+        if all(len(checks[a]) >= PRIMARY_MIN_CHECKS for a in self.config.algorithms):
+            return {a: sum(checks[a]) / len(checks[a]) for a in self.config.algorithms}
+        return dict(self._kfold_accuracy)
+
+    def _choose_primary(self) -> None:
+        """``primary = auto``: after a model swap, the algorithm with the best held-out seed accuracy.
+
+        Hysteresis: a challenger replaces the primary only when it beats it by
+        ``PRIMARY_HYSTERESIS``; an algorithm answered by the fallback model never becomes
+        primary (unless the primary is one too).
+        """
+        if not self.auto_primary or not self.ready:
+            return
+        acc = self.held_out_accuracy()
+        models = self.models
+        own = [a for a in self.config.algorithms if a in acc and not models[a].fallback]
+        if not own:
+            return
+        best = max(own, key=lambda a: (acc[a], -self._alg_index[a]))
+        current = acc.get(self.primary)
+        if best != self.primary and (current is None or models[self.primary].fallback
+                                     or acc[best] >= current + PRIMARY_HYSTERESIS):
+            event(log, "primary_changed", previous=self.primary, primary=best, accuracy=round(acc[best], 4),
+                  previous_accuracy=None if current is None else round(current, 4),
+                  source="prequential" if all(len(self._seed_checks[a]) >= PRIMARY_MIN_CHECKS
+                                              for a in self.config.algorithms) else "k-fold")
+            self.primary = best
+            self._publish_primary()
+
+    def _on_swap(self) -> None:
+        """Once per model swap, on the polling thread: choose the primary (``auto``)."""
+        models = self.models
+        if models is not self._judged_models:
+            self._judged_models = models
+            self._choose_primary()
+
+    def _publish_primary(self) -> None:
+        for a in self.config.algorithms:
+            self.telemetry.primary.labels(a).set(1 if a == self.primary else 0)
+
+    # ------------------------------------------------------------------ revisions
+    def _forget_served(self, ids: Sequence[str]) -> None:
+        """Documents that left the window are not revised any more."""
+        for doc_id in ids:
+            self._served.pop(doc_id, None)
+
+    def _bound_served(self) -> None:
+        """At most ``window_max_docs`` entries (a document re-added to the window may leave a stale one behind)."""
+        served = self._served
+        while served and (len(served) > self.config.window_max_docs or next(iter(served)) not in self.window):
+            served.popitem(last=False)
+
+    def _start_pass(self, models: dict[str, ModelSlot]) -> None:
+        """A new revision pass over the window documents some algorithm's current model has not judged yet."""
+        self._pass_models = models
+        versions = [models[a].version if a in models else 0 for a in self.config.algorithms]
+        primary_k = self._alg_index[self.primary]
+        todo: deque[str] = deque()
+        for doc_id, entry in self._served.items():
+            v = entry.verdicts
+            if any(x is None or x[3] < versions[k] or (k == primary_k and not x[2]) for k, x in enumerate(v)):
+                todo.append(doc_id)
+        self._pass_ids = todo
+        if todo:
+            event(log, "revision_pass_started", model_version=self.version, documents=len(todo), primary=self.primary)
+
+    def _revise(self) -> list[Assignment]:
+        """One chunk of the revision pass: re-assign up to ``revision_chunk`` window documents with the newest models.
+
+        A document is revised when, for some algorithm, the cluster (hence the label),
+        the provisional flag or the primary flag changed since its last emission
+        (every algorithm when ``revisions = all``); its revision number increases by
+        one and every algorithm's verdict is emitted for it in the ``all`` mode, only
+        the changed ones otherwise. Seeds are not revised (their label is the seed).
+        """
+        cfg = self.config
+        self._on_swap()
+        models = self.models
+        if cfg.revisions == "off" or not self.ready:
+            return []
+        if models is not self._pass_models:
+            self._start_pass(models)  # a newer swap restarts the pass with the newest models
+        if not self._pass_ids:
+            self.telemetry.revisions_pending.set(0)
+            return []
+        ids: list[str] = []
+        rows: list[Row] = []
+        while self._pass_ids and len(ids) < cfg.revision_chunk:
+            doc_id = self._pass_ids.popleft()
+            entry = self.window.get(doc_id)
+            if entry is None or doc_id not in self._served or doc_id in self.seeds:
+                continue
+            ids.append(doc_id)
+            rows.append(entry.row)
+        self.telemetry.revisions_pending.set(len(self._pass_ids))
+        if not ids:
+            return []
+        X = rows_to_csr(rows, cfg.n_features)
+        primary = self.primary
+        now = self.clock()
+        changed: dict[str, list[Assignment]] = {}
+        for k, name in enumerate(cfg.algorithms):
+            slot = models[name]
+            is_primary = name == primary
+            for doc_id, (label, score, labels, cluster, new) in zip(ids, self._assign_with(slot, X), strict=True):
+                entry = self._served[doc_id]
+                before = entry.verdicts[k]
+                verdict = (sys.intern(cluster), slot.provisional, is_primary, slot.version)
+                differs = (before is None or before[0] != cluster or before[1] != slot.provisional
+                           or (is_primary and not before[2]))
+                if differs or cfg.revisions == "all":
+                    changed.setdefault(doc_id, []).append(Assignment(
+                        doc_id, name, slot.version, label, score, labels, cluster, new, slot.explain.get(cluster, []),
+                        is_primary, now, slot.fallback, None, 0, slot.provisional))
+                entry.verdicts[k] = verdict
+        out: list[Assignment] = []
+        for doc_id, revised in changed.items():
+            entry = self._served[doc_id]
+            entry.revision += 1
+            for a in revised:
+                a.revision = entry.revision
+                self.telemetry.revisions.labels(a.algorithm).inc()
+            out.extend(revised)
+        self.revisions_sent += len(out)
+        if not self._pass_ids:
+            event(log, "revision_pass_done", model_version=max(s.version for s in models.values()))
         return out
 
     @staticmethod
@@ -560,7 +826,7 @@ class Engine:
         if not ids:
             return None
         return _Snapshot(self.version + 1, rows_to_csr(rows, self.config.n_features), ids, labels,
-                         len(in_window), trigger)
+                         len(in_window), trigger, provisional=not self.seed_policy_met())
 
     def _start_refit(self, trigger: str, quiet: bool = False) -> None:
         with self._refit_lock:
@@ -584,6 +850,8 @@ class Engine:
             self.version = snap.version
             self.docs_since_refit = 0
             self.last_refit_start = self.clock()
+            self._last_fit_window = snap.n_window
+            self._seeds_changed = False
             if self.config.background_refit:
                 self._refit_thread = threading.Thread(target=self._refit_and_requeue, args=(snap,),
                                                       name=f"refit-{snap.version}", daemon=True)
@@ -611,13 +879,14 @@ class Engine:
             return [list(lb) if lb else [] for lb in labels]
         return [lb[0] if lb else None for lb in labels]
 
-    def _fit_one(self, name: str, snap: _Snapshot) -> ModelSlot:
+    def _fit_one(self, name: str, snap: _Snapshot, probe: bool = False) -> ModelSlot:
+        """Fit ``name`` on the snapshot; ``probe``: a held-out fit (no warm start, no explanations)."""
         est = build_estimator(name, self.config.algorithm_params.get(name), self.config.n_new_clusters,
                               self.config.random_state)
         cls = type(est)
         multilabel = name in MULTILABEL
         y = self._targets(multilabel, snap.seed_labels)
-        prev = self.models.get(name)
+        prev = None if probe else self.models.get(name)
         if getattr(cls, "supports_warm_start", False) and prev is not None and not prev.fallback:
             est.fit(snap.X, y, doc_ids=snap.doc_ids, warm_start_from=prev.model)
         elif getattr(cls, "supports_warm_start", False):
@@ -627,13 +896,37 @@ class Engine:
         multilabel = multilabel or bool(getattr(est, "multilabel_", False))
         try:
             with self.sketch_lock:
-                explain = est.explain(self.featurizer.sketch, self.config.explain_words) if self.config.explain_words else {}
+                explain = (est.explain(self.featurizer.sketch, self.config.explain_words)
+                           if self.config.explain_words and not probe else {})
         except Exception as exc:  # noqa: BLE001 - explanations are best effort
             event(log, "explain_failed", logging.WARNING, algorithm=name, error=str(exc))
             explain = {}
         return ModelSlot(est, snap.version, self.clock(), np.asarray(est.classes_),
                          frozenset(str(c) for c in getattr(est, "new_clusters_", []) or []),
-                         multilabel, explain, n_train=snap.X.shape[0])
+                         multilabel, explain, n_train=snap.X.shape[0], provisional=snap.provisional)
+
+    def _holdout_accuracy(self, name: str, snap: _Snapshot) -> float | None:
+        """Accuracy of ``name`` on one fold of the snapshot's seeds, fitted without them.
+
+        The fold rotates with the model version, so that consecutive rounds cover the
+        ``PRIMARY_KFOLD`` folds (k-fold spread over rounds: one extra fit per round).
+        """
+        seeded = [i for i, lb in enumerate(snap.seed_labels) if lb]
+        if len(seeded) < 2 * PRIMARY_KFOLD:
+            return None
+        rng = np.random.default_rng(self.config.random_state)
+        fold_of = rng.permutation(len(seeded)) % PRIMARY_KFOLD
+        held = [seeded[j] for j in np.flatnonzero(fold_of == snap.version % PRIMARY_KFOLD)]
+        hidden = set(held)
+        labels = [None if i in hidden else lb for i, lb in enumerate(snap.seed_labels)]
+        if len({lb[0] for lb in labels if lb}) < 2:
+            return None
+        probe = _Snapshot(snap.version, snap.X, snap.doc_ids, labels, snap.n_window, snap.trigger)
+        slot = self._fit_one(name, probe, probe=True)
+        per_doc = self._assign_with(slot, snap.X[held])
+        hits = [any(lb in chosen for lb in snap.seed_labels[i]) if slot.multilabel else label in snap.seed_labels[i]
+                for i, (label, _, chosen, _, _) in zip(held, per_doc, strict=True)]
+        return float(np.mean(hits))
 
     def _agreement(self, old: ModelSlot, new: ModelSlot, snap: _Snapshot) -> float | None:
         n = min(snap.n_window, AGREEMENT_SAMPLE)
@@ -694,6 +987,20 @@ class Engine:
                 for name in missing:
                     new_models[name] = ModelSlot(**{**fallback_slot.__dict__, "fallback": True})
                     event(log, "fallback_in_use", logging.WARNING, algorithm=name, version=snap.version)
+        if self.auto_primary and snap.X.shape[0] <= PRIMARY_KFOLD_MAX_DOCS and any(
+                len(self._seed_checks[a]) < PRIMARY_MIN_CHECKS for a in self.config.algorithms):
+            kfold = dict(self._kfold_accuracy)
+            for name in self.config.algorithms:
+                if name in failed:
+                    continue
+                try:
+                    acc = self._holdout_accuracy(name, snap)
+                except Exception as exc:  # noqa: BLE001 - a quality probe must never break a refit
+                    event(log, "holdout_failed", logging.WARNING, algorithm=name, error=str(exc))
+                    continue
+                if acc is not None:  # running mean over the last folds (k-fold spread over rounds)
+                    kfold[name] = acc if name not in kfold else (kfold[name] * (PRIMARY_KFOLD - 1) + acc) / PRIMARY_KFOLD
+            self._kfold_accuracy = kfold
         self.models = new_models  # atomic swap
         self.refit_count += 1
         event(log, "refit_round_done", version=snap.version, seconds=round(time.perf_counter() - t_round, 3),

@@ -67,6 +67,12 @@ class Telemetry:
         self.seed_accuracy = Gauge("streamsemi_seed_accuracy",
                                    "Accuracy of the model in use on seeds labeled after it was fitted (prequential)",
                                    ["algorithm"], registry=r)
+        self.revisions = Counter("streamsemi_revisions", "Revised assignments emitted after a model swap, per algorithm",
+                                 ["algorithm"], registry=r)
+        self.revisions_pending = Gauge("streamsemi_revisions_pending",
+                                       "Window documents the running revision pass has still to re-assign", registry=r)
+        self.primary = Gauge("streamsemi_primary", "1 for the primary algorithm, 0 for the other enabled ones",
+                             ["algorithm"], registry=r)
         self.broker_errors = Counter("streamsemi_broker_errors", "Kafka client errors, by kind", ["kind"], registry=r)
         self.ready = Gauge("streamsemi_ready", "1 when partitions are assigned and a model is loaded", registry=r)
         self.broker_resets = Counter("streamsemi_broker_resets",

@@ -159,6 +159,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("control_topic", str, "streamsemi.control", "topic of seed labels and refit requests", topic_problem),
     Setting("assignments_topic", str, "streamsemi.assignments", "output topic", topic_problem),
     Setting("deadletter_topic", str, "streamsemi.deadletter", "topic for malformed messages", topic_problem),
+    Setting("labels_topic", str, "streamsemi.labels",
+            "compacted topic of the latest primary assignment per document (key = id)", topic_problem),
     Setting("group_id", str, "streamsemi", "consumer group of the documents topic", _non_empty),
     Setting("topic_partitions", int, 3, "partitions of topics created at start", _positive),
     Setting("replication_factor", int, 1, "replication factor of topics created at start", _positive),
@@ -180,7 +182,8 @@ SETTINGS: tuple[Setting, ...] = (
             _positive),
     Setting("max_poll_interval_ms", int, 300000, "max time between polls before the client leaves the group", _positive),
     Setting("algorithms", str, E["algorithms"], "comma-separated enabled algorithms"),
-    Setting("primary", str, E["primary"], "primary algorithm (default: the first enabled)"),
+    Setting("primary", str, E["primary"], "primary algorithm, or 'auto' (best held-out seed accuracy; default when "
+            "several are enabled, else the one enabled)"),
     Setting("n_new_clusters", int, E["n_new_clusters"],
             "extra clusters for unseeded classes where the algorithm supports it", _non_negative),
     Setting("n_features", int, E["n_features"], "hashing dimension", _hashing_dimension),
@@ -198,6 +201,20 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("refit_every_docs", int, E["refit_every_docs"], "refit after this many new documents (0 = off)", _non_negative),
     Setting("refit_every_s", float, E["refit_every_s"], "refit every this many seconds (0 = off)", _non_negative),
     Setting("min_docs_first_refit", int, E["min_docs_first_refit"], "documents needed before the first fit", _positive),
+    Setting("min_seed_classes", int, E["min_seed_classes"],
+            "classes the seeds must cover (with min_seeds_per_class each) before the first fit", _positive),
+    Setting("min_seeds_per_class", int, E["min_seeds_per_class"], "seeds per class counted by min_seed_classes",
+            _positive),
+    Setting("refit_growth", float, E["refit_growth"],
+            "refit when the window grew by this factor since the last fit, until it is full (0 = off)",
+            lambda v: None if v == 0 or v > 1 else "must be 0 (off) or > 1"),
+    Setting("refit_idle_s", float, E["refit_idle_s"],
+            "refit when no document arrived for this long and documents or seeds arrived since the last fit (0 = off)",
+            _non_negative),
+    Setting("revisions", str, E["revisions"], "revised assignments after a refit: for changed verdicts, all, or off",
+            choices=("off", "changed", "all")),
+    Setting("revision_chunk", int, E["revision_chunk"], "window documents re-assigned per loop during a revision pass",
+            _positive),
     Setting("min_refit_interval_s", float, E["min_refit_interval_s"], "minimum time between drift-triggered refits",
             _non_negative),
     Setting("drift_detection", bool, E["drift_detection"], "refit early when ADWIN sees the assignment scores shift"),
@@ -217,7 +234,7 @@ SETTINGS: tuple[Setting, ...] = (
 del E
 
 _BY_NAME = {s.name: s for s in SETTINGS}
-TOPIC_SETTINGS = ("documents_topic", "control_topic", "assignments_topic", "deadletter_topic")
+TOPIC_SETTINGS = ("documents_topic", "control_topic", "assignments_topic", "deadletter_topic", "labels_topic")
 ENGINE_SETTINGS = tuple(ENGINE_DEFAULTS)
 _TOML_ONLY = ("algorithm_params",)
 
@@ -438,7 +455,7 @@ def _check_algorithms(settings: Settings) -> None:
         except AlgorithmNotAvailable as exc:
             raise ConfigError(f"{where}: {exc}") from None
     primary = settings.values["primary"]
-    if primary and primary not in names:
+    if primary and primary != "auto" and primary not in names:
         raise ConfigError(f"{settings.where('primary')}: {primary!r} is not among the enabled algorithms {names}")
     params = settings.values["algorithm_params"]
     for name in params:

@@ -36,8 +36,18 @@ def _client(make: Callable[..., T], **conf: Any) -> T:
         raise ConfigError(f"Kafka client settings refused by kafka-python ({make.__name__}): {exc}") from None
 
 
+#: Topic configs of the topics created at start (the labels topic is a table: the latest value per key).
+TOPIC_CONFIGS = {"labels_topic": {"cleanup.policy": "compact"}}
+
+
 def topics_of(settings: Settings) -> list[str]:
-    return [settings.documents_topic, settings.control_topic, settings.assignments_topic, settings.deadletter_topic]
+    return [settings.documents_topic, settings.control_topic, settings.assignments_topic, settings.deadletter_topic,
+            settings.labels_topic]
+
+
+def topic_configs(settings: Settings, topic: str) -> dict[str, str]:
+    """Configs a topic is created with (``cleanup.policy=compact`` for the labels topic)."""
+    return next((conf for name, conf in TOPIC_CONFIGS.items() if settings.values.get(name) == topic), {})
 
 
 def ensure_topics(settings: Settings, topics: list[str] | None = None, timeout_s: float = 30.0) -> list[str]:
@@ -55,7 +65,8 @@ def ensure_topics(settings: Settings, topics: list[str] | None = None, timeout_s
                 created = []
                 for t in missing:
                     try:
-                        admin.create_topics([NewTopic(t, settings.topic_partitions, settings.replication_factor)])
+                        admin.create_topics([NewTopic(t, settings.topic_partitions, settings.replication_factor,
+                                                      topic_configs=topic_configs(settings, t))])
                         created.append(t)
                     except TopicAlreadyExistsError:
                         pass

@@ -167,7 +167,8 @@ class Worker:
                                  self.readiness).start()
         created = ensure_topics(s)
         event(log, "worker_starting", bootstrap_servers=s.bootstrap_servers, group=s.group_id,
-              algorithms=s.algorithm_list, primary=s.primary_algorithm, topics_created=created,
+              algorithms=s.algorithm_list, primary="auto" if self.engine.auto_primary else self.engine.primary,
+              revisions=s.revisions, labels_topic=s.labels_topic, topics_created=created,
               metrics=f"http://{s.metrics_host}:{self.http.port}/metrics", state_dir=s.state_dir or None)
         if s.state_dir:
             self._restore()
@@ -270,7 +271,9 @@ class Worker:
     def _poll(self) -> list[tuple[TopicPartition, Any]] | None:
         """Records of one poll, in partition order; None when the poll failed."""
         try:
-            polled = self.consumer.poll(timeout_ms=500, max_records=self.settings.max_poll_records)
+            # a revision pass in progress: do not wait for records, the loop goes on with the next chunk
+            wait_ms = 0 if self.engine.revisions_pending else 500
+            polled = self.consumer.poll(timeout_ms=wait_ms, max_records=self.settings.max_poll_records)
         except KafkaError as exc:
             self.broker_error("poll")
             event(log, "poll_failed", logging.WARNING, error=_error(exc))
@@ -306,7 +309,7 @@ class Worker:
         docs, dead = self._parse(records)
         positions = [(tp, r.offset) for tp, r in records]
         self.inflight.begin(positions)
-        assignments, failed = self._process_docs(docs)
+        assignments, failed, revisions = self._process_docs(docs)
         raw = {(tp, r.offset): r for tp, r in records}
         for doc, exc in failed:
             tp, offset = doc.source
@@ -316,6 +319,7 @@ class Worker:
         for op, rej in self.engine.drain_dead():
             dead.append((dead_letter(encode_json(op), rej.reason, rej.detail, self.settings.control_topic), rej))
         self._emit(assignments, dead)
+        self._emit(revisions, [])  # after the fresh ones; they belong to no consumed record
         self._reemit_resolved()
         self.ledger.advance(positions)  # every record has its outputs sent (or is buffered: _held)
         self.inflight.end()
@@ -336,11 +340,13 @@ class Worker:
                 docs.append(parsed)
         return docs, dead
 
-    def _process_docs(self, docs: list[Document]) -> tuple[list[Assignment], list[tuple[Document, BaseException]]]:
+    def _process_docs(self, docs: list[Document]) -> tuple[list[Assignment], list[tuple[Document, BaseException]],
+                                                          list[Assignment]]:
         """``engine.process(docs)``; when it raises, each document again on its own.
 
-        Returns the assignments and the documents whose processing raised (with the
-        exception), rejected documents become dead letters on the way (``no_terms``).
+        Returns the assignments, the documents whose processing raised (with the
+        exception) and the revised assignments of earlier documents (one chunk of a
+        revision pass); rejected documents become dead letters on the way (``no_terms``).
         """
         try:
             result = self.engine.process(docs)
@@ -348,16 +354,18 @@ class Worker:
             if len(docs) == 1:
                 event(log, "processing_failed", logging.WARNING, error=_error(exc), id=docs[0].id,
                       partition=docs[0].source[0].partition, offset=docs[0].source[1], action="dead-lettered")
-                return [], [(docs[0], exc)]
+                return [], [(docs[0], exc)], []
             event(log, "batch_processing_failed", logging.WARNING, error=_error(exc), records=len(docs),
                   action="processing the batch's documents one at a time" if docs else "skipped this tick")
             assignments: list[Assignment] = []
             failed: list[tuple[Document, BaseException]] = []
+            revisions: list[Assignment] = []
             for doc in docs:
-                got, bad = self._process_docs([doc])
+                got, bad, revised = self._process_docs([doc])
                 assignments.extend(got)
                 failed.extend(bad)
-            return assignments, failed
+                revisions.extend(revised)
+            return assignments, failed, revisions
         dead = []
         for doc, rej in result.rejected:
             tp, offset = doc.source
@@ -365,7 +373,7 @@ class Worker:
             dead.append((dead_letter(raw, rej.reason, rej.detail, tp.topic, tp.partition, offset), rej))
         if dead:
             self._emit([], dead)
-        return result.assignments, []
+        return result.assignments, [], result.revisions
 
     def _dead_letter_poison(self, tp: TopicPartition, r: Any) -> None:
         """A record that killed the process every time it was processed alone: dead-letter it, unprocessed."""
@@ -433,8 +441,11 @@ class Worker:
         s = self.settings
         now = time.time()
         for a in assignments:
-            self.ledger.send(Output(s.assignments_topic, encode_key(a.id), encode_json(a.to_message()),
-                                    [("model_version", str(a.model_version).encode())]))
+            key, value = encode_key(a.id), encode_json(a.to_message())
+            headers = [("model_version", str(a.model_version).encode()), ("revision", str(a.revision).encode())]
+            self.ledger.send(Output(s.assignments_topic, key, value, headers))
+            if a.primary:  # the labels topic: the latest primary assignment per document (compacted)
+                self.ledger.send(Output(s.labels_topic, key, value, headers))
             if a.primary and a.document is not None:
                 self.telemetry.latency.observe(max(0.0, now - a.document.arrival))
         for value, rej in dead:

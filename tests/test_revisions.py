@@ -1,0 +1,279 @@
+"""Revised assignments, the first-model seed policy, refit cadence and ``primary = auto`` (issue 14)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from streamsemi.core.datasets import load
+from streamsemi.core.messages import Document
+from streamsemi.core.store import rows_to_csr
+from streamsemi.engine import PRIMARY_HYSTERESIS, PRIMARY_MIN_CHECKS, Engine, EngineConfig
+
+
+@pytest.fixture(scope="module")
+def r8():
+    ds = load("reuters-r8")
+    order = np.random.default_rng(5).permutation(len(ds))
+    return ds, [int(i) for i in order]
+
+
+def docs(ds, idx):
+    return [Document(id=f"r{i}", text=ds.texts[i]) for i in idx]
+
+
+def cfg(**kw):
+    base = dict(algorithms=["constrained-kmeans"], background_refit=False, n_features=2**16, refit_every_docs=0,
+                refit_growth=0, refit_idle_s=0, min_docs_first_refit=100, min_seed_classes=2, min_seeds_per_class=2,
+                drift_detection=False, revision_chunk=100, explain_words=0)
+    base.update(kw)
+    return EngineConfig(**base)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def seed(eng, ds, idx):
+    for i in idx:
+        eng.label(f"r{i}", [ds.labels[i]])
+
+
+def by_class(ds, idx, per_class, classes=None):
+    out, counts = [], {}
+    for i in idx:
+        c = ds.labels[i]
+        if (classes is None or c in classes) and counts.get(c, 0) < per_class:
+            counts[c] = counts.get(c, 0) + 1
+            out.append(i)
+    return out
+
+
+def drain(eng, limit=1000):
+    """Revision chunks until the pass ends."""
+    chunks = []
+    for _ in range(limit):
+        got = eng.process([]).revisions
+        if not got and not eng.revisions_pending:
+            break
+        chunks.append(got)
+    return chunks
+
+
+def emitted(assignments):
+    return {(a.id, a.algorithm): a for a in assignments}
+
+
+def test_after_a_swap_exactly_the_changed_verdicts_are_revised_in_bounded_chunks(r8):
+    ds, order = r8
+    eng = Engine(cfg())
+    window = order[:600]
+    seed(eng, ds, by_class(ds, window, 2, {"earn", "acq"}))
+    first = eng.process(docs(ds, window)).assignments
+    assert {a.model_version for a in first} == {1} and {a.revision for a in first} == {0}
+    last = {a.id: a.cluster for a in first}
+    seeds_v2 = by_class(ds, window, 8)
+    seed(eng, ds, seeds_v2)
+    eng.request_refit()
+    slot = eng.models["constrained-kmeans"]
+    assert slot.version == 2
+    ids = eng.window.ids()
+    now = {d: c for d, (_, _, _, c, _) in zip(ids, eng._assign_with(slot, rows_to_csr(eng.window.rows(), 2**16)),
+                                               strict=True)}
+    expected = {d for d in ids if now[d] != last[d] and d not in eng.seeds}
+    assert len(expected) > 50, "the test needs a second model that disagrees with the first on many documents"
+    chunks = drain(eng)
+    revised = [a for c in chunks for a in c]
+    assert {a.id for a in revised} == expected and len(revised) == len(expected), "changed ones, once each"
+    assert all(a.revision == 1 and a.model_version == 2 and a.cluster == now[a.id] for a in revised)
+    assert not {a.id for a in revised} & {f"r{i}" for i in seeds_v2}, "seeds are not revised"
+    assert max(len({a.id for a in c}) for c in chunks) <= 100, "at most revision_chunk documents per call"
+    assert eng.revisions_pending == 0 and eng.process([]).revisions == []
+    assert eng.telemetry.revisions_pending._value.get() == 0
+    # the next swap revises again only what changed since, with revision 2
+    seed(eng, ds, by_class(ds, order[600:3000], 4))
+    eng.request_refit()
+    again = [a for c in drain(eng) for a in c]
+    assert all(a.revision == (2 if a.id in expected else 1) and a.model_version == 3 for a in again)
+
+
+@pytest.mark.parametrize("mode", ["all", "off"])
+def test_revision_modes_all_and_off(r8, mode):
+    ds, order = r8
+    eng = Engine(cfg(revisions=mode, algorithms=["constrained-kmeans", "seeded-kmeans"]))
+    window = order[:300]
+    seeds = by_class(ds, window, 3)
+    seed(eng, ds, seeds)
+    eng.process(docs(ds, window))
+    eng.request_refit()
+    revised = [a for c in drain(eng) for a in c]
+    if mode == "off":
+        assert revised == [] and eng.revisions_pending == 0
+        return
+    nonseed = {f"r{i}" for i in window} - {f"r{i}" for i in seeds}
+    assert sorted((a.id, a.algorithm) for a in revised) == sorted(
+        (d, a) for d in nonseed for a in ("constrained-kmeans", "seeded-kmeans"))
+    assert {a.revision for a in revised} == {1} and sum(a.primary for a in revised) == len(nonseed)
+
+
+def test_a_newer_swap_restarts_the_pass_with_the_newest_models(r8):
+    ds, order = r8
+    eng = Engine(cfg(revisions="all", revision_chunk=50))
+    window = order[:400]
+    seed(eng, ds, by_class(ds, window, 2, {"earn", "acq"}))
+    eng.process(docs(ds, window))
+    eng.request_refit()
+    chunk = eng.process([]).revisions
+    assert len(chunk) == 50 and {a.model_version for a in chunk} == {2}
+    eng.request_refit()   # v3 while the v2 pass is running
+    rest = [a for c in drain(eng) for a in c]
+    assert {a.model_version for a in rest} == {3}
+    assert len({a.id for a in rest}) == len(rest) == len(window) - len(eng.seeds), "every document, by v3"
+    revs = {a.id: a.revision for a in rest}
+    assert all(revs[a.id] == 2 for a in chunk) and sum(r == 1 for r in revs.values()) == len(rest) - 50
+
+
+def test_documents_that_leave_the_window_are_forgotten(r8):
+    ds, order = r8
+    eng = Engine(cfg(window_max_docs=150, revisions="all"))
+    seed(eng, ds, by_class(ds, order[:150], 3))
+    eng.process(docs(ds, order[:150]))
+    eng.process(docs(ds, order[150:400]))
+    assert len(eng._served) <= 150 and set(eng._served) <= set(eng.window.ids())
+    eng.request_refit()
+    revised = {a.id for c in drain(eng) for a in c}
+    assert revised and revised <= set(eng.window.ids())
+
+
+def test_first_fit_waits_for_the_seed_policy_and_a_provisional_model_is_revised(r8):
+    ds, order = r8
+    eng = Engine(cfg(min_seed_classes=3, min_seeds_per_class=2, max_buffered_docs=400))
+    window = order[:300]
+    seed(eng, ds, by_class(ds, window, 5, {"earn", "acq"}))
+    assert eng.process(docs(ds, window)).assignments == []
+    assert not eng.models and not eng.seed_policy_met(), "2 classes seeded: the first fit waits"
+    out = eng.process(docs(ds, order[300:400])).assignments   # the buffer is full: fit anyway
+    assert len(out) == 400 and all(a.provisional for a in out)
+    assert eng.models["constrained-kmeans"].provisional
+    assert all(m["provisional"] is True and m["revision"] == 0 for m in (a.to_message() for a in out))
+    seed(eng, ds, by_class(ds, order[:400], 3, {"crude", "trade"}))
+    assert eng.seed_policy_met()
+    eng.request_refit()
+    assert not eng.models["constrained-kmeans"].provisional
+    revised = [a for c in drain(eng) for a in c]
+    assert {a.id for a in revised} == {a.id for a in out} - set(dict(eng.seeds.items())), \
+        "every provisional assignment is replaced"
+    assert not any(a.provisional for a in revised) and {a.revision for a in revised} == {1}
+
+
+def test_first_fit_as_soon_as_the_policy_is_met(r8):
+    ds, order = r8
+    eng = Engine(cfg(min_seed_classes=2, min_seeds_per_class=3))
+    seed(eng, ds, by_class(ds, order[:200], 2, {"earn", "acq"}))
+    assert eng.process(docs(ds, order[:200])).assignments == [] and not eng.models
+    seed(eng, ds, by_class(ds, order[:200], 3, {"earn"})[2:3] + by_class(ds, order[:200], 3, {"acq"})[2:3])
+    out = eng.process([]).assignments
+    assert len(out) == 200 and not any(a.provisional for a in out)
+
+
+def test_idle_and_growth_triggers(r8):
+    ds, order = r8
+    clock = Clock()
+    eng = Engine(cfg(refit_idle_s=2.0, refit_growth=2.0, min_refit_interval_s=0.0, window_max_docs=5000), clock=clock)
+    seed(eng, ds, by_class(ds, order[:100], 3))
+    eng.process(docs(ds, order[:100]))
+    assert eng.version == 1 and eng._last_fit_window == 100
+    eng.process(docs(ds, order[100:190]))
+    assert eng.version == 1, "190 < 2 x 100"
+    eng.process(docs(ds, order[190:200]))
+    assert eng.version == 2 and eng.telemetry.refit_triggers.labels("growth")._value.get() == 1
+    eng.process(docs(ds, order[200:250]))
+    clock.t += 1.0
+    eng.process([])
+    assert eng.version == 2, "not idle long enough"
+    clock.t += 1.5
+    eng.process([])
+    assert eng.version == 3 and eng.telemetry.refit_triggers.labels("idle")._value.get() == 1
+    clock.t += 10
+    eng.process([])
+    assert eng.version == 3, "nothing arrived since the idle refit"
+    seed(eng, ds, by_class(ds, order[200:250], 1))
+    clock.t += 10
+    eng.process([])
+    assert eng.version == 4, "new seeds since the last fit"
+
+
+def test_an_idle_stream_fits_a_provisional_first_model(r8):
+    ds, order = r8
+    clock = Clock()
+    eng = Engine(cfg(refit_idle_s=2.0, min_seed_classes=5), clock=clock)
+    seed(eng, ds, by_class(ds, order[:150], 3, {"earn", "acq"}))
+    eng.process(docs(ds, order[:150]))
+    assert not eng.models
+    clock.t += 2.5
+    out = eng.process([]).assignments
+    assert len(out) == 150 and all(a.provisional for a in out)
+
+
+def test_primary_auto_follows_held_out_accuracy_with_hysteresis(r8):
+    ds, order = r8
+    algs = ["constrained-kmeans", "seeded-kmeans"]
+    eng = Engine(cfg(algorithms=algs, revisions="changed"))
+    assert eng.config.primary == "auto" and eng.primary == "constrained-kmeans"
+    assert eng.telemetry.primary.labels("constrained-kmeans")._value.get() == 1
+    window = order[:300]
+    seed(eng, ds, by_class(ds, window, 3))
+    out = eng.process(docs(ds, window)).assignments
+    assert {a.algorithm for a in out if a.primary} == {eng.primary}
+
+    def checks(ck, sk):
+        eng._seed_checks["constrained-kmeans"].extend([True] * int(ck * 100) + [False] * (100 - int(ck * 100)))
+        eng._seed_checks["seeded-kmeans"].extend([True] * int(sk * 100) + [False] * (100 - int(sk * 100)))
+
+    start = eng.primary
+    other = algs[1 - algs.index(start)]
+    acc = {start: 0.80, other: 0.80 + PRIMARY_HYSTERESIS / 2}
+    checks(acc["constrained-kmeans"], acc["seeded-kmeans"])
+    assert min(len(eng._seed_checks[a]) for a in algs) >= PRIMARY_MIN_CHECKS
+    eng.request_refit()
+    eng.process([])
+    assert eng.primary == start, "within the hysteresis: no flap"
+    acc = {start: 0.70, other: 0.80}
+    checks(acc["constrained-kmeans"], acc["seeded-kmeans"])
+    eng.request_refit()
+    chunks = drain(eng)
+    assert eng.primary == other
+    assert eng.telemetry.primary.labels(other)._value.get() == 1
+    assert eng.telemetry.primary.labels(start)._value.get() == 0
+    revised = [a for c in chunks for a in c if a.primary]
+    nonseed = {f"r{i}" for i in window} - set(dict(eng.seeds.items()))
+    assert {a.id for a in revised} == nonseed and {a.algorithm for a in revised} == {other}, \
+        "the new primary's verdict is re-emitted with primary: true for every document"
+    fresh = eng.process(docs(ds, order[300:320])).assignments
+    assert {a.algorithm for a in fresh if a.primary} == {other}
+
+
+def test_primary_auto_before_enough_prequential_checks_uses_k_fold(r8):
+    ds, order = r8
+    eng = Engine(cfg(algorithms=["constrained-kmeans", "seeded-kmeans"]))
+    seed(eng, ds, by_class(ds, order[:400], 6))
+    eng.process(docs(ds, order[:400]))
+    assert max(len(c) for c in eng._seed_checks.values()) < PRIMARY_MIN_CHECKS
+    acc = eng.held_out_accuracy()
+    assert acc == eng._kfold_accuracy and set(acc) == {"constrained-kmeans", "seeded-kmeans"}
+    assert all(0.5 <= v <= 1.0 for v in acc.values()), "one fold of the seeds, predicted by a model fitted without it"
+    beats = acc["seeded-kmeans"] >= acc["constrained-kmeans"] + PRIMARY_HYSTERESIS
+    assert eng.primary == ("seeded-kmeans" if beats else "constrained-kmeans")
+
+
+def test_config_checks():
+    with pytest.raises(ValueError, match="revisions"):
+        EngineConfig(revisions="sometimes")
+    with pytest.raises(ValueError, match="revision_chunk"):
+        EngineConfig(revision_chunk=0)
+    assert EngineConfig(algorithms=["constrained-kmeans"]).primary == "constrained-kmeans"
+    assert EngineConfig(algorithms=["constrained-kmeans", "seeded-kmeans"]).primary == "auto"
