@@ -95,6 +95,15 @@ def _starts(worker: WorkerProcess) -> int:
     return sum(1 for e in worker.logs() if e.get("event") == "worker_starting")
 
 
+def _assigned_until(bootstrap: str, topic: str, expect: set[str], timeout: float = 120.0) -> list[dict]:
+    """Every assignment on ``topic`` once all of ``expect`` are assigned (or ``timeout`` passes)."""
+    t0 = time.monotonic()
+    while True:
+        out = [json.loads(r.value) for r in read_topic(bootstrap, topic, expect=None, timeout=30, idle=2.0)]
+        if expect <= {a["id"] for a in out} or time.monotonic() - t0 > timeout:
+            return out
+
+
 def _dead_by_position(bootstrap: str, topic: str, expect: int) -> dict[tuple[str, int, int], dict]:
     dead = [json.loads(r.value) for r in read_topic(bootstrap, topic, expect=expect, timeout=120)]
     return {(d["topic"], d["partition"], d["offset"]): d for d in dead}
@@ -140,8 +149,8 @@ def test_poison_pills_are_dead_lettered_and_survive_a_restart(broker, tmp_path, 
         send_json(p, topics.documents, {"id": "late", "text": "grain wheat \U0001f33e harvest"}, key="late")
         p.flush()
         where = {(f.get().topic, f.get().partition, f.get().offset): reason for f, reason in bad}
-        out = read_topic(broker.bootstrap, topics.assignments, expect=len(good) + 1, timeout=90)
-        assert {json.loads(r.value)["id"] for r in out} == {*good, "late"}
+        out = _assigned_until(broker.bootstrap, topics.assignments, {*good, "late"}, timeout=90)
+        assert {a["id"] for a in out} == {*good, "late"}
         got = _dead_by_position(broker.bootstrap, topics.deadletter, len(where))
         for key, reason in where.items():
             assert key in got, f"no dead letter for {key} ({reason})"
@@ -181,8 +190,8 @@ def test_labels_for_5000_unseen_ids_with_distinct_classes_seed_at_most_max_class
         for i in range(n):
             send_json(p, topics.documents, {"id": f"u{i}", "text": r8.texts[i % len(r8.texts)]}, key=f"u{i}")
         p.flush()
-        out = read_topic(broker.bootstrap, topics.assignments, expect=n, timeout=120)
-        assert {json.loads(r.value)["id"] for r in out} == {f"u{i}" for i in range(n)}
+        out = _assigned_until(broker.bootstrap, topics.assignments, {f"u{i}" for i in range(n)})
+        assert {a["id"] for a in out} == {f"u{i}" for i in range(n)}
         assert w.metric("streamsemi_seed_documents") == 20
         _, body = w.get("/readyz")
         assert json.loads(body)["seed_classes"] == 20
@@ -249,7 +258,7 @@ def test_generated_hostile_stream_leaves_the_worker_up_and_bounded(broker, tmp_p
         for i, doc_id in enumerate(warm):
             send_json(p, topics.documents, {"id": doc_id, "text": r8.texts[i]}, key=doc_id)
         p.flush()
-        assert len(read_topic(broker.bootstrap, topics.assignments, expect=len(warm), timeout=90)) >= len(warm)
+        assert set(warm) <= {a["id"] for a in _assigned_until(broker.bootstrap, topics.assignments, set(warm), 90)}
         rss0 = _rss_mib(w.proc.pid)
         good = [f"g{i}" for i in range(n_good)]
         bad: list[tuple[object, str]] = []
@@ -267,10 +276,10 @@ def test_generated_hostile_stream_leaves_the_worker_up_and_bounded(broker, tmp_p
         p.flush()
         positions = {(f.get().topic, f.get().partition, f.get().offset): reason for f, reason in bad}
         expect = set(warm) | set(good) | set(long_ids)
-        out = read_topic(broker.bootstrap, topics.assignments, expect=len(expect), timeout=120)
-        ids = [json.loads(r.value)["id"] for r in out]
-        assert set(ids) == expect, "every good document assigned"
-        assert len(ids) == len(set(ids)), "no restart, so no at-least-once duplicates either"
+        out = _assigned_until(broker.bootstrap, topics.assignments, expect)
+        assert {a["id"] for a in out} == expect, "every good document assigned"
+        versions = [(a["id"], a["model_version"]) for a in out]
+        assert len(versions) == len(set(versions)), "no restart, so no at-least-once duplicates either"
         got = _dead_by_position(broker.bootstrap, topics.deadletter, len(positions))
         missing = set(positions) - set(got)
         assert not missing, f"{len(missing)} bad messages without a dead letter"
