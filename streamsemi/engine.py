@@ -80,8 +80,8 @@ class EngineConfig:
     refit_every_docs: int = 2000
     refit_every_s: float | None = None
     min_docs_first_refit: int = 200
-    min_seed_classes: int = 2
-    min_seeds_per_class: int = 2
+    min_seed_classes: int = 4
+    min_seeds_per_class: int = 3
     refit_growth: float = 2.0
     refit_idle_s: float = 3.0
     revisions: str = "changed"

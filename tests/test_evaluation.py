@@ -203,7 +203,13 @@ def test_stream_mode_gives_prequential_and_final(tmp_path) -> None:
     modes = {(r["algorithm"], r["mode"]): r for r in records}
     assert set(modes) == {("constrained-kmeans", "batch"), ("constrained-kmeans", "stream-prequential"),
                           ("constrained-kmeans", "stream-final"), ("river-mnb", "stream-prequential"),
-                          ("river-mnb", "stream-final")}
+                          ("river-mnb", "stream-final"), ("constrained-kmeans", "stream-first"),
+                          ("constrained-kmeans", "stream-latest"), ("constrained-kmeans", "stream-batch")}
+    # what users are served: latest labels (revisions, one more refit at the end) reach the batch figure
+    served = {m: modes[("constrained-kmeans", f"stream-{m}")]["mean"] for m in ("first", "latest", "batch")}
+    assert served["batch"] == pytest.approx(modes[("constrained-kmeans", "batch")]["mean"], abs=0.02)
+    assert served["latest"] == pytest.approx(modes[("constrained-kmeans", "stream-final")]["mean"], abs=0.02)
+    assert served["first"] < served["latest"] and modes[("constrained-kmeans", "stream-latest")]["revisions"] > 0
     preq = modes[("constrained-kmeans", "stream-prequential")]
     final = modes[("constrained-kmeans", "stream-final")]
     assert preq["refits"] >= 3 and preq["n_warmup"] > 0 and preq["fallback"] == 0.0

@@ -48,6 +48,8 @@ from streamsemi.evaluation.runner import (
 )
 
 RIVER_BASELINE = "river-mnb"
+#: What users are served (single-label corpora): first emission, latest label with revisions, batch on the same draw.
+SERVED_MODES = ("first", "latest", "batch")
 WARMUP = object()
 
 
@@ -101,8 +103,14 @@ def replay_engine(protocol: Protocol, data: PreparedDataset, draw: Draw, order: 
         Metric name -> value.
     info : dict
         ``seconds`` (whole replay), ``refits``, ``n_warmup``, ``fallback`` (fraction
-        of prequential assignments made by the fallback model) and
-        ``prequential_positions`` (the positions scored prequentially).
+        of prequential assignments made by the fallback model),
+        ``prequential_positions`` (the positions scored prequentially) and, for
+        single-label corpora, what users are served: ``first`` (the first emission of
+        every non-seed document, buffered ones included), ``latest`` (its latest
+        assignment at the end of the stream, revisions included, after one more refit
+        as an idle worker does) and ``batch`` (the algorithm fitted once on the whole
+        draw with the same seeds), each a metric dict, and ``revisions`` (revised
+        assignments emitted).
     """
     from streamsemi.core.messages import Document
     from streamsemi.engine import Engine, EngineConfig
@@ -122,6 +130,9 @@ def replay_engine(protocol: Protocol, data: PreparedDataset, draw: Draw, order: 
     pred: dict[int, Any] = {}
     multi_scores: dict[int, np.ndarray] = {}
     fallback_hits = 0
+    first: dict[int, str] = {}
+    latest: dict[int, str] = {}
+    n_revisions = 0
     t0 = time.perf_counter()
     for start in range(0, order.size, settings.batch_size):
         chunk = order[start:start + settings.batch_size]
@@ -140,8 +151,13 @@ def replay_engine(protocol: Protocol, data: PreparedDataset, draw: Draw, order: 
             S = aligned_scores(slot_before.model, X_draw[chunk], draw.classes)
             for j, k in enumerate(chunk):
                 multi_scores[int(k)] = S[j]
+        for a in result.revisions:
+            latest[pos_of[a.id]] = a.cluster
+            n_revisions += 1
         for a in result.assignments:
             k = pos_of[a.id]
+            first.setdefault(k, a.cluster)
+            latest[k] = a.cluster
             if k in pred:
                 continue
             in_chunk = ready_before and a.document is not None and a.id in {ids[c] for c in chunk}
@@ -150,6 +166,15 @@ def replay_engine(protocol: Protocol, data: PreparedDataset, draw: Draw, order: 
     eng.request_refit()
     for a in eng.flush():
         pred.setdefault(pos_of[a.id], WARMUP)
+        first.setdefault(pos_of[a.id], a.cluster)
+        latest[pos_of[a.id]] = a.cluster
+    while True:  # the revision pass of the last model, to its end
+        revised = eng.process([]).revisions
+        for a in revised:
+            latest[pos_of[a.id]] = a.cluster
+        n_revisions += len(revised)
+        if not eng.revisions_pending:
+            break
     seconds = time.perf_counter() - t0
     slot = eng.models.get(algorithm)
     if slot is None:
@@ -170,8 +195,26 @@ def replay_engine(protocol: Protocol, data: PreparedDataset, draw: Draw, order: 
         fin = _score(protocol, data, draw, eval_pos, preds=final_pred)
     info = {"seconds": seconds, "refits": eng.refit_count, "n_warmup": n_warmup,
             "fallback": fallback_hits / max(len(scored), 1) if scored else 0.0,
-            "final_fallback": bool(slot.fallback), "prequential_positions": scored}
+            "final_fallback": bool(slot.fallback), "prequential_positions": scored,
+            "revisions": n_revisions}
+    if not multi:
+        served = [int(k) for k in eval_pos if k in first]
+        info["first"] = _score(protocol, data, draw, served, preds=[first[k] for k in served])
+        info["latest"] = _score(protocol, data, draw, served, preds=[latest[k] for k in served])
+        info["batch"] = _score(protocol, data, draw, eval_pos, preds=_batch_predictions(algorithm, draw, X_draw, eval_pos,
+                                                                                        run, eng.config))
     return preq, fin, info
+
+
+def _batch_predictions(algorithm: str, draw: Draw, X: Any, positions: np.ndarray, run: int, cfg: Any) -> list[str]:
+    """The algorithm fitted once on the whole draw with the stream's seeds (single-label): its class per position."""
+    from streamsemi.algorithms import build_estimator
+
+    est = build_estimator(algorithm, cfg.algorithm_params.get(algorithm), cfg.n_new_clusters, run)
+    y = [draw.y_true[k] if draw.seed_mask[k] else None for k in range(draw.rows.size)]
+    est.fit(X, y)
+    P = np.asarray(est.predict_proba(X[positions]))
+    return list(np.asarray([str(c) for c in est.classes_], dtype=object)[P.argmax(axis=1)])
 
 
 def replay_river(protocol: Protocol, data: PreparedDataset, draw: Draw, order: np.ndarray,
@@ -216,8 +259,10 @@ def replay_river(protocol: Protocol, data: PreparedDataset, draw: Draw, order: n
 def run_stream_job(job: tuple[str, float, int, tuple[str, ...]]) -> list[RunOutcome]:
     """Stream replays of one (dataset, label amount, run) draw for every method.
 
-    Returns two outcomes per method, with ``method`` suffixed ``@prequential`` and
-    ``@final`` (split by :func:`split_mode`).
+    Returns, per method, outcomes with ``method`` suffixed ``@prequential`` and
+    ``@final``, and for single-label corpora ``@first``, ``@latest`` and ``@batch``
+    (what users are served: first emission, latest label with revisions, batch on the
+    same draw); :func:`split_mode` splits them.
     """
     dataset_id, label_value, run, methods = job
     protocol: Protocol = _STATE["protocol"]
@@ -247,12 +292,14 @@ def _stream_job(protocol: Protocol, data: PreparedDataset, dataset_id: str, labe
             continue
         if positions is None:
             positions = info["prequential_positions"]
-        extra = {k: info[k] for k in ("refits", "n_warmup", "fallback", "final_fallback")}
+        extra = {k: info[k] for k in ("refits", "n_warmup", "fallback", "final_fallback", "revisions")}
         outcomes += [
             RunOutcome(dataset_id, f"{m}@prequential", label_value, run, preq, info["seconds"],
                        common["n_labeled"], len(info["prequential_positions"]), extra=extra),
             RunOutcome(dataset_id, f"{m}@final", label_value, run, fin, info["seconds"], extra=extra,
                        **common)]
+        outcomes += [RunOutcome(dataset_id, f"{m}@{mode}", label_value, run, info[mode], info["seconds"],
+                                extra=extra, **common) for mode in SERVED_MODES if mode in info]
     if RIVER_BASELINE in methods:
         try:
             preq, fin, seconds = replay_river(protocol, data, draw, order, positions)
@@ -274,7 +321,7 @@ def split_mode(outcomes: Sequence[RunOutcome]) -> dict[str, list[RunOutcome]]:
     out: dict[str, list[RunOutcome]] = {"stream-prequential": [], "stream-final": []}
     for o in outcomes:
         method, _, mode = o.method.partition("@")
-        out[f"stream-{mode}"].append(RunOutcome(o.dataset, method, o.label_value, o.run, o.scores,
+        out.setdefault(f"stream-{mode}", []).append(RunOutcome(o.dataset, method, o.label_value, o.run, o.scores,
                                                 o.fit_seconds, o.n_labeled, o.n_scored, o.error,
                                                 dict(o.extra)))
     return out
