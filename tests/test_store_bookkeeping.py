@@ -9,9 +9,10 @@ entry counting as new, and stacking rows must not depend on which rows are empty
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import scipy.sparse as sp
 
-from streamsemi.core.store import PendingLabels, Row, SeedStore, rows_to_csr
+from streamsemi.core.store import PendingLabels, Row, SeedStore, Window, rows_to_csr
 
 
 def row(*cols: int) -> Row:
@@ -78,3 +79,54 @@ def test_rows_to_csr_with_empty_rows_anywhere() -> None:
     assert sp.isspmatrix_csr(empty) and empty.indptr.tolist() == [0, 0, 0]
     none = rows_to_csr([], 8)
     assert none.shape == (0, 8) and none.nnz == 0
+
+
+def _one(make, put) -> int:
+    probe = make(None)
+    put(probe, "a")
+    return probe.nbytes
+
+
+@pytest.mark.parametrize("kind", ["seeds", "pending", "window"])
+def test_byte_bound_is_inclusive_and_the_newest_entry_always_stays(kind) -> None:
+    make = {"seeds": lambda b: SeedStore(max_docs=100, max_bytes=b),
+            "pending": lambda b: PendingLabels(max_items=100, ttl_s=60.0, max_bytes=b),
+            "window": lambda b: Window(max_docs=100, max_bytes=b)}[kind]
+
+    def put(store, doc_id):
+        if kind == "seeds":
+            return store.put(doc_id, ("x",), row(1, 2))
+        if kind == "pending":
+            return [k for k, _ in store.put(doc_id, ("x",), now=0.0)]
+        return store.add(doc_id, row(1, 2), 0.0)
+
+    size = _one(make, put)
+    s = make(2 * size)                      # room for exactly two entries
+    assert put(s, "a") == [] and put(s, "b") == [] and len(s) == 2 and s.nbytes == 2 * size
+    assert put(s, "c") == ["a"] and len(s) == 2
+    tight = make(size - 1)                  # not even room for one: the newest stays
+    assert put(tight, "a") == [] and len(tight) == 1
+    assert put(tight, "b") == ["a"] and len(tight) == 1 and "b" in tight
+
+
+def test_expiry_edges() -> None:
+    p = PendingLabels(max_items=10, ttl_s=60.0)
+    p.put("a", ("x",), now=0.0)
+    p.put("b", ("y",), now=1.0)
+    assert p.expire(59.999) == []
+    assert [k for k, _ in p.expire(60.0)] == ["a"], "a held label expires at exactly now + ttl"
+    assert len(p) == 1 and p.class_counts() == {"y": 1}
+    w = Window(max_docs=10, max_age_s=60.0)
+    w.add("old", row(1), ts=0.0)
+    w.add("new", row(2), ts=10.0)
+    assert w.expire(60.0) == [] and len(w) == 2, "a document exactly max_age_s old stays"
+    assert w.expire(60.001) == ["old"] and w.ids() == ["new"]
+
+
+def test_relabel_keeps_the_byte_account_of_the_seed() -> None:
+    s = SeedStore(max_docs=10)
+    s.put("doc-1", ("x",), row(1, 2))
+    before = s.nbytes
+    assert s.relabel("doc-1", ("x",)) and s.nbytes == before
+    assert s.relabel("doc-1", ("y",)) and s.class_counts() == {"y": 1} and s.nbytes == before
+    assert not s.relabel("missing", ("y",))
