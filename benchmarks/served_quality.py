@@ -466,16 +466,30 @@ def served_markdown(result: dict[str, Any]) -> str:
 
 
 # ---------------------------------------------------------------- in process: the engine
-def _engine(algorithm: str, n_docs: int, **overrides: Any) -> Any:
+#: The refit and revision policy of the worker when issue 14 part 5 was measured (commit ac1fe4f): first refit
+#: at ``min_docs_first_refit`` documents once 2 classes are seeded, then every ``refit_every_docs``; no growth
+#: or idle refits, no revisions. Applied only for the settings the engine in use has.
+LEGACY = {"min_seed_classes": 2, "min_seeds_per_class": 1, "refit_growth": 0.0, "refit_idle_s": 0.0,
+          "revisions": "off"}
+
+
+def _engine(algorithm: str, n_docs: int, profile: str = "legacy", **overrides: Any) -> Any:
+    import dataclasses
+
     from streamsemi.engine import Engine, EngineConfig
 
+    names = {f.name for f in dataclasses.fields(EngineConfig)}
+    base = {k: v for k, v in LEGACY.items() if k in names} if profile == "legacy" else {}
     cfg = EngineConfig(algorithms=[algorithm], background_refit=False, drift_detection=False, explain_words=0,
-                       max_buffered_docs=max(20000, n_docs + 1), **overrides)
-    return Engine(cfg, clock=time.time)
+                       max_buffered_docs=max(20000, n_docs + 1), **{**base, **overrides})
+    offset = [0.0]
+    eng = Engine(cfg, clock=lambda: time.time() + offset[0])
+    eng._bench_clock_offset = offset  # engine_replay fast-forwards this to let idle refits happen
+    return eng
 
 
 def engine_replay(stream: Stream, algorithm: str, batch: int, gate: tuple[int, int, int] | None = None,
-                  rate: float = 200.0, **overrides: Any) -> dict[str, Any]:
+                  rate: float = 200.0, profile: str = "legacy", **overrides: Any) -> dict[str, Any]:
     """Replay through an in-process Engine; first assignment per document, refit log, revision figures.
 
     ``gate`` = (K classes, M seeds per class, min_docs): the first refit waits until
@@ -486,9 +500,14 @@ def engine_replay(stream: Stream, algorithm: str, batch: int, gate: tuple[int, i
     ids = stream.ids
     idx_of = {doc_id: i for doc_id, i in zip(ids, stream.order, strict=True)}
     pos_of = {doc_id: p for p, doc_id in enumerate(ids)}
-    if gate is not None:
+    engine_gate = gate is not None and profile == "current"
+    if engine_gate:  # the engine's own settings (min_seed_classes, min_seeds_per_class)
+        k, m, min_docs = gate
+        overrides.update(min_seed_classes=k, min_seeds_per_class=m, min_docs_first_refit=min_docs)
+        gate = None
+    elif gate is not None:  # emulated: hold the first refit until the gate opens
         overrides["min_docs_first_refit"] = 10**9
-    eng = _engine(algorithm, len(ids), **overrides)
+    eng = _engine(algorithm, len(ids), profile, **overrides)
     first: dict[str, tuple[str, int, int]] = {}  # id -> (label, version, position when assigned)
     label_sets: dict[str, set[str]] = {}  # id -> the label set served (multi-label models: the chosen labels)
     refits: list[dict[str, Any]] = []
@@ -506,8 +525,18 @@ def engine_replay(stream: Stream, algorithm: str, batch: int, gate: tuple[int, i
                            "seeds_per_class": dict(sorted(counts.items(), key=lambda kv: -kv[1])),
                            "fit_seconds": round(secs, 3)})
 
+    latest: dict[str, tuple[tuple[int, int], str]] = {}
+    n_outputs = 0
+    n_provisional = 0
+
     def take(assignments: list[Any], pos: int) -> None:
+        nonlocal n_outputs, n_provisional
         for a in assignments:
+            n_outputs += 1
+            n_provisional += int(bool(getattr(a, "provisional", False)))
+            key = (int(getattr(a, "revision", 0) or 0), int(a.model_version))
+            if a.id not in latest or key >= latest[a.id][0]:
+                latest[a.id] = (key, a.label if a.label is not None else a.cluster)
             if a.id not in first:
                 first[a.id] = (a.label if a.label is not None else a.cluster, a.model_version, pos)
                 label_sets[a.id] = set(a.labels) if eng.models[algorithm].multilabel else {first[a.id][0]}
@@ -534,7 +563,7 @@ def engine_replay(stream: Stream, algorithm: str, batch: int, gate: tuple[int, i
                 result.assignments.extend(eng.flush())
         dt = time.perf_counter() - t0
         fit_seconds += dt
-        take(result.assignments, pos)
+        take(result.assignments + list(getattr(result, "revisions", [])), pos)
         note_refit(pos, dt)
     forced = False
     if not eng.models:
@@ -542,6 +571,15 @@ def engine_replay(stream: Stream, algorithm: str, batch: int, gate: tuple[int, i
         eng.request_refit("docs")
         take(eng.flush(), len(ids))
         note_refit(len(ids), 0.0)
+    # revisions the engine emitted while the worker would wait for the stream to go quiet (refit_idle_s)
+    if getattr(eng.config, "revisions", "off") != "off":
+        for _ in range(1000):
+            before = n_outputs
+            eng._bench_clock_offset[0] += 10.0  # the stream is quiet: idle refits may run
+            res = eng.process([])
+            take(res.assignments + list(getattr(res, "revisions", [])), len(ids))
+            if n_outputs == before and not getattr(eng, "revisions_pending", 0):
+                break
     # what revisions would give
     last_slot = eng.models[algorithm]
     window_ids = eng.window.ids()
@@ -572,11 +610,20 @@ def engine_replay(stream: Stream, algorithm: str, batch: int, gate: tuple[int, i
                    for lab in (stream.ds.labels[idx_of[d]] for d in nonseed)]
     sets = [label_sets[d] for d in nonseed]
     return {
-        "algorithm": algorithm, "served_first": score(y, served),
+        "algorithm": algorithm, "profile": profile, "served_first": score(y, served),
+        "served_latest": score(y, [latest[d][1] for d in nonseed]),
+        "revisions_per_document": (n_outputs - len(latest)) / max(len(latest), 1),
+        "provisional_outputs": n_provisional,
         "served_example_f1": example_f1(multi_truth, sets),
         "served_single_label_sets": sum(1 for d in nonseed if len(label_sets[d]) == 1),
         "scored_documents": len(nonseed),
         "revised_by_last_model": score(y, with_last), "revised_by_final_refit": score(y, with_final),
+        "first_model_documents_revised_by_last_model": score(y, [
+            with_last[k] if refits and first[d][1] == refits[0]["version"] else served[k]
+            for k, d in enumerate(nonseed)]),
+        "later_models_documents_revised_by_last_model": score(y, [
+            served[k] if refits and first[d][1] == refits[0]["version"] else with_last[k]
+            for k, d in enumerate(nonseed)]),
         "window_at_end": len(window_ids), "forced_first_refit": forced, "first_refit_at_document": first_fit_pos,
         "mean_wait_documents": float(np.mean(waits)) if waits else 0.0,
         "p99_wait_documents": float(np.percentile(waits, 99)) if waits else 0.0,
@@ -598,35 +645,41 @@ def mode_engine(args: argparse.Namespace) -> dict[str, Any]:
     for alias in args.corpora.split(","):
         stream = make_stream(alias, args.docs if args.docs else DEFAULT_DOCS.get(alias), args.seed_fraction, args.seed)
         X, keep = featurize(stream)
+        ids = [d for d, k in zip(stream.ids, keep, strict=True) if k]
+        idx_of = dict(zip(stream.ids, stream.order, strict=True))
         for name in args.algorithms.split(","):
-            r = engine_replay(stream, name, args.batch, **_engine_overrides(args))
             bpred, _ = batch_predictions(stream, name, X, keep)
-            ids = [d for d, k in zip(stream.ids, keep, strict=True) if k]
-            idx_of = dict(zip(stream.ids, stream.order, strict=True))
             ns = [(d, p) for d, p in zip(ids, bpred, strict=True) if idx_of[d] not in stream.seeds]
-            r["batch"] = score([stream.truth(idx_of[d]) for d, _ in ns], [p for _, p in ns])
-            r["corpus"] = alias
-            r["stream"] = stream.describe()
-            out.append(r)
-            print(f"[engine] {alias} {name}: served {r['served_first']:.3f} | last model on window "
-                  f"{r['revised_by_last_model']:.3f} | final refit {r['revised_by_final_refit']:.3f} | "
-                  f"batch {r['batch']:.3f} | per version "
-                  + "; ".join(f"v{v} {x['documents']} @ {x['macro_f1']:.3f}" for v, x in r["per_version"].items()),
-                  flush=True)
-    return {"runs": out, "batch_size": args.batch, "refit_every_docs": args.refit_every_docs or "worker default"}
+            batch = score([stream.truth(idx_of[d]) for d, _ in ns], [p for _, p in ns])
+            for profile in args.profiles.split(","):
+                r = engine_replay(stream, name, args.batch, profile=profile, **_engine_overrides(args))
+                r.update(batch=batch, corpus=alias, stream=stream.describe())
+                out.append(r)
+                print(f"[engine] {alias} {name} ({profile}): served first {r['served_first']:.3f} latest "
+                      f"{r['served_latest']:.3f} | last model on window {r['revised_by_last_model']:.3f} | final "
+                      f"refit {r['revised_by_final_refit']:.3f} | batch {batch:.3f} | per version "
+                      + "; ".join(f"v{v} {x['documents']} @ {x['macro_f1']:.3f}" for v, x in r["per_version"].items()),
+                      flush=True)
+    return {"runs": out, "batch_size": args.batch, "refit_every_docs": args.refit_every_docs or "profile default",
+            "legacy_profile": LEGACY}
 
 
 def engine_markdown(result: dict[str, Any]) -> str:
-    lines = ["| corpus | algorithm | served (first) | last model re-assigns window | one more refit at end | batch |"
-             " first fit: at doc / window / seeds / classes |", "|---|---|---|---|---|---|---|"]
+    lines = ["| corpus | algorithm | profile | served (first) | served (latest) | revisions/doc "
+             "| only v1's documents re-assigned by the last model "
+             "| last model re-assigns window | one more refit at end | batch |"
+             " first fit: at doc / window / seeds / classes |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in result["runs"]:
         f = r["refits"][0] if r["refits"] else {}
-        lines.append(f"| {r['corpus']} | {r['algorithm']} | {r['served_first']:.3f} | {r['revised_by_last_model']:.3f} "
+        v1 = r.get("first_model_documents_revised_by_last_model")
+        lines.append(f"| {r['corpus']} | {r['algorithm']} | {r.get('profile', 'legacy')} | {r['served_first']:.3f} "
+                     f"| {r['served_latest']:.3f} | {r['revisions_per_document']:.2f} "
+                     f"| {'' if v1 is None else f'{v1:.3f}'} | {r['revised_by_last_model']:.3f} "
                      f"| {r['revised_by_final_refit']:.3f} | {r['batch']:.3f} | {f.get('at_document')} / "
                      f"{f.get('window')} / {f.get('seeds')} / {f.get('seeded_classes')} |")
     lines += ["", "Per model version: documents labelled / macro-F1 (first assignments, non-seed)", ""]
     for r in result["runs"]:
-        lines.append(f"- {r['corpus']} {r['algorithm']}: " + "; ".join(
+        lines.append(f"- {r['corpus']} {r['algorithm']} ({r.get('profile', 'legacy')}): " + "; ".join(
             f"v{v} {x['documents']} / {x['macro_f1']:.3f}" for v, x in r["per_version"].items()))
     return "\n".join(lines) + "\n"
 
@@ -657,8 +710,9 @@ def mode_gating(args: argparse.Namespace) -> dict[str, Any]:
                     kk = _classes_needed(k, n_classes)
                     for m in ms:
                         r = engine_replay(stream, name, args.batch, gate=(kk, m, min_docs), rate=args.gate_rate,
-                                          **_engine_overrides(args))
-                        row = {"corpus": alias, "algorithm": name, "min_seed_classes": kk, "min_seeds_per_class": m,
+                                          profile=args.profiles.split(",")[0], **_engine_overrides(args))
+                        row = {"corpus": alias, "algorithm": name, "profile": r["profile"], "served_latest": r["served_latest"],
+                               "min_seed_classes": kk, "min_seeds_per_class": m,
                                "min_docs": min_docs, **{k2: r[k2] for k2 in (
                                    "served_first", "first_refit_at_document", "forced_first_refit",
                                    "documents_that_waited", "mean_wait_documents", "p99_wait_documents",
@@ -674,12 +728,13 @@ def mode_gating(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def gating_markdown(result: dict[str, Any]) -> str:
-    lines = ["| corpus | algorithm | K classes | M seeds/class | min_docs | served macro-F1 | first fit at doc "
-             f"| docs that waited | p99 wait (docs) | p99 wait (s at {result['rate_for_seconds']:g}/s) |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| corpus | algorithm | profile | K classes | M seeds/class | min_docs | served macro-F1 (first) | (latest) "
+             f"| first fit at doc | docs that waited | p99 wait (docs) | p99 wait (s at {result['rate_for_seconds']:g}/s) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in result["runs"]:
-        lines.append(f"| {r['corpus']} | {r['algorithm']} | {r['min_seed_classes']} | {r['min_seeds_per_class']} "
-                     f"| {r['min_docs']} | {r['served_first']:.3f} | {r['first_refit_at_document']}"
+        lines.append(f"| {r['corpus']} | {r['algorithm']} | {r.get('profile', 'legacy')} | {r['min_seed_classes']} "
+                     f"| {r['min_seeds_per_class']} | {r['min_docs']} | {r['served_first']:.3f} "
+                     f"| {r.get('served_latest', r['served_first']):.3f} | {r['first_refit_at_document']}"
                      f"{' (forced)' if r['forced_first_refit'] else ''} | {r['documents_that_waited']} "
                      f"| {r['p99_wait_documents']:.0f} | {r['p99_wait_s_at_rate']:.1f} |")
     return "\n".join(lines) + "\n"
@@ -759,13 +814,19 @@ def mode_pseudo_lsc(args: argparse.Namespace) -> dict[str, Any]:
     # the stream as served: time order with the documents that have no topic, through the engine
     served = make_stream("r21578", args.docs or 3000, args.seed_fraction, args.seed, order="time")
     out["stream_served"] = {"stream": served.describe(), "runs": []}
-    for name, params in (("constrained-kmeans", None), ("pseudo-lsc", None), ("pseudo-lsc", {"threshold": 0.3})):
-        r = engine_replay(served, name, args.batch, **({"algorithm_params": {name: params}} if params else {}))
-        row = {"algorithm": name, "params": params, **{k: r[k] for k in (
-            "served_example_f1", "served_single_label_sets", "scored_documents", "served_first",
-            "revised_by_final_refit", "per_version")}}
+    variants: list[tuple[str, dict | None, str, dict]] = [
+        ("constrained-kmeans", None, "legacy", {}), ("pseudo-lsc", None, "legacy", {}),
+        ("pseudo-lsc", {"threshold": 0.3}, "legacy", {}), ("pseudo-lsc", None, "legacy", {"min_docs_first_refit": 1000}),
+        ("constrained-kmeans", None, "current", {}), ("pseudo-lsc", None, "current", {}),
+        ("pseudo-lsc", {"threshold": 0.3}, "current", {})]
+    for name, params, profile, engine_params in variants:
+        r = engine_replay(served, name, args.batch, profile=profile, **engine_params,
+                          **({"algorithm_params": {name: params}} if params else {}))
+        row = {"algorithm": name, "params": params, "profile": profile, "engine": engine_params, **{k: r[k] for k in (
+            "served_example_f1", "served_single_label_sets", "scored_documents", "served_first", "served_latest",
+            "revised_by_final_refit", "per_version", "refits")}}
         out["stream_served"]["runs"].append(row)
-        print(f"[pseudo-lsc stream] {name} {params or ''}: example-F1 {r['served_example_f1']:.3f}, single-label sets "
+        print(f"[pseudo-lsc stream] {name} {params or ''} {profile} {engine_params or ''}: example-F1 {r['served_example_f1']:.3f}, single-label sets "
               f"{r['served_single_label_sets']}/{r['scored_documents']}, primary macro-F1 {r['served_first']:.3f}",
               flush=True)
     return out
@@ -784,10 +845,11 @@ def pseudo_markdown(result: dict[str, Any]) -> str:
     st = result["stream_served"]
     lines += ["", f"As served: the first {st['stream']['documents']} documents in time order (those without a topic "
               f"included, unscored), {st['stream']['seeds']} seeds, through the Engine (worker defaults):", "",
-              "| algorithm | params | example-based F1 | single-label sets / scored | primary-label macro-F1 |",
-              "|---|---|---|---|---|"]
+              "| algorithm | params | engine | example-based F1 (first label sets) | single-label sets / scored "
+              "| primary-label macro-F1 |", "|---|---|---|---|---|---|"]
     for r in st["runs"]:
-        lines.append(f"| {r['algorithm']} | {r['params'] or 'defaults'} | {r['served_example_f1']:.3f} "
+        lines.append(f"| {r['algorithm']} | {r['params'] or 'defaults'} | {r['profile']} {r['engine'] or ''} "
+                     f"| {r['served_example_f1']:.3f} "
                      f"| {r['served_single_label_sets']} / {r['scored_documents']} | {r['served_first']:.3f} |")
     return "\n".join(lines) + "\n"
 
@@ -796,7 +858,7 @@ def pseudo_markdown(result: dict[str, Any]) -> str:
 def _environment() -> dict[str, Any]:
     def git(*a: str) -> str:
         try:
-            return subprocess.run(["git", *a], capture_output=True, text=True, cwd=Path(__file__).parent,
+            return subprocess.run(["git", *a], capture_output=True, text=True, cwd=Path(__file__).resolve().parent.parent,
                                   timeout=10).stdout.strip()
         except (OSError, subprocess.TimeoutExpired):
             return ""
@@ -818,6 +880,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--idle", type=float, default=10.0, help="served: quiet seconds that end a run")
     p.add_argument("--timeout", type=float, default=3600.0, help="served: longest wait after producing")
     p.add_argument("--batch", type=int, default=100, help="engine/gating: documents per Engine.process call")
+    p.add_argument("--profiles", default="legacy",
+                   help="engine: comma-separated legacy (refit policy of commit ac1fe4f) and/or current (the engine's "
+                        "defaults); gating: the first one")
     p.add_argument("--refit-every-docs", type=int, default=0,
                    help="engine/gating: refit_every_docs (default: the worker's default)")
     p.add_argument("--gate-classes", default="2,50%,0",
