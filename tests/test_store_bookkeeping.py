@@ -130,3 +130,20 @@ def test_relabel_keeps_the_byte_account_of_the_seed() -> None:
     assert s.relabel("doc-1", ("x",)) and s.nbytes == before
     assert s.relabel("doc-1", ("y",)) and s.class_counts() == {"y": 1} and s.nbytes == before
     assert not s.relabel("missing", ("y",))
+
+
+def test_held_label_keeps_its_control_offset_and_empty_window_has_no_oldest() -> None:
+    p = PendingLabels(max_items=10, ttl_s=60.0)
+    p.put("a", ("x",), now=0.0, offset=41)
+    held = p.pop("a")
+    assert held is not None and held.offset == 41 and held.labels == ("x",)
+    assert Window(max_docs=10).oldest_ts() is None
+
+
+def test_row_from_csr_owns_compact_copies() -> None:
+    X = sp.csr_matrix(np.array([[0, 2.0, 0, 3.0], [1.0, 0, 0, 0]]))
+    r = Row.from_csr(X, 0)
+    assert r.indices.tolist() == [1, 3] and r.data.tolist() == [2.0, 3.0]
+    assert r.indices.dtype == np.int32 and r.data.dtype == np.float32
+    # a window row must not keep the whole batch matrix alive (nor change with it)
+    assert not np.shares_memory(r.indices, X.indices) and not np.shares_memory(r.data, X.data)
