@@ -700,7 +700,7 @@ class Engine:
                 todo.append(doc_id)
         self._pass_ids = todo
         if todo:
-            event(log, "revision_pass_started", model_version=self.version, documents=len(todo), primary=self.primary)
+            event(log, "revision_pass_started", model_version=max(versions), documents=len(todo), primary=self.primary)
 
     def _revise(self) -> list[Assignment]:
         """One chunk of the revision pass: re-assign up to ``revision_chunk`` window documents with the newest models.

@@ -35,7 +35,8 @@ def sample(metric, **labels):
 
 def cfg(**kw):
     base = dict(algorithms=["constrained-kmeans", "seeded-kmeans"], background_refit=False, n_features=2**16,
-                refit_every_docs=0, min_docs_first_refit=100, drift_detection=False)
+                refit_every_docs=0, min_docs_first_refit=100, drift_detection=False,
+                min_seed_classes=2, min_seeds_per_class=1, refit_growth=0, refit_idle_s=0)  # test_revisions.py has these
     base.update(kw)
     return EngineConfig(**base)
 
