@@ -23,9 +23,14 @@ def test_demo_streams_a_real_corpus_and_stops_by_itself():
               "--metrics-port", str(free_port()))
     assert out.returncode == 0, out.stdout + out.stderr
     assert "embedded Tansu" in out.stdout and "/metrics" in out.stdout
-    final = re.search(r"all 600 documents assigned: macro-F1 ([0-9.]+) on (\d+) non-seed documents, model v(\d+)", out.stdout)
+    assert re.search(r"all 600 documents assigned: latest-label macro-F1 so far [0-9.]+ on \d+ non-seed documents, "
+                     r"model v[1-9]", out.stdout), out.stdout
+    final = re.search(r"first-emission macro-F1 ([0-9.]+) \| latest-label macro-F1 ([0-9.]+) \(with revisions\) "
+                      r"on (\d+) non-seed documents", out.stdout)
     assert final, out.stdout
-    assert float(final.group(1)) > 0.3 and int(final.group(3)) >= 1
+    first, latest, scored = float(final.group(1)), float(final.group(2)), int(final.group(3))
+    n_seeds = int(re.search(r"\(600 documents, (\d+) seeds", out.stdout).group(1))
+    assert scored == 600 - n_seeds and first > 0.3 and latest >= first - 0.05, out.stdout
     assert "demo stopped (worker and broker shut down)" in out.stdout
 
 
