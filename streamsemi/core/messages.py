@@ -92,17 +92,7 @@ class Limits:
     label_pattern: str = DEFAULT_LABEL_PATTERN
 
     def label_regex(self) -> re.Pattern[str]:
-        return _compiled(self.label_pattern)
-
-
-_REGEX_CACHE: dict[str, re.Pattern[str]] = {}
-
-
-def _compiled(pattern: str) -> re.Pattern[str]:
-    rx = _REGEX_CACHE.get(pattern)
-    if rx is None:
-        rx = _REGEX_CACHE[pattern] = re.compile(pattern)
-    return rx
+        return re.compile(self.label_pattern)  # re keeps its own (bounded) cache of compiled patterns
 
 
 def _decode(raw: bytes | str | None, limits: Limits) -> dict | Rejected:
@@ -313,9 +303,10 @@ def dead_letter(raw: bytes | str | None, reason: str, detail: str, topic: str | 
         try:
             value.update(original=kept.decode("utf-8"), encoding="utf-8")
         except UnicodeDecodeError as exc:
-            if len(kept) < len(data) and exc.start >= len(kept) - 3 and exc.reason == "unexpected end of data":
-                kept = kept[:exc.start]  # the cut split a multi-byte character: keep the text whole
-                value.update(original=kept.decode("utf-8", "replace"), encoding="utf-8")
+            if len(kept) < len(data) and exc.reason == "unexpected end of data":
+                # the cut split a multi-byte character (its first 1-3 bytes end ``kept``): keep the text whole
+                kept = kept[:exc.start]
+                value.update(original=kept.decode("utf-8"), encoding="utf-8")
             else:
                 value.update(original=base64.b64encode(kept).decode("ascii"), encoding="base64")
         if len(kept) < len(data):
@@ -357,7 +348,7 @@ def _json_safe(obj: Any) -> Any:
             path.add(id(o))
             try:
                 if isinstance(o, dict):
-                    return {safe(k if isinstance(k, str) else _text(k), depth): safe(v, depth + 1) for k, v in o.items()}
+                    return {safe(_text(k), depth): safe(v, depth + 1) for k, v in o.items()}
                 return [safe(v, depth + 1) for v in o]
             finally:
                 path.discard(id(o))
@@ -396,5 +387,4 @@ def encode_key(doc_id: Any) -> bytes:
     """The record key of an output (the document id as UTF-8); total: never raises."""
     if isinstance(doc_id, bytes):
         return doc_id
-    text = doc_id if isinstance(doc_id, str) else str(doc_id)
-    return _SURROGATE.sub("\ufffd", text).encode("utf-8")
+    return _SURROGATE.sub("\ufffd", str(doc_id)).encode("utf-8")
