@@ -26,6 +26,7 @@ REGISTRY: dict[str, tuple[str, str, dict[str, Any]]] = {
     "fsl-ap": ("streamsemi.algorithms.fsl", "FSL", {"variant": "ap"}),
     "fsl-sap": ("streamsemi.algorithms.fsl", "FSL", {"variant": "sap"}),
     "pseudo-lsc": ("streamsemi.algorithms.pseudo_lsc", "PseudoLSC", {}),
+    "ensemble": ("streamsemi.algorithms.ensemble", "Ensemble", {}),
 }
 
 #: Registry names whose estimators take label SETS (lists) as seeds; the others get one label.

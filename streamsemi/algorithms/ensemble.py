@@ -1,0 +1,239 @@
+"""An ensemble of the registry's single-label algorithms, weighted by held-out seed accuracy.
+
+No single algorithm wins on every corpus (issue 19): semi-LDC loses to constrained
+k-means on Reuters top-10, CLE and FSL on R8, ... The seeds themselves say which
+member suits the window at hand. :class:`Ensemble`
+
+1. splits the seeds of every class round-robin into ``n_folds`` folds (after a
+   seeded shuffle, so every fold holds seeds of the large classes);
+2. for each fold, refits every member on all documents with that fold's seeds
+   hidden (they become unlabeled rows) and records the member's accuracy on the
+   hidden seeds (``predict`` of those rows); summed over folds this is each
+   member's held-out accuracy ``a_m`` over every seed;
+3. weights the members by a softmax of that accuracy,
+   ``w_m = exp((a_m - max_j a_j) / temperature) / sum(...)``: at the default
+   temperature of 0.02 a member 0.05 below the best keeps ``exp(-2.5) = 8%`` of
+   the best one's weight, one 0.1 below keeps 0.7%; ``temperature`` large gives
+   the plain average, small the held-out winner;
+4. refits every member once on all seeds and averages their ``predict_proba``
+   with those weights over the seeded classes (columns of discovered ``new-N``
+   clusters are dropped and each member's rows renormalised: members are built
+   with ``n_new_clusters=0`` where they take it, so there are none by default).
+
+Cost: ``(n_folds + 1)`` fits of every member. A member that fails on the full
+seeds (``DegenerateInputError`` on a tiny window, ...) gets weight 0 and is
+listed in ``member_errors_``; one that fails on a fold scores 0 on that fold's
+seeds.
+"""
+
+from __future__ import annotations
+
+from numbers import Integral, Real
+from typing import Any, ClassVar
+
+import numpy as np
+from sklearn.utils._param_validation import Interval
+
+from streamsemi.algorithms.base import (
+    RANDOM_STATE,
+    DegenerateInputError,
+    ScoresClassifierMixin,
+    StreamsemiEstimator,
+)
+
+#: The single-label paper algorithms and the baseline they must beat.
+DEFAULT_MEMBERS: tuple[str, ...] = ("semi-ldc", "cle", "d-lda", "fsl-ck", "constrained-kmeans")
+
+
+def seed_folds(codes: np.ndarray, n_folds: int, rng: np.random.Generator) -> np.ndarray:
+    """Fold of every seed row (``-1`` for unlabeled rows): each class's seeds, shuffled, are
+    dealt round-robin, the deal of each class starting where the previous one stopped, so
+    fold sizes differ by at most one and a class with ``s`` seeds is in ``min(s, n_folds)``
+    folds."""
+    folds = np.full(codes.size, -1, dtype=np.int64)
+    start = 0
+    for c in np.unique(codes[codes >= 0]):
+        members = rng.permutation(np.flatnonzero(codes == c))
+        folds[members] = (start + np.arange(members.size)) % n_folds
+        start = (start + members.size) % n_folds
+    return folds
+
+
+def accuracy_weights(accuracy: np.ndarray, temperature: float) -> np.ndarray:
+    """Softmax of held-out accuracies at ``temperature`` (sums to 1; NaN accuracy = weight 0)."""
+    acc = np.asarray(accuracy, dtype=np.float64)
+    ok = np.isfinite(acc)
+    if not ok.any():
+        raise DegenerateInputError("no ensemble member could be fitted")
+    w = np.zeros(acc.size)
+    w[ok] = np.exp((acc[ok] - acc[ok].max()) / temperature)
+    return w / w.sum()
+
+
+class Ensemble(ScoresClassifierMixin, StreamsemiEstimator):
+    """Weighted average of single-label algorithms' probabilities, weights from held-out seeds.
+
+    Parameters
+    ----------
+    members : list of str or None, default=None
+        Registry names of single-label algorithms (None: :data:`DEFAULT_MEMBERS`).
+    n_folds : int >= 2, default=3
+        Folds of the seeds for the held-out accuracy.
+    temperature : float > 0, default=0.02
+        Softmax temperature over the members' held-out accuracies.
+    member_params : dict or None, default=None
+        ``{registry name: {parameter: value}}`` passed to the members.
+    random_state : int >= 0 or None, default=0
+        Seed of the fold split, passed to every member that takes one.
+
+    Attributes
+    ----------
+    classes_ : ndarray of str
+        The seeded classes.
+    new_clusters_ : list of str
+        Always empty.
+    members_ : list of str
+        The members, in order.
+    estimators_ : list
+        Each member fitted on all seeds (None where the fit failed).
+    heldout_accuracy_ : ndarray of shape (n_members,)
+        Accuracy on the held-out seeds (NaN where the full fit failed).
+    weights_ : ndarray of shape (n_members,)
+        The members' weights (sum 1).
+    member_errors_ : dict
+        Member -> ``"ExceptionType: message"`` of a failed full fit.
+    n_features_in_ : int
+    """
+
+    _parameter_constraints: ClassVar[dict[str, list[Any]]] = {
+        "members": [list, None],
+        "n_folds": [Interval(Integral, 2, None, closed="left")],
+        "temperature": [Interval(Real, 0, None, closed="neither")],
+        "member_params": [dict, None],
+        "random_state": RANDOM_STATE,
+    }
+
+    def __init__(self, members: list[str] | None = None, *, n_folds: int = 3, temperature: float = 0.02,
+                 member_params: dict[str, dict[str, Any]] | None = None,
+                 random_state: int | None = 0) -> None:
+        self.members = members
+        self.n_folds = n_folds
+        self.temperature = temperature
+        self.member_params = member_params
+        self.random_state = random_state
+
+    def _member_names(self) -> list[str]:
+        return list(DEFAULT_MEMBERS if self.members is None else self.members)
+
+    def _check_param_combination(self) -> None:
+        from streamsemi.algorithms import MULTILABEL, REGISTRY
+
+        names = self._member_names()
+        if not names:
+            raise ValueError("members must name at least one algorithm, got []")
+        bad = [n for n in names if n not in REGISTRY or n == "ensemble" or n in MULTILABEL]
+        if bad:
+            raise ValueError(f"members must be single-label registry algorithms other than 'ensemble', "
+                             f"got {bad}")
+        unknown = sorted(set(self.member_params or {}) - set(names))
+        if unknown:
+            raise ValueError(f"member_params names algorithms that are not members: {unknown}")
+
+    def _make_member(self, name: str) -> Any:
+        from streamsemi.algorithms import accepts_param, algorithm_class
+
+        cls, fixed = algorithm_class(name)
+        if accepts_param(cls, "n_new_clusters"):
+            fixed["n_new_clusters"] = 0
+        if accepts_param(cls, "random_state"):
+            fixed["random_state"] = self.random_state
+        fixed.update((self.member_params or {}).get(name, {}))
+        return cls(**fixed)
+
+    def fit(self, X: Any, y: Any) -> Ensemble:
+        """Score every member on held-out seeds, then fit each on all seeds.
+
+        Parameters
+        ----------
+        X : sparse matrix of shape (n_samples, n_features)
+            Term counts.
+        y : array-like of shape (n_samples,)
+            Seed label per row; None / -1 / "" for unlabeled rows.
+        """
+        X, codes, classes = self._fit_inputs(X, y)
+        names = self._member_names()
+        rng = np.random.default_rng(self.random_state)
+        folds = seed_folds(codes, int(self.n_folds), rng)
+        labels = np.where(codes >= 0, classes[np.maximum(codes, 0)], None).astype(object)
+        correct = np.zeros(len(names))
+        n_seeds = int((codes >= 0).sum())
+        for f in range(int(self.n_folds)):
+            held = np.flatnonzero(folds == f)
+            if held.size == 0:
+                continue
+            y_fold = labels.copy()
+            y_fold[held] = None
+            for m, name in enumerate(names):
+                try:
+                    pred = self._make_member(name).fit(X, y_fold).predict(X[held])
+                except (DegenerateInputError, ValueError):
+                    continue  # e.g. a fold left one seeded class: no correct prediction
+                correct[m] += float(np.sum(np.asarray(pred, dtype=object) == labels[held]))
+        accuracy = correct / max(n_seeds, 1)
+        self.estimators_: list[Any] = []
+        self.member_errors_: dict[str, str] = {}
+        for m, name in enumerate(names):
+            try:
+                self.estimators_.append(self._make_member(name).fit(X, labels))
+            except (DegenerateInputError, ValueError) as exc:
+                self.estimators_.append(None)
+                self.member_errors_[name] = f"{type(exc).__name__}: {exc}"
+                accuracy[m] = np.nan
+        self.weights_ = accuracy_weights(accuracy, float(self.temperature))
+        self.heldout_accuracy_ = accuracy
+        self.members_ = names
+        self.new_clusters_: list[str] = []
+        self.classes_ = classes
+        return self
+
+    def _member_proba(self, est: Any, X: Any) -> np.ndarray:
+        """``est.predict_proba(X)`` over ``classes_`` (new clusters dropped, rows renormalised)."""
+        P = np.asarray(est.predict_proba(X), dtype=np.float64)
+        index = {str(c): j for j, c in enumerate(est.classes_)}
+        out = np.zeros((X.shape[0], self.classes_.size))
+        for k, c in enumerate(self.classes_):
+            if str(c) in index:
+                out[:, k] = P[:, index[str(c)]]
+        total = out.sum(axis=1, keepdims=True)
+        return np.divide(out, total, out=np.full_like(out, 1.0 / self.classes_.size), where=total > 0)
+
+    def predict_proba(self, X: Any) -> np.ndarray:
+        """Weighted mean of the members' class probabilities (columns follow ``classes_``)."""
+        X = self._validate_counts(X, reset=False)
+        P = np.zeros((X.shape[0], self.classes_.size))
+        for w, est in zip(self.weights_, self.estimators_, strict=True):
+            if est is not None and w > 0:
+                P += w * self._member_proba(est, X)
+        return P
+
+    def _scores(self, X: Any) -> np.ndarray:
+        return self.predict_proba(X)
+
+    def _explain_weights(self) -> np.ndarray:
+        """Members' word weights, each row scaled to sum 1, averaged with the members' weights."""
+        W = np.zeros((self.classes_.size, int(self.n_features_in_)))
+        for w, est in zip(self.weights_, self.estimators_, strict=True):
+            if est is None or w == 0:
+                continue
+            M = est._explain_weights()
+            M = np.asarray(M.todense() if hasattr(M, "todense") else M, dtype=np.float64)
+            M = np.maximum(M, 0.0)
+            index = {str(c): j for j, c in enumerate(est.classes_)}
+            for k, c in enumerate(self.classes_):
+                if str(c) in index:
+                    row = M[index[str(c)]]
+                    W[k] += w * row / max(row.sum(), 1e-300)
+        return W
+
+
+__all__ = ["DEFAULT_MEMBERS", "Ensemble", "accuracy_weights", "seed_folds"]

@@ -1,0 +1,110 @@
+"""The ``ensemble`` algorithm: seed folds, held-out accuracy, softmax weights, weighted probabilities.
+
+The estimator contract (parameters, input checks, scikit-learn's checks) is tested for
+every registry name, ``ensemble`` included, in ``test_estimator_contract.py``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from streamsemi.algorithms import REGISTRY, make_estimator
+from streamsemi.algorithms.base import DegenerateInputError
+from streamsemi.algorithms.ensemble import Ensemble, accuracy_weights, seed_folds
+
+CLASSES = ["alpha", "beta", "gamma"]
+
+
+def corpus(seed: int = 0, noise: float = 0.6) -> tuple[sp.csr_matrix, list]:
+    """90 documents of 3 topics (10 own words each) with shared noise words, 8 seeds per topic."""
+    rng = np.random.default_rng(seed)
+    topic = np.repeat(np.arange(3), 30)
+    counts = rng.poisson(noise, (90, 40))
+    for k in range(3):
+        rows = np.flatnonzero(topic == k)
+        counts[np.ix_(rows, np.arange(10 * k, 10 * k + 10))] += rng.poisson(0.8, (rows.size, 10))
+    counts[np.arange(90), 10 * topic + np.arange(90) % 10] += 1
+    y = [CLASSES[t] if i % 30 < 8 else None for i, t in enumerate(topic)]
+    return sp.csr_matrix(counts.astype(np.float64)), y
+
+
+def test_seed_folds_deal_every_class_round_robin():
+    codes = np.array([0] * 7 + [1] * 2 + [-1] * 5 + [2] * 4)
+    folds = seed_folds(codes, 3, np.random.default_rng(0))
+    assert (folds[codes < 0] == -1).all()
+    assert set(np.bincount(folds[codes >= 0])) <= {4, 5}  # 13 seeds in 3 folds: sizes differ by <= 1
+    for c, n in ((0, 7), (1, 2), (2, 4)):
+        per_fold = np.bincount(folds[codes == c], minlength=3)
+        assert per_fold.sum() == n and per_fold.max() - per_fold.min() <= 1
+    assert not np.array_equal(folds, seed_folds(codes, 3, np.random.default_rng(1)))
+
+
+def test_accuracy_weights_are_a_softmax_and_skip_failed_members():
+    w = accuracy_weights(np.array([0.9, 0.8, np.nan]), 0.05)
+    assert w[2] == 0.0 and w.sum() == pytest.approx(1.0)
+    assert w[1] / w[0] == pytest.approx(np.exp(-0.1 / 0.05))
+    np.testing.assert_allclose(accuracy_weights(np.array([0.2, 0.9]), 1e6), [0.5, 0.5], rtol=1e-5)
+    with pytest.raises(DegenerateInputError, match="no ensemble member could be fitted"):
+        accuracy_weights(np.array([np.nan, np.nan]), 0.05)
+
+
+def test_heldout_accuracy_weights_and_probabilities_are_what_the_docstring_says():
+    X, y = corpus()
+    members = ["constrained-kmeans", "fsl-ck"]
+    ens = Ensemble(members, n_folds=3, temperature=0.05, random_state=4).fit(X, y)
+    codes = np.array([CLASSES.index(v) if v else -1 for v in y])
+    folds = seed_folds(codes, 3, np.random.default_rng(4))
+    labels = np.array(y, dtype=object)
+    expected = []
+    for name in members:
+        correct = 0
+        for f in range(3):
+            y_fold = labels.copy()
+            y_fold[folds == f] = None
+            est = make_estimator(name, n_new_clusters=0, random_state=4).fit(X, list(y_fold))
+            correct += int((est.predict(X[folds == f]) == labels[folds == f]).sum())
+        expected.append(correct / int((codes >= 0).sum()))
+    np.testing.assert_allclose(ens.heldout_accuracy_, expected)
+    np.testing.assert_allclose(ens.weights_, accuracy_weights(np.array(expected), 0.05))
+    Xq, _ = corpus(seed=1)
+    full = [make_estimator(n, n_new_clusters=0, random_state=4).fit(X, y) for n in members]
+    P = sum(w * est.predict_proba(Xq) for w, est in zip(ens.weights_, full, strict=True))
+    np.testing.assert_allclose(ens.predict_proba(Xq), P)
+    assert list(ens.classes_) == CLASSES and ens.new_clusters_ == []
+
+
+def test_a_member_that_cannot_fit_gets_no_weight(monkeypatch):
+    monkeypatch.setitem(REGISTRY, "broken", ("streamsemi.algorithms.constrained_kmeans",
+                                             "ConstrainedKMeans", {"max_iter": 0}))
+    X, y = corpus()
+    ens = Ensemble(["broken", "constrained-kmeans"]).fit(X, y)
+    assert "broken" in ens.member_errors_ and "max_iter" in ens.member_errors_["broken"]
+    assert np.isnan(ens.heldout_accuracy_[0]) and ens.weights_.tolist() == [0.0, 1.0]
+    alone = make_estimator("constrained-kmeans").fit(X, y)
+    np.testing.assert_allclose(ens.predict_proba(X), alone.predict_proba(X))
+
+
+def test_new_clusters_of_a_member_are_dropped_and_rows_renormalised():
+    X, y = corpus()
+    ens = Ensemble(["constrained-kmeans"], member_params={"constrained-kmeans": {"n_new_clusters": 1}}).fit(X, y)
+    member = ens.estimators_[0]
+    assert list(member.classes_) == [*CLASSES, "new-0"]
+    P = ens.predict_proba(X)
+    Pm = member.predict_proba(X)[:, :3]
+    np.testing.assert_allclose(P, Pm / Pm.sum(axis=1, keepdims=True))
+
+
+@pytest.mark.parametrize("members,message", [
+    ([], "at least one algorithm"),
+    (["ensemble"], "single-label registry algorithms"),
+    (["pseudo-lsc"], "single-label registry algorithms"),
+    (["nosuch"], "single-label registry algorithms"),
+])
+def test_bad_members_are_refused(members, message):
+    X, y = corpus()
+    with pytest.raises(ValueError, match=message):
+        Ensemble(members).fit(X, y)
+    with pytest.raises(ValueError, match="member_params names algorithms that are not members"):
+        Ensemble(["cle"], member_params={"fsl-ck": {}}).fit(X, y)
