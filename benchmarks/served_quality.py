@@ -693,7 +693,10 @@ def _classes_needed(token: str, n_classes: int) -> int:
 
 
 def _engine_overrides(args: argparse.Namespace) -> dict[str, Any]:
-    return {"refit_every_docs": args.refit_every_docs} if args.refit_every_docs else {}
+    out: dict[str, Any] = {"refit_every_docs": args.refit_every_docs} if args.refit_every_docs else {}
+    if args.stable_seeds is not None:
+        out["first_fit_stable_seeds"] = args.stable_seeds
+    return out
 
 
 def mode_gating(args: argparse.Namespace) -> dict[str, Any]:
@@ -885,6 +888,8 @@ def main(argv: list[str] | None = None) -> int:
                         "defaults); gating: the first one")
     p.add_argument("--refit-every-docs", type=int, default=0,
                    help="engine/gating: refit_every_docs (default: the worker's default)")
+    p.add_argument("--stable-seeds", type=int, default=None,
+                   help="engine/gating: first_fit_stable_seeds (default: the engine's default)")
     p.add_argument("--gate-classes", default="2,50%,0",
                    help="gating: K values (N, N%% of the corpus' classes, 0 = every class)")
     p.add_argument("--gate-seeds", default="1,2,3", help="gating: M values")

@@ -9,8 +9,16 @@ Documents that arrive before every enabled algorithm has a model are buffered
 (bounded by ``max_buffered_docs``; the worker pauses consumption when the buffer
 is full) and assigned as soon as the first refit completes. The first refit waits
 for ``min_docs_first_refit`` documents and seeds covering ``min_seed_classes``
-classes with ``min_seeds_per_class`` each (or a full buffer, or an idle stream);
-a model fitted on fewer seeds than that is *provisional*.
+classes with ``min_seeds_per_class`` each, and until the seeded classes stopped
+growing (the last ``first_fit_stable_seeds`` seeds introduced no new class), or a
+full buffer, or an idle stream; a model fitted on fewer seeds than the class
+policy asks is *provisional*.
+
+Each algorithm's new model is published as soon as it is fitted (one dict
+reference swap per algorithm; a batch is assigned with the dict it read first, so
+it never mixes model versions of one algorithm). Warm-starting algorithms
+(``supports_warm_start``) start cold when the window grew by more than
+``refit_growth`` since the previous model's fit or the seeded classes changed.
 
 Revisions: after every model swap, :meth:`Engine.process` walks the window in
 chunks of ``revision_chunk`` documents (after the fresh documents of the call),
@@ -26,7 +34,7 @@ import threading
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -37,10 +45,34 @@ from streamsemi.algorithms import MULTILABEL, build_estimator
 from streamsemi.core.features import TextFeaturizer
 from streamsemi.core.logs import event
 from streamsemi.core.messages import Document, Rejected
-from streamsemi.core.store import PendingLabel, PendingLabels, Row, SeedStore, Window, rows_to_csr
+from streamsemi.core.store import (
+    ENTRY_OVERHEAD_BYTES,
+    PendingLabel,
+    PendingLabels,
+    Row,
+    SeedStore,
+    Window,
+    rows_to_csr,
+    str_bytes,
+)
 from streamsemi.core.telemetry import Telemetry
 
 log = logging.getLogger("streamsemi.engine")
+
+#: byte budget per document of the pre-model buffer (``max_buffered_docs`` x this; id + term row)
+BUFFER_BYTES_PER_DOC = 16 * 1024
+#: byte budget per remembered control operation (``max_seed_docs + max_pending_labels`` x this)
+CONTROL_OP_BYTES = 512
+
+
+def _buffered_bytes(doc: Document, row: Row) -> int:
+    """Accounted bytes of one buffered document (its row may outlive the window's copy)."""
+    return str_bytes(doc.id) + row.nbytes + ENTRY_OVERHEAD_BYTES
+
+
+def _op_bytes(doc_id: str) -> int:
+    """Accounted bytes of one remembered control operation: the id, the (offset, op) tuple, the node."""
+    return str_bytes(doc_id) + ENTRY_OVERHEAD_BYTES
 
 FALLBACK_ALGORITHM = "constrained-kmeans"
 AGREEMENT_SAMPLE = 1000
@@ -52,6 +84,7 @@ PRIMARY_MIN_CHECKS = 30      # prequential seed checks per algorithm before they
 PRIMARY_HYSTERESIS = 0.02    # a challenger must beat the primary's held-out seed accuracy by this much
 PRIMARY_KFOLD = 3            # folds over the seeds while prequential checks are too few
 PRIMARY_KFOLD_MAX_DOCS = 5000  # k-fold only on snapshots up to this size (early rounds; cost k extra fits)
+FLUSH_CHUNK = 1000           # buffered documents assigned per process() call (the polling thread stays responsive)
 
 
 @dataclass
@@ -82,6 +115,7 @@ class EngineConfig:
     min_docs_first_refit: int = 200
     min_seed_classes: int = 4
     min_seeds_per_class: int = 3
+    first_fit_stable_seeds: int = 25
     refit_growth: float = 2.0
     refit_idle_s: float = 3.0
     revisions: str = "changed"
@@ -119,6 +153,7 @@ class EngineConfig:
             max_buffered_docs=s.max_buffered_docs, refit_every_docs=s.refit_every_docs,
             refit_every_s=s.refit_every_s or None, min_docs_first_refit=s.min_docs_first_refit,
             min_seed_classes=s.min_seed_classes, min_seeds_per_class=s.min_seeds_per_class,
+            first_fit_stable_seeds=s.first_fit_stable_seeds,
             refit_growth=s.refit_growth, refit_idle_s=s.refit_idle_s, revisions=s.revisions,
             revision_chunk=s.revision_chunk,
             min_refit_interval_s=s.min_refit_interval_s, drift_detection=s.drift_detection,
@@ -295,6 +330,7 @@ class Engine:
         self.models: dict[str, ModelSlot] = {}
         self.version = 0
         self.buffer: deque[tuple[Document, Row]] = deque()
+        self.buffer_bytes = 0  # accounted bytes of the buffered documents (see buffer_full)
         self.docs_since_refit = 0
         self.last_refit_start = self.clock()
         self.last_drift_refit = 0.0
@@ -302,6 +338,7 @@ class Engine:
         self.resolved: list[ResolvedSeed] = []
         self.dead: list[tuple[dict, Rejected]] = []
         self._last_op: OrderedDict[str, tuple[int, str]] = OrderedDict()
+        self._last_op_bytes = 0
         self._seed_checks: dict[str, deque[bool]] = {a: deque(maxlen=200) for a in config.algorithms}
         self._pending_checks: list[tuple[tuple[str, ...], Row, int]] = []
         self._refit_lock = threading.Lock()
@@ -317,6 +354,8 @@ class Engine:
         self._last_fit_window = 0
         self._last_doc_at = self.clock()
         self._seeds_changed = False
+        # first-fit gate: seeds since a seed last introduced a class no seed had
+        self._seeds_since_new_class = 0
         # revisions: what was emitted per window document (evicted with the window), the pass in progress
         self._alg_index = {a: k for k, a in enumerate(config.algorithms)}
         self._served: OrderedDict[str, _Served] = OrderedDict()
@@ -339,7 +378,13 @@ class Engine:
 
     @property
     def buffer_full(self) -> bool:
-        return len(self.buffer) >= self.config.max_buffered_docs
+        """The pre-model buffer reached ``max_buffered_docs`` documents or their byte budget.
+
+        The budget is ``max_buffered_docs * BUFFER_BYTES_PER_DOC``; buffered documents keep
+        no text (it is in the window), so their bytes are the id and the term row.
+        """
+        cfg = self.config
+        return len(self.buffer) >= cfg.max_buffered_docs or self.buffer_bytes >= cfg.max_buffered_docs * BUFFER_BYTES_PER_DOC
 
     @property
     def revisions_pending(self) -> int:
@@ -358,10 +403,15 @@ class Engine:
     def _note_op(self, doc_id: str, offset: int | None, op: str) -> None:
         if offset is None:
             return
-        self._last_op.pop(doc_id, None)
+        if self._last_op.pop(doc_id, None) is not None:
+            self._last_op_bytes -= _op_bytes(doc_id)
         self._last_op[doc_id] = (offset, op)
-        while len(self._last_op) > self.config.max_seed_docs + self.config.max_pending_labels:
-            self._last_op.popitem(last=False)
+        self._last_op_bytes += _op_bytes(doc_id)
+        max_ops = self.config.max_seed_docs + self.config.max_pending_labels
+        while len(self._last_op) > 1 and (len(self._last_op) > max_ops
+                                          or self._last_op_bytes > max_ops * CONTROL_OP_BYTES):
+            old, _ = self._last_op.popitem(last=False)
+            self._last_op_bytes -= _op_bytes(old)
 
     def _vectorize_one(self, text: str) -> Row | None:
         with self.sketch_lock:
@@ -457,6 +507,11 @@ class Engine:
 
     def _make_seed(self, doc_id: str, labels: tuple[str, ...], row: Row) -> None:
         self._seeds_changed = True
+        known = self.seeds.class_counts()
+        if any(lb not in known for lb in labels):
+            self._seeds_since_new_class = 0
+        elif doc_id not in self.seeds:
+            self._seeds_since_new_class += 1
         self.seeds.put(doc_id, labels, row)
         self._pending_checks.append((labels, row, self.version))  # models up to this version never saw it
         self._publish_seeds()
@@ -504,9 +559,9 @@ class Engine:
             if self.ready and not self.buffer:
                 assignments = self._assign(good)
             else:
-                self.buffer.extend(good)
+                self._buffer(good)
         self.tick()
-        assignments.extend(self.flush())
+        assignments.extend(self.flush(FLUSH_CHUNK))
         try:
             revisions = self._revise()
         except Exception as exc:  # noqa: BLE001 - fresh documents must never depend on a revision pass
@@ -517,12 +572,19 @@ class Engine:
             revisions = []
         return ProcessResult(assignments, rejected, revisions)
 
-    def flush(self) -> list[Assignment]:
-        """Assign buffered documents once every enabled algorithm has a model."""
+    def flush(self, limit: int | None = None) -> list[Assignment]:
+        """Assign buffered documents (oldest first, at most ``limit``) once every enabled algorithm has a model.
+
+        :meth:`process` flushes ``FLUSH_CHUNK`` documents per call, so that a large
+        buffer is assigned over several polls (the worker polls without waiting while
+        documents are buffered) instead of in one long call.
+        """
         out: list[Assignment] = []
         if self.ready and self.buffer:
-            batch = list(self.buffer)
-            self.buffer.clear()
+            n = len(self.buffer) if limit is None else min(limit, len(self.buffer))
+            batch = [self.buffer.popleft() for _ in range(n)]
+            self.buffer_bytes = (0 if not self.buffer else
+                                 max(0, self.buffer_bytes - sum(_buffered_bytes(d, r) for d, r in batch)))
             out = self._assign(batch)
         self._run_seed_checks()
         self.telemetry.buffered.set(len(self.buffer))
@@ -533,7 +595,15 @@ class Engine:
         keep = deque(item for item in self.buffer if not predicate(item[0]))
         dropped = len(self.buffer) - len(keep)
         self.buffer = keep
+        self.buffer_bytes = sum(_buffered_bytes(doc, row) for doc, row in keep)
         return dropped
+
+    def _buffer(self, items: Sequence[tuple[Document, Row]]) -> None:
+        """Hold documents until the first model: without their text and meta (the window keeps the text)."""
+        for doc, row in items:
+            light = replace(doc, text="", meta=None)
+            self.buffer.append((light, row))
+            self.buffer_bytes += _buffered_bytes(light, row)
 
     def tick(self) -> None:
         """Time-driven work: window age, label expiry, refit timer, first-fit, growth, count and idle triggers."""
@@ -552,7 +622,10 @@ class Engine:
                 queued, self._refit_queued = self._refit_queued, None
             self._start_refit(queued)
         elif not self.models:
-            if len(self.window) >= cfg.min_docs_first_refit and self.seed_policy_met():
+            # the first fit runs at most once at a time: no second "docs" refit queued on the same small window
+            if self.refitting:
+                pass
+            elif len(self.window) >= cfg.min_docs_first_refit and self.seed_policy_met() and self.seed_classes_stable():
                 self._start_refit("docs", quiet=True)
             elif self.buffer_full:
                 self._start_refit("buffer_full", quiet=True)
@@ -577,6 +650,10 @@ class Engine:
         cfg = self.config
         counts = self.seeds.class_counts()
         return sum(1 for n in counts.values() if n >= cfg.min_seeds_per_class) >= cfg.min_seed_classes
+
+    def seed_classes_stable(self) -> bool:
+        """The last ``first_fit_stable_seeds`` seeds introduced no class the seeds did not have (0: always)."""
+        return self._seeds_since_new_class >= self.config.first_fit_stable_seeds
 
     def drain_dead(self) -> list[tuple[dict, Rejected]]:
         """Label operations that expired unseen since the last call (for the dead-letter topic)."""
@@ -887,6 +964,8 @@ class Engine:
         multilabel = name in MULTILABEL
         y = self._targets(multilabel, snap.seed_labels)
         prev = None if probe else self.models.get(name)
+        if prev is not None and not self._warm_start_useful(prev, snap):
+            prev = None
         if getattr(cls, "supports_warm_start", False) and prev is not None and not prev.fallback:
             est.fit(snap.X, y, doc_ids=snap.doc_ids, warm_start_from=prev.model)
         elif getattr(cls, "supports_warm_start", False):
@@ -904,6 +983,21 @@ class Engine:
         return ModelSlot(est, snap.version, self.clock(), np.asarray(est.classes_),
                          frozenset(str(c) for c in getattr(est, "new_clusters_", []) or []),
                          multilabel, explain, n_train=snap.X.shape[0], provisional=snap.provisional)
+
+    def _warm_start_useful(self, prev: ModelSlot, snap: _Snapshot) -> bool:
+        """Warm-start from ``prev`` only on a full (sliding) window that ``prev`` was fitted on too, same seeded classes.
+
+        A warm start from a model fitted on a smaller window does not recover (D-LDA,
+        engine replay with growth refits: R8 0.36 macro-F1 after warm starts, 0.52 from a
+        cold fit on the same window; 20NG 0.11 against 0.50), so while the window grows
+        (geometric refits: a logarithmic number of cold fits) or when the seeded classes
+        changed, the fit starts cold.
+        """
+        full = self.config.window_max_docs
+        if snap.n_window < full or prev.n_train < full:
+            return False
+        seeded = {str(lb) for labels in snap.seed_labels if labels for lb in labels}
+        return seeded == {str(c) for c in prev.classes if str(c) not in prev.new_clusters}
 
     def _holdout_accuracy(self, name: str, snap: _Snapshot) -> float | None:
         """Accuracy of ``name`` on one fold of the snapshot's seeds, fitted without them.
@@ -971,6 +1065,9 @@ class Engine:
                 except Exception as exc:  # noqa: BLE001
                     event(log, "agreement_failed", logging.WARNING, algorithm=name, error=str(exc))
             new_models[name] = slot
+            if all(a in self.models for a in self.config.algorithms):
+                # publish this algorithm's model now (a new dict: batches being assigned keep the one they read)
+                self.models = {**self.models, name: slot}
             if name == FALLBACK_ALGORITHM:
                 fallback_slot = slot
             event(log, "refit_done", algorithm=name, version=snap.version, seconds=round(dt, 3),
@@ -1087,6 +1184,7 @@ class Engine:
         version = max([int(state.version), *(s.version for s in models.values())])
         # swap in (nothing below can fail on bad data)
         self.window, self.seeds, self.pending, self._last_op = window, seeds, pending, last_op
+        self._last_op_bytes = sum(_op_bytes(doc_id) for doc_id in last_op)
         with self.sketch_lock:
             self.featurizer.sketch = state.sketch
         self.models = models

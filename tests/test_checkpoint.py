@@ -102,7 +102,7 @@ def test_class_comes_from_the_registry_not_the_file():
 def _engine(**kw):
     cfg = dict(algorithms=["constrained-kmeans", "seeded-kmeans"], background_refit=False, refit_every_docs=0,
                min_docs_first_refit=100, drift_detection=False, window_max_docs=500, pending_label_ttl_s=600.0,
-               min_seed_classes=2, min_seeds_per_class=1, refit_growth=0, refit_idle_s=0)
+               min_seed_classes=2, min_seeds_per_class=1, first_fit_stable_seeds=0, refit_growth=0, refit_idle_s=0)
     cfg.update(kw)
     return Engine(EngineConfig(**cfg), clock=lambda: 1_000.0)
 

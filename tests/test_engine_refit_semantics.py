@@ -46,7 +46,7 @@ def engine(clock: Clock, **kw) -> Engine:
     base = dict(algorithms=ALGOS, background_refit=False, n_features=2**12, drift_detection=False,
                 refit_every_docs=0, refit_every_s=None, min_docs_first_refit=30, random_state=0,
                 refit_growth=0, refit_idle_s=0,  # only the triggers under test
-                min_seed_classes=3, min_seeds_per_class=3)  # the 3 topics x 3 seeds start the first fit
+                min_seed_classes=3, min_seeds_per_class=3, first_fit_stable_seeds=0)  # the 3 topics x 3 seeds start the first fit
     base.update(kw)
     return Engine(EngineConfig(**base), clock=clock)
 

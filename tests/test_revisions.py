@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
+import threading
+import time
+
 import numpy as np
 import pytest
 
 from streamsemi.core.datasets import load
 from streamsemi.core.messages import Document
 from streamsemi.core.store import rows_to_csr
-from streamsemi.engine import PRIMARY_HYSTERESIS, PRIMARY_MIN_CHECKS, Engine, EngineConfig
+from streamsemi.engine import (
+    FLUSH_CHUNK,
+    PRIMARY_HYSTERESIS,
+    PRIMARY_MIN_CHECKS,
+    Engine,
+    EngineConfig,
+)
 
 
 @pytest.fixture(scope="module")
@@ -24,7 +33,7 @@ def docs(ds, idx):
 
 def cfg(**kw):
     base = dict(algorithms=["constrained-kmeans"], background_refit=False, n_features=2**16, refit_every_docs=0,
-                refit_growth=0, refit_idle_s=0, min_docs_first_refit=100, min_seed_classes=2, min_seeds_per_class=2,
+                refit_growth=0, refit_idle_s=0, min_docs_first_refit=100, min_seed_classes=2, min_seeds_per_class=2, first_fit_stable_seeds=0,
                 drift_detection=False, revision_chunk=100, explain_words=0)
     base.update(kw)
     return EngineConfig(**base)
@@ -277,3 +286,121 @@ def test_config_checks():
         EngineConfig(revision_chunk=0)
     assert EngineConfig(algorithms=["constrained-kmeans"]).primary == "constrained-kmeans"
     assert EngineConfig(algorithms=["constrained-kmeans", "seeded-kmeans"]).primary == "auto"
+
+
+def test_first_fit_waits_until_the_seeded_classes_stop_growing(r8):
+    ds, order = r8
+    eng = Engine(cfg(min_seed_classes=2, min_seeds_per_class=1, first_fit_stable_seeds=4))
+    earn = by_class(ds, order, 6, {"earn"})
+    acq = by_class(ds, order, 6, {"acq"})
+    crude = by_class(ds, order, 1, {"crude"})
+    others = [i for i in order if i not in set(earn + acq + crude)][:200]
+    assert eng.process(docs(ds, others + earn + acq + crude)).assignments == []
+    seed(eng, ds, earn[:2] + acq[:2])             # acq's first seed was new: 1 seed since
+    assert eng.process([]).assignments == []
+    assert eng.seed_policy_met() and not eng.seed_classes_stable() and not eng.models
+    seed(eng, ds, earn[2:4])                      # 3 seeds since a new class
+    seed(eng, ds, crude)                          # a new class: the count starts again
+    seed(eng, ds, earn[4:6] + acq[2:3])           # 3
+    assert eng.process([]).assignments == [] and not eng.models, "the seeded classes still grow"
+    seed(eng, ds, acq[3:4])                       # 4 seeds in a row brought no new class
+    out = eng.process([]).assignments
+    assert eng.models and len(out) == 213
+    assert eng.models["constrained-kmeans"].n_train == 213 and not any(a.provisional for a in out)
+
+
+def test_no_second_first_fit_is_queued_while_the_first_runs(r8):
+    ds, order = r8
+    eng = Engine(cfg(background_refit=True, refit_every_docs=0))
+    release = threading.Event()
+    rounds = eng._refit_round
+
+    def slow_round(snap):
+        release.wait(30)
+        rounds(snap)
+
+    eng._refit_round = slow_round
+    seed(eng, ds, by_class(ds, order[:300], 3, {"earn", "acq"}))
+    eng.process(docs(ds, order[:150]))
+    assert eng.refitting
+    for k in range(150, 450, 50):                 # documents keep arriving during the first fit
+        eng.process(docs(ds, order[k:k + 50]))
+    assert eng._refit_queued is None, "no refit queued on the first fit's small window"
+    release.set()
+    assert eng.wait_for_refit(60)
+    out = eng.process([]).assignments
+    assert eng.version == 1 and {a.model_version for a in out} == {1} and len(out) == 450
+
+
+def test_each_algorithm_model_is_published_as_soon_as_it_is_fitted(r8):
+    ds, order = r8
+    algs = ["constrained-kmeans", "seeded-kmeans"]
+    eng = Engine(cfg(algorithms=algs))
+    seed(eng, ds, by_class(ds, order[:300], 3))
+    eng.process(docs(ds, order[:300]))
+    assert {s.version for s in eng.models.values()} == {1}
+    release = threading.Event()
+    fit_one = eng._fit_one
+
+    def slow_second(name, snap, probe=False):
+        if name == "seeded-kmeans" and not probe:
+            release.wait(30)
+        return fit_one(name, snap, probe)
+
+    eng._fit_one = slow_second
+    eng.config.background_refit = True
+    eng.request_refit()
+    deadline = time.monotonic() + 30
+    while eng.models["constrained-kmeans"].version != 2 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert eng.models["constrained-kmeans"].version == 2 and eng.models["seeded-kmeans"].version == 1, \
+        "the fast algorithm's model serves before the slow one is fitted"
+    out = eng.process(docs(ds, order[300:340])).assignments
+    assert {(a.algorithm, a.model_version) for a in out} == {("constrained-kmeans", 2), ("seeded-kmeans", 1)}
+    release.set()
+    assert eng.wait_for_refit(60) and eng.refit_count == 2
+    out = eng.process(docs(ds, order[340:360])).assignments
+    assert {(a.algorithm, a.model_version) for a in out} == {(a, 2) for a in algs}
+
+
+def test_dlda_starts_cold_while_the_window_grows_or_the_classes_change(r8, monkeypatch):
+    from streamsemi.algorithms.dlda import DLDA
+
+    ds, order = r8
+    warm: list[bool] = []
+    fit = DLDA.fit
+
+    def recording_fit(self, X, y, doc_ids=None, warm_start_from=None):
+        warm.append(warm_start_from is not None)
+        return fit(self, X, y, doc_ids=doc_ids, warm_start_from=warm_start_from)
+
+    monkeypatch.setattr(DLDA, "fit", recording_fit)
+    eng = Engine(cfg(algorithms=["d-lda"], window_max_docs=200, min_docs_first_refit=100,
+                     algorithm_params={"d-lda": {"n_sweeps": 10, "warm_sweeps": 5, "n_topics": 16, "min_df": 2}}))
+    pool = order[:400]
+    seed(eng, ds, by_class(ds, pool, 3, {"earn", "acq"}))
+    eng.process(docs(ds, pool[:100]))             # v1 on 100 documents
+    eng.process(docs(ds, pool[100:200]))
+    eng.request_refit()                           # v2: the window grew 100 -> 200 (full)
+    eng.process(docs(ds, pool[200:260]))
+    eng.request_refit()                           # v3: full window, v2 fitted on a full window, same classes
+    seed(eng, ds, by_class(ds, pool[200:260], 1, {"crude", "trade", "money-fx", "interest", "ship", "grain"})[:1])
+    eng.request_refit()                           # v4: a new seeded class
+    assert eng.version == 4
+    assert warm == [False, False, True, False]
+
+
+def test_a_large_buffer_is_assigned_in_chunks_in_arrival_order(r8):
+    ds, order = r8
+    n = 2 * FLUSH_CHUNK + 300
+    eng = Engine(cfg(max_buffered_docs=n + 100, min_docs_first_refit=n))
+    seed(eng, ds, by_class(ds, order[:n], 3))
+    assert eng.process(docs(ds, order[:n - 1])).assignments == []
+    got = eng.process(docs(ds, order[n - 1:n])).assignments      # the first fit: one chunk is assigned
+    assert eng.ready and len(got) == FLUSH_CHUNK and len(eng.buffer) == n - FLUSH_CHUNK
+    got += eng.process(docs(ds, order[n:n + 5])).assignments     # fresh documents wait behind the buffer
+    assert len(got) == 2 * FLUSH_CHUNK
+    while eng.buffer:
+        got += eng.process([]).assignments
+    assert [a.id for a in got] == [f"r{i}" for i in order[:n + 5]]
+    assert eng.buffer_bytes == 0

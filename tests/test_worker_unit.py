@@ -23,7 +23,7 @@ def _worker(r8, tmp_path=None):
     flags = {"state_dir": str(tmp_path)} if tmp_path is not None else {}
     w = Worker(resolve(flags))
     w.engine = Engine(EngineConfig(background_refit=False, min_docs_first_refit=1, refit_every_docs=0,
-                                   drift_detection=False, min_seed_classes=2, min_seeds_per_class=1), w.telemetry)
+                                   drift_detection=False, min_seed_classes=2, min_seeds_per_class=1, first_fit_stable_seeds=0), w.telemetry)
     for i in range(40):  # seeds with text: the first documents get a model at once
         w.engine.label(f"s{i}", [r8.labels[i]], text=r8.texts[i])
     tp = TopicPartition(w.settings.documents_topic, 0)

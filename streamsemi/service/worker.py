@@ -271,8 +271,10 @@ class Worker:
     def _poll(self) -> list[tuple[TopicPartition, Any]] | None:
         """Records of one poll, in partition order; None when the poll failed."""
         try:
-            # a revision pass in progress: do not wait for records, the loop goes on with the next chunk
-            wait_ms = 0 if self.engine.revisions_pending else 500
+            # a revision pass in progress or buffered documents to assign: do not wait for records, the loop goes
+            # on with the next chunk
+            eng = self.engine
+            wait_ms = 0 if eng.revisions_pending or (eng.buffer and eng.ready) else 500
             polled = self.consumer.poll(timeout_ms=wait_ms, max_records=self.settings.max_poll_records)
         except KafkaError as exc:
             self.broker_error("poll")
