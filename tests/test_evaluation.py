@@ -261,3 +261,144 @@ def test_results_page_flag_dispatches(monkeypatch, tmp_path) -> None:
     monkeypatch.setattr(results_page, "generate", fake)
     assert run_cli(["--results-page", str(tmp_path / "x.md"), "--quick", "--no-progress"]) == 0
     assert calls["path"] == str(tmp_path / "x.md") and calls["quick"] is True
+
+
+# ----------------------------------------------------------------------------- robustness (issue 19)
+
+def test_robustness_protocol_lists_every_corpus_in_every_setting() -> None:
+    p = PROTOCOLS["robustness"]
+    assert set(p.datasets) == {base + suffix for base in ("reuters-r52", "20ng", "reuters-top30",
+                                                          "reuters-r8", "reuters-multilabel20")
+                               for suffix in ("", "-w500", "-short30")}
+    assert p.labels == (1, 5) and p.runs == 3
+    assert {"semi-ldc", "cle", "d-lda", "fsl-ck", "pseudo-lsc", "ensemble"} <= set(p.algorithms)
+    assert protocols.DATASETS["reuters-r8-w500"].window == 500
+    assert protocols.DATASETS["20ng-short30"].max_words == 30
+    assert protocols.DATASETS["reuters-top30"].draw_classes is None
+    # no dataset of a paper protocol, except two corpora in another label regime: all of 20NG
+    # (FSL: 400 documents, 10-400 labels) and multi-label Reuters (pseudo-LSC: 50% seeds)
+    paper = {d for name, q in PROTOCOLS.items() if name != "robustness" for d in q.datasets}
+    assert paper & set(p.datasets) == {"20ng", "reuters-multilabel20"}
+
+
+def test_short_text_keeps_the_first_words() -> None:
+    assert protocols.short_text("  a b\n\tc  d e ", 3) == "a b c"
+    assert protocols.short_text("one two", 30) == "one two"
+    assert protocols.short_text("", 5) == ""
+    data = prepare(["reuters-r8", "reuters-r8-short30"], max_docs=150)
+    full, short = data["reuters-r8"], data["reuters-r8-short30"]
+    assert all(len(t.split()) <= 30 for t in short.texts)
+    by_id = dict(zip(full.doc_ids, full.texts, strict=True))
+    # the same stories (same subsample), cut; documents without a term after the cut are dropped
+    assert set(short.doc_ids) <= set(by_id) and len(short) >= 0.95 * len(full)
+    assert all(protocols.short_text(by_id[i], 30) == t for i, t in zip(short.doc_ids, short.texts, strict=True))
+    long = [k for k, t in enumerate(short.texts) if len(by_id[short.doc_ids[k]].split()) > 60]
+    assert long and all(short.X[k].sum() < full.X[full.doc_ids.index(short.doc_ids[k])].sum() for k in long)
+
+
+def test_small_window_draws_500_documents_per_run() -> None:
+    p = PROTOCOLS["robustness"]
+    data = prepare(["reuters-r8-w500"], max_docs=900)["reuters-r8-w500"]
+    d1 = make_draw(p, data, 1, run=0)
+    d5 = make_draw(p, data, 5, run=0)
+    other = make_draw(p, data, 1, run=1)
+    assert d1.rows.size == 500 and np.array_equal(d1.rows, d5.rows)  # one window per run
+    assert not np.array_equal(d1.rows, other.rows)
+    assert set(d1.classes) == set(data.classes)  # stratified: every class is in the window
+    assert set(np.asarray(d1.y_true, dtype=object)[d1.seed_mask]) == set(d1.classes)
+    assert d5.seed_mask.sum() > d1.seed_mask.sum()
+    multi = prepare(["reuters-multilabel20-w500"], max_docs=900)["reuters-multilabel20-w500"]
+    dm = make_draw(p, multi, 5, run=0)
+    assert dm.rows.size == 500 and dm.seed_mask.sum() == 25
+    assert dm.y_true == [multi.labels[i] for i in dm.rows]
+
+
+def test_example_f1_against_brute_force() -> None:
+    from streamsemi.evaluation.metrics import example_f1
+
+    rng = np.random.default_rng(0)
+    T = rng.random((200, 6)) < 0.25
+    P = rng.random((200, 6)) < 0.3
+    T[:5] = False
+    P[:3] = False  # rows 0-2: both empty (score 1); rows 3-4: empty truth, some prediction
+    brute = []
+    for t, p in zip(T, P, strict=True):
+        ts, ps = set(np.flatnonzero(t)), set(np.flatnonzero(p))
+        brute.append(1.0 if not ts and not ps else 2 * len(ts & ps) / (len(ts) + len(ps)))
+    assert example_f1(T.astype(int), P.astype(int)) == pytest.approx(np.mean(brute))
+    assert example_f1(T, T) == 1.0
+    import scipy.sparse as sp
+
+    assert example_f1(sp.csr_matrix(T.astype(int)), P) == pytest.approx(np.mean(brute))
+
+
+def test_robustness_runs_dlda_without_new_clusters_and_methods_fit_the_dataset() -> None:
+    from streamsemi.algorithms import MULTILABEL
+    from streamsemi.evaluation.baselines import make_method
+    from streamsemi.evaluation.runner import method_params
+
+    p = PROTOCOLS["robustness"]
+    data = prepare(["reuters-r8"], max_docs=300)["reuters-r8"]
+    draw = make_draw(p, data, 5, run=0)
+    assert draw.n_new == 0
+    assert make_method("d-lda", **method_params(p, draw, 0)).n_new_clusters == 0
+    methods = ["semi-ldc", "pseudo-lsc", "ensemble", "constrained-kmeans", "ovr-linear", "self-training"]
+    single = protocols.methods_for(p, protocols.DATASETS["reuters-r8"], methods, sorted(MULTILABEL))
+    multi = protocols.methods_for(p, protocols.DATASETS["reuters-multilabel20-short30"], methods,
+                                  sorted(MULTILABEL))
+    assert single == ["semi-ldc", "pseudo-lsc", "ensemble", "constrained-kmeans", "self-training"]
+    assert multi == ["pseudo-lsc", "constrained-kmeans", "ovr-linear"]
+    assert protocols.methods_for(PROTOCOLS["semi-ldc"], protocols.DATASETS["20ng"], methods) == methods
+
+
+def test_robustness_end_to_end(tmp_path) -> None:
+    records = run_json(tmp_path, ["--protocol", "robustness", "--algorithm", "pseudo-lsc,constrained-kmeans",
+                                  "--datasets", "reuters-r8-short30,reuters-multilabel20-w500",
+                                  "--labels", "5", "--quick", "--max-docs", "700"])
+    by = {(r["dataset"], r["algorithm"], r["metric"]): r for r in records}
+    assert {m for d, _, m in by if d == "reuters-r8-short30"} == {"macro_f1"}
+    assert {(a, m) for d, a, m in by if d == "reuters-multilabel20-w500"} == {
+        (a, m) for a in ("pseudo-lsc", "constrained-kmeans", "ovr-linear") for m in ("macro_auc", "example_f1")}
+    assert {a for d, a, _ in by if d == "reuters-r8-short30"} == {
+        "pseudo-lsc", "constrained-kmeans", "seeded-kmeans", "label-spreading", "self-training",
+        "supervised-linear"}
+    assert all(r["runs"] == 1 for r in records)  # --quick: one run
+    assert by[("reuters-multilabel20-w500", "constrained-kmeans", "macro_auc")]["n_scored"] == 475
+    # a single-label method chooses one label per story: its example F1 is below 1 on multi-label truth
+    assert 0.2 < by[("reuters-multilabel20-w500", "constrained-kmeans", "example_f1")]["mean"] < 1.0
+    assert by[("reuters-r8-short30", "constrained-kmeans", "macro_f1")]["mean"] > 0.4
+
+
+def test_chosen_label_sets_of_single_and_multi_label_estimators() -> None:
+    from streamsemi.evaluation.runner import chosen_label_sets
+
+    class Fixed:
+        def __init__(self, classes, pred):
+            self.classes_ = np.array(classes, dtype=object)
+            self.pred = pred
+
+        def predict(self, X):
+            return self.pred
+
+    X = np.zeros((3, 2))
+    single = Fixed(["b", "a"], np.array(["a", "b", "a"], dtype=object))
+    np.testing.assert_array_equal(chosen_label_sets(single, X, ["a", "b", "c"], False),
+                                  [[1, 0, 0], [0, 1, 0], [1, 0, 0]])
+    multi = Fixed(["c", "a"], np.array([[1, 1], [0, 0], [0, 1]]))
+    np.testing.assert_array_equal(chosen_label_sets(multi, X, ["a", "b", "c"], True),
+                                  [[1, 0, 1], [0, 0, 0], [1, 0, 0]])
+
+
+def test_self_training_adds_pseudo_labels_and_differs_from_supervised(talk) -> None:
+    from streamsemi.evaluation.baselines import SelfTraining, SupervisedLinear
+
+    draw = make_draw(PROTOCOLS["semi-ldc"], talk, 5, run=0)
+    X, y = talk.X[draw.rows], draw.y_fit_single()
+    st = SelfTraining().fit(X, y)
+    n_unl = int(draw.eval_mask.sum())
+    assert st.n_pseudo_labels_ == 10 * int(np.ceil(0.5 * n_unl / 10))
+    assert SelfTraining(pseudo_fraction=0.2).fit(X, y).n_pseudo_labels_ == 10 * int(np.ceil(0.2 * n_unl / 10))
+    sup = SupervisedLinear().fit(X, y)
+    ev = np.flatnonzero(draw.eval_mask)
+    assert (st.predict(X[ev]) != sup.predict(X[ev])).any()
+    assert len(set(st.predict(X[ev]))) == len(talk.classes)  # no collapse to the large classes

@@ -4,7 +4,7 @@ Usage::
 
     streamsemi evaluate --protocol P [--algorithm A,B,...] [--datasets D,...] [--labels 1,5]
                         [--runs R] [--stream] [--json FILE] [--plot FILE] [--jobs J]
-                        [--max-docs N] [--seed S]
+                        [--max-docs N] [--seed S] [--quick]
     streamsemi evaluate --results-page docs/results.md [--quick]
 
 See ``docs/evaluation.md``.
@@ -20,6 +20,10 @@ from streamsemi.evaluation import report, results_page
 from streamsemi.evaluation.driver import evaluate, resolve_methods
 from streamsemi.evaluation.protocols import DATASETS, PROTOCOLS
 from streamsemi.evaluation.stream import StreamSettings
+
+#: ``--quick`` with ``--protocol``: documents per dataset (stratified subsample) and runs.
+QUICK_MAX_DOCS = 1200
+QUICK_RUNS = 1
 
 
 def _csv(value: str) -> list[str]:
@@ -70,7 +74,9 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
                              "algorithm, against the baselines) into FILE")
     parser.add_argument("--quick", action="store_true",
                         help="with --results-page: reduced settings (subsampled documents, fewer "
-                             "runs and label amounts)")
+                             f"runs and label amounts); with --protocol: 1 run and at most "
+                             f"{QUICK_MAX_DOCS} documents per dataset unless --runs/--max-docs say "
+                             "otherwise")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -87,7 +93,8 @@ def run(args: argparse.Namespace) -> int:
             print(f"unknown dataset id(s): {', '.join(unknown)}; known: {', '.join(DATASETS)}",
                   file=sys.stderr)
             return 2
-        wrong = [d for d in args.datasets if (DATASETS[d].kind == "multi") != (protocol.name == "pseudo-lsc")]
+        wrong = [d for d in args.datasets if protocol.name != "robustness"
+                 and (DATASETS[d].kind == "multi") != (protocol.name == "pseudo-lsc")]
         if wrong:
             print(f"dataset(s) {', '.join(wrong)} do not fit protocol {protocol.name} "
                   f"(multi-label datasets go with pseudo-lsc only)", file=sys.stderr)
@@ -100,6 +107,9 @@ def run(args: argparse.Namespace) -> int:
         print("nothing to run: no requested algorithm is available and --no-baselines was given",
               file=sys.stderr)
         return 1
+    if args.quick:
+        args.runs = args.runs or QUICK_RUNS
+        args.max_docs = args.max_docs or QUICK_MAX_DOCS
     settings = StreamSettings(batch_size=args.stream_batch, refit_every_docs=args.refit_every,
                               window_max_docs=args.window)
     records = evaluate(protocol, methods=methods, datasets=args.datasets, labels=args.labels,

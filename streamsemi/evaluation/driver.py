@@ -24,7 +24,8 @@ def resolve_methods(protocol: Protocol, algorithms: Sequence[str] | None, *, bas
     Parameters
     ----------
     protocol : Protocol
-        Supplies the default algorithm (when ``algorithms`` is empty) and the baselines.
+        Supplies the default algorithms (when ``algorithms`` is empty: ``protocol.algorithms``,
+        else ``protocol.default_algorithm``) and the baselines.
     algorithms : sequence of str or None
         Registry names requested.
     baselines : bool
@@ -39,7 +40,7 @@ def resolve_methods(protocol: Protocol, algorithms: Sequence[str] | None, *, bas
         Method names without duplicates, requested ones first.
     """
     out = out or sys.stderr
-    names = list(algorithms) if algorithms else [protocol.default_algorithm]
+    names = list(algorithms or protocol.algorithms or [protocol.default_algorithm])
     methods: list[str] = []
     for name in names:
         ok, why = method_available(name)

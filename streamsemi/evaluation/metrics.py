@@ -148,6 +148,24 @@ def macro_auc(Y_true: Any, scores: Any) -> float:
     return float(np.mean(aucs))
 
 
+def example_f1(Y_true: Any, Y_pred: Any) -> float:
+    """Example-based F1 of label sets: mean over documents of ``2 |T & P| / (|T| + |P|)``.
+
+    ``Y_true`` and ``Y_pred`` are 0/1 indicator matrices (documents x classes, dense or
+    sparse); a document with an empty true set and an empty predicted set scores 1.
+    """
+    T = (Y_true.toarray() if sp.issparse(Y_true) else np.asarray(Y_true)) > 0
+    P = (Y_pred.toarray() if sp.issparse(Y_pred) else np.asarray(Y_pred)) > 0
+    if T.shape != P.shape:
+        raise EvaluationError(f"label matrix {T.shape} and prediction matrix {P.shape} differ in shape")
+    if T.shape[0] == 0:
+        raise EvaluationError("cannot score an empty set of documents")
+    both = (T & P).sum(axis=1).astype(np.float64)
+    sizes = (T.sum(axis=1) + P.sum(axis=1)).astype(np.float64)
+    per_doc = np.divide(2.0 * both, sizes, out=np.ones_like(sizes), where=sizes > 0)
+    return float(per_doc.mean())
+
+
 def nmi_max(y_true: Sequence[Any], y_pred: Sequence[Any]) -> float:
     """NMI normalised by the larger of the two entropies (the CLE paper's NMI)."""
     return nmi(y_true, y_pred, "max")

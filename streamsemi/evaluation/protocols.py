@@ -17,7 +17,7 @@ from __future__ import annotations
 import zlib
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -71,6 +71,15 @@ class DatasetSpec:
     known : tuple of str
         Classes that receive seeds (D-LDA semi-defined tasks); empty: all classes.
     description : str
+    window : int or None
+        Small-window setting: every run uses a stratified random sample of this many
+        documents (the same sample for every label amount of that run).
+    max_words : int or None
+        Short-text setting: each document keeps only its first ``max_words``
+        whitespace-separated words (:func:`short_text`) before vectorising.
+    base : str or None
+        The dataset id this one is a setting of: ``--max-docs`` draws the same
+        stories for both (the subsample is seeded by ``base``).
     """
 
     id: str
@@ -81,6 +90,28 @@ class DatasetSpec:
     draw_classes: int | None = None
     known: tuple[str, ...] = ()
     description: str = ""
+    window: int | None = None
+    max_words: int | None = None
+    base: str | None = None
+
+
+#: The robustness protocol's settings: dataset-id suffix -> (window, max_words, description).
+ROBUSTNESS_WINDOW = 500
+ROBUSTNESS_WORDS = 30
+ROBUSTNESS_SETTINGS: dict[str, tuple[int | None, int | None, str]] = {
+    "": (None, None, ""),
+    f"-w{ROBUSTNESS_WINDOW}": (ROBUSTNESS_WINDOW, None,
+                               f"; small window: {ROBUSTNESS_WINDOW} documents per run"),
+    f"-short{ROBUSTNESS_WORDS}": (None, ROBUSTNESS_WORDS,
+                                  f"; short text: first {ROBUSTNESS_WORDS} words of each document"),
+}
+#: The robustness protocol's corpora (none of them reported by a paper protocol).
+ROBUSTNESS_BASE = ("reuters-r52", "20ng", "reuters-top30", "reuters-r8", "reuters-multilabel20")
+
+
+def short_text(text: str, max_words: int) -> str:
+    """The first ``max_words`` whitespace-separated words of ``text``, joined by single spaces."""
+    return " ".join(text.split(maxsplit=max_words)[:max_words])
 
 
 def _dataset_specs() -> dict[str, DatasetSpec]:
@@ -99,7 +130,18 @@ def _dataset_specs() -> dict[str, DatasetSpec]:
         DatasetSpec("reuters-multilabel20", "reuters21578", kind="multi", top_n=20,
                     description="Reuters-21578 stories with at least one of the 20 most frequent "
                                 "topics; labels restricted to those 20"),
+        DatasetSpec("reuters-r52", "reuters-r52",
+                    description="Reuters-21578 R52 (9,100 single-label stories, 52 skewed classes)"),
+        DatasetSpec("reuters-top30", "reuters21578", top_n=30,
+                    description="Reuters-21578 single-label stories of the 30 largest classes, all "
+                                "30 at once"),
     ]
+    base = {s.id: s for s in specs}
+    for d in ROBUSTNESS_BASE:
+        for suffix, (window, words, text) in ROBUSTNESS_SETTINGS.items():
+            if suffix:
+                specs.append(replace(base[d], id=d + suffix, window=window, max_words=words, base=d,
+                                     description=base[d].description + text))
     for r in range(2, 7):
         specs.append(DatasetSpec(f"reuters-top30-r{r}", "reuters21578", top_n=30, draw_classes=r,
                                  description=f"Reuters-21578 single-label stories of the 30 largest "
@@ -139,6 +181,13 @@ class Protocol:
         The table or figure the protocol mirrors.
     n_unlabeled : int
         FSL only: unlabeled documents per run.
+    algorithms : tuple of str
+        Algorithms run when ``--algorithm`` is omitted (empty: ``default_algorithm``).
+    multi_methods : tuple of str
+        When set, the methods run on multi-label datasets: these plus the multi-label
+        algorithms (the others are skipped there); ``multi_only`` methods are skipped on
+        single-label datasets. Empty: every method on every dataset.
+    multi_only : tuple of str
     """
 
     name: str
@@ -152,6 +201,9 @@ class Protocol:
     paper: str
     n_unlabeled: int = 0
     description: str = ""
+    algorithms: tuple[str, ...] = ()
+    multi_methods: tuple[str, ...] = ()
+    multi_only: tuple[str, ...] = ()
 
 
 SINGLE_BASELINES = ("constrained-kmeans", "seeded-kmeans", "label-spreading", "self-training",
@@ -191,7 +243,38 @@ PROTOCOLS: dict[str, Protocol] = {
         "pseudo-LSC paper (Ahmed, Khan, Oza), Fig. 2(b)/Table 3: macro ROC AUC, 50/50 split",
         description="A random half of the stories are seeds with all their (top-20) topics; "
                     "macro ROC AUC of the per-class scores on the other half."),
+    "robustness": Protocol(
+        "robustness", tuple(d + suffix for suffix in ROBUSTNESS_SETTINGS for d in ROBUSTNESS_BASE),
+        (1, 5), "percent", ("macro_f1", "macro_auc", "example_f1"), 3,
+        SINGLE_BASELINES + ("ovr-linear",), "semi-ldc",
+        "Robustness (issue 19): corpora no paper protocol reports, 1% and 5% stratified seeds",
+        algorithms=("semi-ldc", "cle", "d-lda", "fsl-ck", "pseudo-lsc", "ensemble"),
+        multi_methods=("ovr-linear", "constrained-kmeans"), multi_only=("ovr-linear",),
+        description="Every algorithm and the baselines on Reuters R52, all of 20 Newsgroups, the 30 "
+                    "largest single-label Reuters-21578 topics at once and Reuters R8 (macro-F1), "
+                    "and pseudo-LSC on the multi-label Reuters-21578 (top-20 topics; macro ROC AUC "
+                    "and example-based F1 of the chosen label sets). Each corpus also in a "
+                    f"small-window setting (`-w{ROBUSTNESS_WINDOW}`: {ROBUSTNESS_WINDOW} documents "
+                    f"per run) and a short-text setting (`-short{ROBUSTNESS_WORDS}`: the first "
+                    f"{ROBUSTNESS_WORDS} words of each document). D-LDA runs with "
+                    "n_new_clusters=0 (no draw has unseeded classes)."),
 }
+
+
+def methods_for(protocol: Protocol, spec: DatasetSpec, methods: Sequence[str],
+                multilabel: Sequence[str] = ()) -> list[str]:
+    """The methods of ``methods`` that ``protocol`` runs on dataset ``spec``.
+
+    Parameters
+    ----------
+    multilabel : sequence of str
+        Names of the multi-label algorithms (run on multi-label datasets).
+    """
+    if not protocol.multi_methods:
+        return list(methods)
+    if spec.kind == "multi":
+        return [m for m in methods if m in protocol.multi_methods or m in multilabel]
+    return [m for m in methods if m not in protocol.multi_only]
 
 
 def label_fraction_of(protocol: Protocol, value: float) -> float:
@@ -289,6 +372,17 @@ def stratified_subsample(labels: Sequence[Any], n: int, rng: np.random.Generator
     return np.sort(np.concatenate(out))
 
 
+class _ShortTexts:
+    """``texts[i]`` cut to its first ``max_words`` words, computed on access."""
+
+    def __init__(self, texts: Sequence[str], max_words: int) -> None:
+        self.texts = texts
+        self.max_words = max_words
+
+    def __getitem__(self, i: int) -> str:
+        return short_text(self.texts[i], self.max_words)
+
+
 def prepare(dataset_ids: Sequence[str], max_docs: int | None = None, seed: int = 0,
             n_features: int = 2**18) -> dict[str, PreparedDataset]:
     """Load and vectorise the given datasets, each corpus once.
@@ -314,23 +408,27 @@ def prepare(dataset_ids: Sequence[str], max_docs: int | None = None, seed: int =
     unknown = [d for d in dataset_ids if d not in DATASETS]
     if unknown:
         raise EvaluationError(f"unknown dataset id(s) {', '.join(unknown)}; known: {', '.join(DATASETS)}")
-    by_corpus: dict[str, list[str]] = {}
+    by_corpus: dict[tuple[str, int | None], list[str]] = {}
     for d in dict.fromkeys(dataset_ids):
-        by_corpus.setdefault(DATASETS[d].corpus, []).append(d)
+        by_corpus.setdefault((DATASETS[d].corpus, DATASETS[d].max_words), []).append(d)
+    loaded: dict[str, datasets.Dataset] = {}
     out: dict[str, PreparedDataset] = {}
-    for corpus, ids in by_corpus.items():
-        ds = datasets.load(corpus)
+    for (corpus, max_words), ids in by_corpus.items():
+        if corpus not in loaded:
+            loaded[corpus] = datasets.load(corpus)
+        ds = loaded[corpus]
+        texts = ds.texts if max_words is None else _ShortTexts(ds.texts, max_words)
         selections: dict[str, tuple[list[int], list]] = {}
         for d in ids:
             rows, labels = _select_rows(DATASETS[d], ds)
             if max_docs is not None and len(rows) > max_docs:
-                rng = np.random.default_rng([seed, zlib.crc32(d.encode())])
+                rng = np.random.default_rng([seed, zlib.crc32((DATASETS[d].base or d).encode())])
                 keep = stratified_subsample(labels, max_docs, rng)
                 rows = [rows[i] for i in keep]
                 labels = [labels[i] for i in keep]
             selections[d] = (rows, labels)
         needed = sorted({i for rows, _ in selections.values() for i in rows})
-        X_all = TextFeaturizer(n_features=n_features).transform([ds.texts[i] for i in needed],
+        X_all = TextFeaturizer(n_features=n_features).transform([texts[i] for i in needed],
                                                                 update_sketch=False)
         pos = {row: k for k, row in enumerate(needed)}
         for d, (rows, labels) in selections.items():
@@ -341,7 +439,7 @@ def prepare(dataset_ids: Sequence[str], max_docs: int | None = None, seed: int =
             flat = {t for lab in labels for t in (lab if isinstance(lab, list) else [lab])}
             out[d] = PreparedDataset(
                 spec=DATASETS[d], X=sp.csr_matrix(X[nonempty]), labels=labels,
-                texts=[ds.texts[i] for i in rows], doc_ids=[f"{corpus}:{i}" for i in rows],
+                texts=[texts[i] for i in rows], doc_ids=[f"{corpus}:{i}" for i in rows],
                 dates=[ds.dates[i] for i in rows] if ds.dates is not None else None,
                 classes=sorted(flat))
     return out
@@ -441,11 +539,15 @@ def make_draw(protocol: Protocol, data: PreparedDataset, label_value: float, run
     spec = data.spec
     rng = draw_rng(seed, spec.id, label_value, run)
     rows = np.arange(len(data))
+    if spec.window is not None:  # the same window for every label amount of this run
+        rows = stratified_subsample(data.labels, spec.window, draw_rng(seed, spec.id, "window", run))
     if spec.kind == "multi":
         n_seed = int(round(label_value / 100.0 * rows.size))
         mask = np.zeros(rows.size, dtype=bool)
         mask[rng.permutation(rows.size)[:n_seed]] = True
-        return Draw(rows, list(data.labels), mask, list(data.classes), 0, list(data.classes))
+        y_multi = [data.labels[i] for i in rows]
+        classes = sorted({t for lab in y_multi for t in lab})
+        return Draw(rows, y_multi, mask, classes, 0, classes)
     labels = np.asarray(data.labels, dtype=object)
     if spec.draw_classes is not None:
         counts = Counter(data.labels)

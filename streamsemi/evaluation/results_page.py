@@ -35,6 +35,7 @@ PAGE_ALGORITHMS: dict[str, tuple[str, ...]] = {
     "d-lda": ("d-lda",),
     "fsl": ("fsl-sk", "fsl-ck", "fsl-ap", "fsl-sap"),
     "pseudo-lsc": ("pseudo-lsc",),
+    "robustness": PROTOCOLS["robustness"].algorithms,
 }
 
 
@@ -57,6 +58,7 @@ def page_settings(quick: bool) -> dict[str, dict[str, Any]]:
                   "max_docs": 800, "stream": None},
         "fsl": {"datasets": None, "labels": [20, 100, 400], "runs": 2, "max_docs": None, "stream": None},
         "pseudo-lsc": {"datasets": None, "labels": None, "runs": 1, "max_docs": 2000, "stream": None},
+        "robustness": {"datasets": None, "labels": None, "runs": 1, "max_docs": 1200, "stream": None},
     }
 
 

@@ -29,6 +29,7 @@ from streamsemi.evaluation.protocols import (
     Protocol,
     label_fraction_of,
     make_draw,
+    methods_for,
 )
 
 MULTILABEL_ALGORITHMS = MULTILABEL  # one definition, next to the registry
@@ -78,8 +79,9 @@ def is_multilabel_method(name: str, est: Any) -> bool:
 def method_params(protocol: Protocol, draw: Draw, run: int) -> dict[str, Any]:
     """Constructor parameters a method gets when it accepts them."""
     params: dict[str, Any] = {"random_state": run}
-    if draw.n_new:
-        params["n_new_clusters"] = draw.n_new
+    # always, 0 included: D-LDA's own default opens 2 new clusters, which a draw
+    # without unseeded classes must not get
+    params["n_new_clusters"] = draw.n_new
     return params
 
 
@@ -116,7 +118,7 @@ def aligned_scores(est: Any, X: Any, classes: Sequence[str]) -> np.ndarray:
 def score_single(protocol: Protocol, y_true: Sequence[str], y_pred: Sequence[Any],
                  known: Sequence[str]) -> dict[str, float]:
     """The protocol's single-label metrics (macro-F1 on ``known`` classes for D-LDA)."""
-    names = list(protocol.metrics)
+    names = [m for m in protocol.metrics if m in metrics.SINGLE_LABEL_METRICS]
     out = metrics.single_label_scores(y_true, y_pred, [m for m in names if m != "macro_f1"])
     if "macro_f1" in names:
         out["macro_f1"] = (metrics.macro_f1_known(y_true, y_pred, known) if protocol.name == "d-lda"
@@ -133,6 +135,27 @@ def indicator(y_true: Sequence[Any], classes: Sequence[str]) -> np.ndarray:
             if t in index:
                 Y[i, index[t]] = 1
     return Y
+
+
+def chosen_label_sets(est: Any, X: Any, classes: Sequence[str], multilabel: bool) -> np.ndarray:
+    """0/1 matrix (documents x ``classes``) of the label sets ``est`` chooses for ``X``.
+
+    A multi-label estimator's ``predict`` (its own threshold rule); a single-label
+    one chooses the one class it predicts.
+    """
+    index = {c: j for j, c in enumerate(classes)}
+    out = np.zeros((X.shape[0], len(classes)), dtype=np.int8)
+    est_classes = [str(c) for c in np.asarray(est.classes_, dtype=object)]
+    if multilabel:
+        pred = np.asarray(est.predict(X))
+        for j, c in enumerate(est_classes):
+            if c in index:
+                out[:, index[c]] = pred[:, j] > 0
+        return out
+    for i, c in enumerate(np.asarray(est.predict(X), dtype=object)):
+        if str(c) in index:
+            out[i, index[str(c)]] = 1
+    return out
 
 
 def fit_and_score(protocol: Protocol, method: str, data: PreparedDataset, draw: Draw,
@@ -157,7 +180,11 @@ def fit_and_score(protocol: Protocol, method: str, data: PreparedDataset, draw: 
         if data.spec.kind == "multi":
             S = aligned_scores(est, X[eval_rows], draw.classes)
             out.fit_seconds = time.perf_counter() - t0
-            out.scores = {"macro_auc": metrics.macro_auc(indicator(y_true_eval, draw.classes), S)}
+            Y_eval = indicator(y_true_eval, draw.classes)
+            out.scores = {"macro_auc": metrics.macro_auc(Y_eval, S)}
+            if "example_f1" in protocol.metrics:
+                out.scores["example_f1"] = metrics.example_f1(
+                    Y_eval, chosen_label_sets(est, X[eval_rows], draw.classes, multi_est))
         else:
             y_pred = fitted_single_labels(est, X, eval_rows, multi_est)
             out.fit_seconds = time.perf_counter() - t0
@@ -174,6 +201,7 @@ def run_job(job: tuple[str, float, int, tuple[str, ...]]) -> list[RunOutcome]:
     dataset_id, label_value, run, methods = job
     protocol: Protocol = _STATE["protocol"]
     data: PreparedDataset = _STATE["data"][dataset_id]
+    methods = tuple(methods_for(protocol, data.spec, methods, sorted(MULTILABEL_ALGORITHMS)))
     seed = int(_STATE.get("seed", 0))
     try:
         draw = make_draw(protocol, data, label_value, run, seed)
