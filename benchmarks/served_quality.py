@@ -224,6 +224,33 @@ def _wait_assigned(port: int, proc: subprocess.Popen, timeout: float = 90.0) -> 
     raise RuntimeError("the worker was not assigned its partitions in time")
 
 
+def _worker_settled(port: int) -> tuple[bool, str]:
+    """(settled, fingerprint) from the worker's metrics: no refit running, no revision pending, nothing buffered.
+
+    The fingerprint (model versions) changes when a refit lands: the run ends only when it
+    stayed the same, with no new output, for ``--idle`` seconds.
+    """
+    try:
+        _, body = _http(port, "/metrics")
+    except OSError:
+        return False, ""
+    gauges: dict[str, float] = {}
+    versions = []
+    for line in body.splitlines():
+        if line.startswith("#") or not line.strip():
+            continue
+        name, _, value = line.rpartition(" ")
+        if name.startswith("streamsemi_model_version{"):
+            versions.append(f"{name}={value}")
+        try:
+            gauges[name] = float(value)
+        except ValueError:
+            continue
+    busy = (gauges.get("streamsemi_refit_in_progress", 0.0) or gauges.get("streamsemi_revisions_pending", 0.0)
+            or gauges.get("streamsemi_buffered_documents", 0.0))
+    return not busy, ";".join(sorted(versions))
+
+
 def _worker_events(log_path: Path) -> list[dict]:
     out = []
     for line in log_path.read_text(errors="replace").splitlines():
@@ -293,14 +320,15 @@ def served_run(stream: Stream, algorithms: list[str], rate: float, idle_s: float
         produce_s = time.time() - t_start
         expected = len(stream.order) * len(algorithms)
         t0 = time.monotonic()
-        n_seen = -1
+        seen: tuple[int, str] = (-1, "")
         last_change = time.monotonic()
         while time.monotonic() - t0 < timeout_s:
             if worker.poll() is not None:
                 raise RuntimeError(f"the worker exited with code {worker.returncode}; see {log_path}")
             pairs = {(m["id"], m["algorithm"]) for m, _, _, _ in list(records)}
-            if len(records) != n_seen:
-                n_seen, last_change = len(records), time.monotonic()
+            settled, versions = _worker_settled(port)
+            if (len(records), versions) != seen or not settled:  # a refit or a revision pass is still under way
+                seen, last_change = (len(records), versions), time.monotonic()
             if len(pairs) >= expected and time.monotonic() - last_change >= idle_s:
                 break
             time.sleep(0.5)
@@ -469,7 +497,7 @@ def served_markdown(result: dict[str, Any]) -> str:
 #: The refit and revision policy of the worker when issue 14 part 5 was measured (commit ac1fe4f): first refit
 #: at ``min_docs_first_refit`` documents once 2 classes are seeded, then every ``refit_every_docs``; no growth
 #: or idle refits, no revisions. Applied only for the settings the engine in use has.
-LEGACY = {"min_seed_classes": 2, "min_seeds_per_class": 1, "refit_growth": 0.0, "refit_idle_s": 0.0,
+LEGACY = {"min_seed_classes": 2, "min_seeds_per_class": 1, "first_fit_stable_seeds": 0, "refit_growth": 0.0, "refit_idle_s": 0.0,
           "revisions": "off"}
 
 
@@ -806,7 +834,12 @@ def mode_pseudo_lsc(args: argparse.Namespace) -> dict[str, Any]:
     record("pseudo-lsc rcut", sets_from(base.decide(P)))
     for ratio in (0.7, 0.5, 0.3):
         record(f"pseudo-lsc relative: P >= {ratio} x top", sets_from(P >= ratio * P.max(axis=1, keepdims=True)))
-    base.set_params(decision="threshold")
+    # proportional cut: the threshold that gives the seeds' label cardinality on the fitted documents
+    t_card = base._calibrated_threshold(np.asarray(base.predict_proba(Xk)), base.label_cardinality_)
+    base.set_params(decision="threshold", threshold=min(t_card, 1.0))
+    record(f"pseudo-lsc cardinality (seeds' {base.label_cardinality_:.2f} labels/doc: threshold {t_card:.3f})",
+           sets_from(base.decide(P)))
+    base.set_params(threshold=0.5)
     for kappa in (1, 3):
         base.set_params(kappa=kappa)
         Pk = np.asarray(base.predict_proba(Xk[ev]))
@@ -821,7 +854,7 @@ def mode_pseudo_lsc(args: argparse.Namespace) -> dict[str, Any]:
         ("constrained-kmeans", None, "legacy", {}), ("pseudo-lsc", None, "legacy", {}),
         ("pseudo-lsc", {"threshold": 0.3}, "legacy", {}), ("pseudo-lsc", None, "legacy", {"min_docs_first_refit": 1000}),
         ("constrained-kmeans", None, "current", {}), ("pseudo-lsc", None, "current", {}),
-        ("pseudo-lsc", {"threshold": 0.3}, "current", {})]
+        ("pseudo-lsc", {"threshold": 0.3}, "current", {}), ("pseudo-lsc", {"decision": "cardinality"}, "current", {})]
     for name, params, profile, engine_params in variants:
         r = engine_replay(served, name, args.batch, profile=profile, **engine_params,
                           **({"algorithm_params": {name: params}} if params else {}))
@@ -880,7 +913,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--algorithms", default="constrained-kmeans", help=f"comma-separated, e.g. {SIX}")
     p.add_argument("--seed-fraction", type=float, default=0.05)
     p.add_argument("--seed", type=int, default=0, help="order and seed draw")
-    p.add_argument("--idle", type=float, default=10.0, help="served: quiet seconds that end a run")
+    p.add_argument("--idle", type=float, default=10.0,
+                   help="served: seconds with no new output, no refit running, no revision pending and the same "
+                        "model versions (worker metrics) that end a run (> refit_idle_s + min_refit_interval_s)")
     p.add_argument("--timeout", type=float, default=3600.0, help="served: longest wait after producing")
     p.add_argument("--batch", type=int, default=100, help="engine/gating: documents per Engine.process call")
     p.add_argument("--profiles", default="legacy",

@@ -14,7 +14,7 @@ from streamsemi import __version__
 from streamsemi.core.errors import StreamsemiError
 from streamsemi.service.config import ConfigError, Settings, add_flags, flags_from_args, resolve
 
-TOPIC_FLAGS = ("documents_topic", "control_topic", "assignments_topic", "deadletter_topic")
+TOPIC_FLAGS = ("documents_topic", "control_topic", "assignments_topic", "deadletter_topic", "labels_topic")
 
 
 def _client_settings(args: argparse.Namespace) -> Settings:

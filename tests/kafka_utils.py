@@ -53,17 +53,22 @@ class Topics:
         return f"{self.prefix}.deadletter"
 
     @property
+    def labels(self) -> str:
+        return f"{self.prefix}.labels"
+
+    @property
     def group(self) -> str:
         return f"{self.prefix}-group"
 
     def flags(self) -> list[str]:
         return ["--documents-topic", self.documents, "--control-topic", self.control,
-                "--assignments-topic", self.assignments, "--deadletter-topic", self.deadletter]
+                "--assignments-topic", self.assignments, "--deadletter-topic", self.deadletter,
+                "--labels-topic", self.labels]
 
     def settings(self, bootstrap: str) -> Any:
         return resolve({"bootstrap_servers": bootstrap, "documents_topic": self.documents,
                         "control_topic": self.control, "assignments_topic": self.assignments,
-                        "deadletter_topic": self.deadletter})
+                        "deadletter_topic": self.deadletter, "labels_topic": self.labels})
 
     def create(self, bootstrap: str) -> None:
         ensure_topics(self.settings(bootstrap))

@@ -52,11 +52,10 @@ def test_replay_r8_at_full_speed_first_and_latest_labels(broker, tmp_path):
     """
     topics = Topics()
     topics.create(broker.bootstrap)
-    labels_topic = f"{topics.prefix}.labels"
+    labels_topic = topics.labels  # the worker gets --labels-topic from topics.flags()
     n, frac = 2000, 0.05
     algorithms = ("constrained-kmeans", "seeded-kmeans")
-    worker = WorkerProcess(broker.bootstrap, topics, ["--algorithms", ",".join(algorithms),
-                                                      "--labels-topic", labels_topic], log_dir=tmp_path).start()
+    worker = WorkerProcess(broker.bootstrap, topics, ["--algorithms", ",".join(algorithms)], log_dir=tmp_path).start()
     ds = datasets.load("reuters-r8")
     order = replay_order(ds, "auto", 0)
     try:

@@ -302,3 +302,19 @@ def test_degenerate_inputs(reuters):
     model = PseudoLSC(n_features_selected=50).fit(X, labels[:60])
     with pytest.raises(ValueError, match="features"):
         model.predict_proba(sp.csr_matrix((2, 10)))
+
+
+def test_cardinality_decision_matches_the_seeds_label_cardinality(fitted):
+    model, X, labels, _, n_train = fitted
+    P = np.array([[0.9, 0.45, 0.1], [0.2, 0.3, 0.1], [0.6, 0.7, 0.65], [0.5, 0.2, 0.4]])
+    # 1.5 labels per seed on 4 documents: 2 extra labels, the two largest non-top probabilities (0.65, 0.6)
+    assert PseudoLSC._calibrated_threshold(P, 1.5) == 0.6
+    assert PseudoLSC._calibrated_threshold(P, 1.0) > 1.0, "single-label seeds: only the top class"
+    seeded = [labels[i] for i in range(n_train)][: n_train // 2]
+    card = PseudoLSC(n_features_selected=300, random_state=0, decision="cardinality").fit(
+        X[:n_train], seeded + [[] for _ in range(n_train - len(seeded))])
+    assert card.label_cardinality_ == pytest.approx(np.mean([len(s) for s in seeded]))
+    sizes = card.predict(X[:n_train]).sum(axis=1)
+    assert sizes.mean() == pytest.approx(card.label_cardinality_, abs=1 / n_train), \
+        "the fitted documents get the seeds' cardinality"
+    assert card.label_cardinality_ > 1.0 and model.threshold_ == 0.5

@@ -335,12 +335,16 @@ class PseudoLSC(ClassifierMixin, TransformerMixin, StreamsemiEstimator):
         Include the chi-square term (False for the ablation).
     kappa : int, default=10
         Nearest clusters used for prediction.
-    decision : {"threshold", "rcut"}, default="threshold"
+    decision : {"threshold", "rcut", "cardinality"}, default="threshold"
         How ``predict`` turns probabilities into a label set: every class with
-        probability >= ``threshold``, or the ``r`` most probable classes where
+        probability >= ``threshold``; or the ``r`` most probable classes where
         ``r = round(sum of probabilities)`` (the expected number of labels of the
-        nearest clusters). The most probable class is always predicted.
+        nearest clusters); or ``"cardinality"`` (proportional cut): one threshold,
+        ``threshold_``, chosen at fit so that the mean label-set size over the fitted
+        documents equals the seeds' label cardinality (mean labels per seed). The
+        most probable class is always predicted.
     threshold : float, default=0.5
+        The threshold of ``decision = "threshold"``.
     max_iter : int, default=50
     tol : float, default=1e-4
         Stop when the relative decrease of the objective falls below ``tol``.
@@ -368,6 +372,11 @@ class PseudoLSC(ClassifierMixin, TransformerMixin, StreamsemiEstimator):
     pseudo_label_sets_ : list of tuple of str
     objective_history_ : list of float
     n_iter_ : int
+    label_cardinality_ : float
+        Mean number of labels per seed.
+    threshold_ : float
+        Threshold ``predict`` uses: ``threshold``, or the calibrated one of
+        ``decision = "cardinality"`` (above 1 when the seeds have one label each).
     """
 
     _parameter_constraints = {
@@ -380,7 +389,7 @@ class PseudoLSC(ClassifierMixin, TransformerMixin, StreamsemiEstimator):
         "use_impurity": ["boolean"],
         "use_chi2": ["boolean"],
         "kappa": [Interval(Integral, 1, None, closed="left")],
-        "decision": [StrOptions({"threshold", "rcut"})],
+        "decision": [StrOptions({"threshold", "rcut", "cardinality"})],
         "threshold": [Interval(Real, 0, 1, closed="both")],
         "max_iter": [Interval(Integral, 1, None, closed="left")],
         "tol": [Interval(Real, 0, None, closed="left")],
@@ -461,7 +470,29 @@ class PseudoLSC(ClassifierMixin, TransformerMixin, StreamsemiEstimator):
         self.n_iter_ = len(history) - 1
         self.n_clusters_ = k
         self.classes_ = np.array(list(classes), dtype=object)
+        self.label_cardinality_ = float(np.asarray(Y[seeds].sum(axis=1)).mean()) if len(seeds) else 1.0
+        self.threshold_ = float(self.threshold)
+        if self.decision == "cardinality":
+            self.threshold_ = self._calibrated_threshold(self.predict_proba(X), self.label_cardinality_)
         return self
+
+    @staticmethod
+    def _calibrated_threshold(P: np.ndarray, cardinality: float) -> float:
+        """The threshold that gives ``cardinality`` labels per document on average (top class always on).
+
+        The ``round((cardinality - 1) * n)`` largest non-top probabilities are the
+        extra labels; the threshold is the smallest of them (above 1: no extra label).
+        """
+        n = P.shape[0]
+        extra = int(round((cardinality - 1.0) * n))
+        if n == 0 or extra <= 0 or P.shape[1] < 2:
+            return 1.0 + 1e-9
+        rest = np.array(P, dtype=np.float64)
+        rest[np.arange(n), rest.argmax(axis=1)] = -np.inf
+        flat = rest.ravel()
+        extra = min(extra, n * (P.shape[1] - 1))
+        value = float(np.partition(flat, flat.size - extra)[flat.size - extra])
+        return max(value, _TINY)
 
     def _n_clusters(self, n_classes: int, n_pseudo: int, n_samples: int) -> int:
         if self.n_clusters is not None:
@@ -568,8 +599,8 @@ class PseudoLSC(ClassifierMixin, TransformerMixin, StreamsemiEstimator):
         """0/1 label sets from probabilities (the ``decision`` rule; top class always on)."""
         P = np.asarray(P, dtype=np.float64)
         out = np.zeros(P.shape, dtype=np.int64)
-        if self.decision == "threshold":
-            out[P >= float(self.threshold)] = 1
+        if self.decision in ("threshold", "cardinality"):
+            out[P >= float(self.threshold_ if self.decision == "cardinality" else self.threshold)] = 1
         else:
             r = np.clip(np.rint(P.sum(axis=1)).astype(np.int64), 1, P.shape[1])
             order = np.argsort(-P, axis=1, kind="stable")
