@@ -149,3 +149,58 @@ def test_farthest_point_centroids_pick_the_least_similar_candidates_in_turn() ->
     assert farthest_point_centroids(Xn, C, np.array([1, 2]), 0, rng) is C
     start = farthest_point_centroids(Xn, np.zeros((0, 3)), np.array([0, 4]), 2, np.random.default_rng(1))
     assert start.shape == (2, 3) and {tuple(r) for r in start} == {(1.0, 0, 0), (0, 0, 1.0)}
+
+
+def test_ties_in_the_farthest_first_traversal_are_broken_by_random_state() -> None:
+    # every candidate is orthogonal to the seeded centroid: the choice is the rng's
+    Xn = sp.csr_matrix(np.eye(6)[1:])
+    C = np.eye(6)[:1]
+    picks = set()
+    for seed in range(8):
+        out = farthest_point_centroids(Xn, C, np.arange(5), 1, np.random.default_rng(seed))
+        first = int(np.argmin(np.random.default_rng(seed).random(5)))
+        assert np.array_equal(out[1], np.eye(6)[1 + first]), seed
+        picks.add(first)
+    assert len(picks) > 1, "the case must let the seed decide"
+    fits = {tuple(ConstrainedKMeans(n_new_clusters=1, random_state=s).fit(
+        sp.csr_matrix(np.eye(6, dtype=int)), ["a", "b", None, None, None, None]).cluster_centers_[2].round(6))
+        for s in range(8)}
+    assert len(fits) > 1, "random_state reaches the traversal"
+
+
+def test_new_clusters_start_at_unlabeled_documents_only() -> None:
+    # the two "a" seeds are orthogonal, so each is only 0.71 similar to its class mean, while every unlabeled
+    # document is close to a seeded centroid: seeds must still never become a new cluster's start
+    counts = np.array([[3, 0, 0, 0], [0, 3, 0, 0], [0, 0, 3, 0], [2, 2, 0, 0], [0, 0, 3, 1], [2, 2, 0, 1]])
+    y = ["a", "a", "b", None, None, None]
+    m = ConstrainedKMeans(n_new_clusters=1, max_iter=1).fit(sp.csr_matrix(counts), y)
+    C, labels, _, _ = _reference(counts, y, True, 1, 1, 0)
+    assert np.allclose(m.cluster_centers_, C) and np.array_equal(m.labels_, labels)
+    Xn = _ref_tfidf(counts, _ref_idf(counts))
+    assert not np.allclose(m.cluster_centers_[2], Xn[0]) and not np.allclose(m.cluster_centers_[2], Xn[1])
+
+
+def test_the_last_cluster_emptied_keeps_its_centroid() -> None:
+    counts = np.array([[4, 1, 0], [4, 1, 0], [3, 1, 0], [0, 1, 3]])
+    y = ["a", "b", None, None]  # b's seed ties with a's: after one round cluster b (the last) is empty
+    m = ConstrainedKMeans(False, max_iter=1).fit(sp.csr_matrix(counts), y)
+    assert list(m.labels_) == [0, 0, 0, 0] and m.cluster_centers_.shape == (2, 3)
+    assert np.allclose(m.cluster_centers_[1], _ref_tfidf(counts, _ref_idf(counts))[1])
+
+
+def test_documented_defaults() -> None:
+    assert ConstrainedKMeans().get_params() == {"constrained": True, "n_new_clusters": 0, "max_iter": 50,
+                                                "temperature": 0.05, "random_state": 0}
+    assert ConstrainedKMeans(random_state=7).random_state == 7
+
+
+def test_predict_needs_a_fit_and_never_refits_the_width() -> None:
+    from sklearn.exceptions import NotFittedError
+
+    counts, y = _data(2)
+    with pytest.raises(NotFittedError):
+        ConstrainedKMeans().predict(sp.csr_matrix(counts))
+    m = ConstrainedKMeans().fit(sp.csr_matrix(counts), y)
+    with pytest.raises(ValueError):
+        m.predict(sp.csr_matrix(counts[:, :-1]))
+    assert m.n_features_in_ == counts.shape[1]

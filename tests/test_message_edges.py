@@ -319,6 +319,8 @@ def _label(**fields) -> str:
     (_doc(ts=LONG), "wrong_type", f"'ts' is not an ISO-8601 time of years 1..9999: {'z' * 40!r}"),
     (_doc(ts="0001-01-01T00:00:00+01:00"), "wrong_type",
      "'ts' is outside years 1..9999: '0001-01-01T00:00:00+01:00'"),
+    (_doc(ts="0001-01-01T00:00:00.000000+01:00:00.000000"), "wrong_type",
+     "'ts' is outside years 1..9999: '0001-01-01T00:00:00.000000+01:00:00.0000'"),
     (_doc(stream=1), "wrong_type", "'stream' must be a string"),
     (_doc(meta="m"), "wrong_type", "'meta' must be an object"),
     (_doc(**{"k" * 70: "\ud800"}), "invalid_utf8", f"field {ascii('k' * 70)[:60]} {SURROGATE_TAIL}"),
