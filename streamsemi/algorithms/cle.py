@@ -480,9 +480,10 @@ class CLE(ScoresClassifierMixin, TransformerMixin, StreamsemiEstimator):
     n_neighbors : int, default=15
         k of the symmetric kNN graph (paper: 15); also the number of window
         documents averaged by the out-of-sample extension.
-    weighting : {"tf", "tfidf"}, default="tf"
-        Unit-length raw term frequencies (the paper) or sublinear tf-idf; see
-        ``docs/algorithms/cle.md`` for the measurement behind the default.
+    weighting : {"tf", "tfidf"}, default="tfidf"
+        Unit-length sublinear tf-idf or raw term frequencies (the paper); see
+        ``docs/algorithms/cle.md`` ("Robustness") for the development draws behind
+        the default.
     seed_link : float, default=1000.0
         Weight given to every pair of same-side seeds by the 3.2.1 modification
         (the paper sets it to the maximum similarity, 1; larger values give the
@@ -559,7 +560,7 @@ class CLE(ScoresClassifierMixin, TransformerMixin, StreamsemiEstimator):
         "random_state": RANDOM_STATE,
     }
 
-    def __init__(self, n_neighbors: int = 15, *, weighting: str = "tf", seed_link: float = 1000.0,
+    def __init__(self, n_neighbors: int = 15, *, weighting: str = "tfidf", seed_link: float = 1000.0,
                  assign: str = "calibrated", map_scaling: str = "seeds", constrained: bool = True,
                  n_new_clusters: int = 0, max_iter: int = 100, eigen_tol: float = 1e-8,
                  knn_method: str = "inverted", block_memory_mb: float = 64.0,
