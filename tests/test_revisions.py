@@ -411,3 +411,34 @@ def test_a_large_buffer_is_assigned_in_chunks_in_arrival_order(r8):
         got += eng.process([]).assignments
     assert [a.id for a in got] == [f"r{i}" for i in order[:n + 5]]
     assert eng.buffer_bytes == 0
+
+
+def test_a_backlog_waits_for_the_growth_refit_fitted_on_it(r8):
+    ds, order = r8
+    eng = Engine(cfg(background_refit=True, refit_growth=2.0, max_buffered_docs=5000))
+    gates = {1: threading.Event(), 2: threading.Event()}
+    rounds = eng._refit_round
+
+    def slow_round(snap):
+        gates[snap.version].wait(30)
+        rounds(snap)
+
+    eng._refit_round = slow_round
+    seed(eng, ds, by_class(ds, order[:2500], 3))
+    eng.process(docs(ds, order[:100]))            # the first fit starts on 100 documents
+    for k in range(100, 2500, 400):               # the backlog arrives while it runs
+        eng.process(docs(ds, order[k:k + 400]))
+    gates[1].set()
+    assert eng.wait_for_refit(60) and eng.version == 1
+    out = eng.process([]).assignments             # v1 is in; the growth refit on 2,500 documents starts
+    assert eng.version == 2 and eng.refitting and eng.holding_backlog
+    assert out == [] and len(eng.buffer) == 2500, "the backlog is not labelled by the model fitted on 100 documents"
+    fresh = eng.process(docs(ds, order[2500:2510])).assignments
+    assert fresh == [] and len(eng.buffer) == 2510
+    gates[2].set()
+    assert eng.wait_for_refit(60)
+    got = []
+    while eng.buffer:
+        got += eng.process([]).assignments
+    assert len(got) == 2510 and {a.model_version for a in got} == {2}
+    assert [a.id for a in got] == [f"r{i}" for i in order[:2510]]
