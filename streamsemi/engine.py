@@ -117,6 +117,7 @@ class EngineConfig:
     min_seed_classes: int = 4
     min_seeds_per_class: int = 3
     first_fit_stable_seeds: int = 25
+    first_fit_max_wait_s: float = 30.0
     refit_growth: float = 2.0
     refit_idle_s: float = 3.0
     revisions: str = "changed"
@@ -154,7 +155,7 @@ class EngineConfig:
             max_buffered_docs=s.max_buffered_docs, refit_every_docs=s.refit_every_docs,
             refit_every_s=s.refit_every_s or None, min_docs_first_refit=s.min_docs_first_refit,
             min_seed_classes=s.min_seed_classes, min_seeds_per_class=s.min_seeds_per_class,
-            first_fit_stable_seeds=s.first_fit_stable_seeds,
+            first_fit_stable_seeds=s.first_fit_stable_seeds, first_fit_max_wait_s=s.first_fit_max_wait_s,
             refit_growth=s.refit_growth, refit_idle_s=s.refit_idle_s, revisions=s.revisions,
             revision_chunk=s.revision_chunk,
             min_refit_interval_s=s.min_refit_interval_s, drift_detection=s.drift_detection,
@@ -357,6 +358,7 @@ class Engine:
         # refit cadence: window size at the last fit (growth trigger), last document time (idle trigger)
         self._last_fit_window = 0
         self._last_doc_at = self.clock()
+        self._first_doc_at: float | None = None  # first windowed document (first_fit_max_wait_s)
         self._seeds_changed = False
         # first-fit gate: seeds since a seed last introduced a class no seed had
         self._seeds_since_new_class = 0
@@ -582,6 +584,8 @@ class Engine:
             self.docs_since_refit += len(good)
             if good:
                 self._last_doc_at = self.clock()
+                if self._first_doc_at is None:
+                    self._first_doc_at = self._last_doc_at
             if self.ready and not self.buffer:
                 assignments = self._assign(good)
             else:
@@ -660,6 +664,9 @@ class Engine:
                 self._start_refit("buffer_full", quiet=True)
             elif idle and len(self.window) >= cfg.min_docs_first_refit:
                 self._start_refit("idle", quiet=True)
+            elif (cfg.first_fit_max_wait_s and self._first_doc_at is not None
+                  and now - self._first_doc_at >= cfg.first_fit_max_wait_s and len(self.window) >= cfg.min_docs_first_refit):
+                self._start_refit("max_wait", quiet=True)  # a slow, steady stream: serve (provisionally) after all
         elif (cfg.refit_growth and not self.refitting and len(self.window) < cfg.window_max_docs
               and len(self.window) >= cfg.refit_growth * max(self._last_fit_window, 1)):
             self._start_refit("growth")

@@ -231,7 +231,10 @@ def stack(tmp_path_factory):
         wait_for(lambda: port_open(s.broker_port), 30, "the broker port", logs=s.all_logs())
         s.start("worker", [*py, "run", "--bootstrap-servers", s.bootstrap, "--metrics-host", "127.0.0.1",
                            "--metrics-port", str(s.metrics_port), "--algorithms", "constrained-kmeans",
-                           "--refit-every-docs", "200"])
+                           "--refit-every-docs", "200",
+                           # a short stream (800 documents, 42 seeds): first fit early, so that several refits
+                           # (model agreement needs two) happen while it runs
+                           "--min-seed-classes", "2", "--min-seeds-per-class", "1", "--first-fit-stable-seeds", "0"])
         s.start("prometheus", [PROMETHEUS, f"--config.file={s.prometheus_config()}",
                                f"--storage.tsdb.path={s.dir / 'tsdb'}",
                                f"--web.listen-address=127.0.0.1:{s.prom_port}", "--log.level=warn"])

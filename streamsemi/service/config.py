@@ -208,6 +208,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("first_fit_stable_seeds", int, E["first_fit_stable_seeds"],
             "the first fit also waits until this many seeds in a row introduced no new class (0 = off)",
             _non_negative),
+    Setting("first_fit_max_wait_s", float, E["first_fit_max_wait_s"],
+            "fit the first model anyway this long after the first document when the seed policy is not met yet "
+            "(its outputs are provisional; 0 = wait for the policy, a full buffer or an idle stream)", _non_negative),
     Setting("refit_growth", float, E["refit_growth"],
             "refit when the window grew by this factor since the last fit, until it is full (0 = off)",
             lambda v: None if v == 0 or v > 1 else "must be 0 (off) or > 1"),
