@@ -12,7 +12,9 @@ import pytest
 import scipy.sparse as sp
 
 from streamsemi.core.messages import Document, Rejected
+from streamsemi.core.store import ENTRY_OVERHEAD_BYTES, str_bytes
 from streamsemi.engine import (
+    CONTROL_OP_BYTES,
     LABEL_PROB_MIN,
     LABELS_IN_OUTPUT,
     Assignment,
@@ -75,10 +77,10 @@ def test_at_most_labels_in_output_labels_rounded_to_six_decimals() -> None:
 
 
 def test_multilabel_verdicts_follow_the_indicator_or_the_top_class() -> None:
-    P = [[0.6, 0.3, 0.1], [0.2, 0.5, 0.3]]
+    P = [[0.6, 0.2765433, 0.1234567], [0.2, 0.5, 0.3]]
     slot = _slot(P, ["a", "b", "c"], multilabel=True, indicator=np.array([[1, 0, 1], [0, 0, 0]]))
     out = Engine._assign_with(slot, _X(2))
-    assert out == [("a", 0.6, {"a": 0.6, "c": 0.1}, "a", False), ("b", 0.5, {"b": 0.5}, "b", False)]
+    assert out == [("a", 0.6, {"a": 0.6, "c": 0.123457}, "a", False), ("b", 0.5, {"b": 0.5}, "b", False)]
 
 
 def _assignment(**kw) -> Assignment:
@@ -131,6 +133,14 @@ def test_the_class_cap_counts_seeded_and_held_classes_and_is_inclusive() -> None
     assert op == {"op": "label", "id": "s4", "labels": ["d", "a"]}
     assert rej == Rejected("invalid_label", "would exceed max_classes=3 classes (seeded and held labels)")
     assert "s4" not in eng.pending and "s4" not in eng.seeds
+    two = _engine(max_classes=2)
+    two.label("s1", ["a"], text="alpha words here")
+    two.label("h1", ["a"])                         # held, of a seeded class: counted once
+    assert two.label("s2", ["b"], text="beta words here") == []
+    three = _engine(max_classes=2)
+    three.label("s1", ["a"], text="alpha words here")
+    three.label("h1", ["b"])                       # held, of a class no seed has: counted
+    assert [r.reason for _, r in three.label("s2", ["c"], text="gamma words here")] == ["invalid_label"]
 
 
 def test_seed_policy_counts_classes_with_enough_seeds() -> None:
@@ -169,3 +179,46 @@ def test_a_label_for_a_window_document_is_resolved_with_its_text_and_offset() ->
     assert (r.id, r.labels, r.text, r.label_offset) == ("w", ("a", "b"), "window words here", 3)
     assert eng.label("w", ["c"], offset=4) == [] and eng.seeds.get("w").labels == ("c",), "a relabel"
     assert eng.drain_resolved() == [], "a relabel of a seed is not resolved again"
+
+
+def test_remembered_control_operations_are_bounded_in_entries_and_bytes() -> None:
+    # reference: one entry per id (its last operation), oldest evicted first while there are more than
+    # max_seed_docs + max_pending_labels entries or their bytes exceed that many CONTROL_OP_BYTES; the newest
+    # entry is always kept
+    eng = _engine(max_seed_docs=2, max_pending_labels=2)
+    max_ops = 4
+    rng = np.random.default_rng(0)
+    pool = [f"{k}-" + "x" * int(n) for k, n in enumerate(rng.choice([1, 100, 143, 300, 900, 2000], size=12))]
+    expected: dict[str, int] = {}
+    for offset in range(400):
+        doc_id = pool[int(rng.integers(len(pool)))]
+        if offset % 2:
+            eng.unlabel(doc_id, offset=offset)
+        else:
+            eng.label(doc_id, ["a"], offset=offset)
+        expected.pop(doc_id, None)
+        expected[doc_id] = offset
+        while len(expected) > 1 and (len(expected) > max_ops or sum(
+                str_bytes(k) + ENTRY_OVERHEAD_BYTES for k in expected) > max_ops * CONTROL_OP_BYTES):
+            del expected[next(iter(expected))]
+        got = [(k, off) for k, off, _ in eng.export_state().last_ops]
+        assert got == list(expected.items()), offset
+    assert eng.control_ops == len(expected)
+
+
+def test_an_operation_exactly_at_the_byte_budget_is_kept() -> None:
+    eng = _engine(max_seed_docs=2, max_pending_labels=1)
+    width = CONTROL_OP_BYTES - ENTRY_OVERHEAD_BYTES - str_bytes("")  # one op of exactly CONTROL_OP_BYTES
+    ids = [c * width for c in "pqr"]
+    for k, doc_id in enumerate(ids):
+        eng.unlabel(doc_id, offset=k)
+    assert [k for k, _, _ in eng.export_state().last_ops] == ids, "3 x CONTROL_OP_BYTES: at the budget"
+    eng.unlabel("s" * 3000, offset=9)
+    assert [k for k, _, _ in eng.export_state().last_ops] == ["s" * 3000], "alone over budget: still kept"
+
+
+def test_unlabel_is_counted_as_a_control_operation() -> None:
+    eng = _engine()
+    eng.unlabel("x")
+    eng.unlabel("y")
+    assert eng.telemetry.control.labels("unlabel")._value.get() == 2
