@@ -35,6 +35,7 @@ class _Fixed:
         return self.P
 
     def predict(self, X):
+        assert X.shape[0] == self.indicator.shape[0]
         return self.indicator
 
 
