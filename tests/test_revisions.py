@@ -442,3 +442,29 @@ def test_a_backlog_waits_for_the_growth_refit_fitted_on_it(r8):
         got += eng.process([]).assignments
     assert len(got) == 2510 and {a.model_version for a in got} == {2}
     assert [a.id for a in got] == [f"r{i}" for i in order[:2510]]
+
+
+def test_first_models_serve_while_the_primary_probes_run(r8):
+    ds, order = r8
+    eng = Engine(cfg(algorithms=["constrained-kmeans", "seeded-kmeans"], background_refit=True))
+    release = threading.Event()
+    probe = eng._holdout_accuracy
+    probing = threading.Event()
+
+    def slow_probe(name, snap):
+        probing.set()
+        release.wait(30)
+        return probe(name, snap)
+
+    eng._holdout_accuracy = slow_probe
+    seed(eng, ds, by_class(ds, order[:300], 3))
+    eng.process(docs(ds, order[:300]))
+    assert probing.wait(30) and eng.refitting
+    out = eng.process([]).assignments
+    assert eng.ready and len(out) == 2 * 300, "the first models serve before the k-fold probes end"
+    assert not eng._kfold_accuracy
+    served = eng.models
+    release.set()
+    assert eng.wait_for_refit(60)
+    assert set(eng._kfold_accuracy) == {"constrained-kmeans", "seeded-kmeans"}
+    assert eng.models is not served and eng.models == served, "same models, a new dict: the primary is chosen again"
