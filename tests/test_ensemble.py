@@ -50,22 +50,32 @@ def test_accuracy_weights_are_a_softmax_and_skip_failed_members():
         accuracy_weights(np.array([np.nan, np.nan]), 0.05)
 
 
-def test_heldout_accuracy_weights_and_probabilities_are_what_the_docstring_says():
+@pytest.mark.parametrize("score", ["accuracy", "balanced_accuracy"])
+def test_heldout_scores_weights_and_probabilities_are_what_the_docstring_says(score):
     X, y = corpus()
+    # skewed seeds: alpha 8, beta 4, gamma 1 (gamma's single seed cannot be predicted when held out)
+    y = [v if v == "alpha" or (v == "beta" and i % 30 < 4) or (v == "gamma" and i % 30 < 1) else None
+         for i, v in enumerate(y)]
     members = ["constrained-kmeans", "fsl-ck"]
-    ens = Ensemble(members, n_folds=3, temperature=0.05, random_state=4).fit(X, y)
+    ens = Ensemble(members, n_folds=3, temperature=0.05, heldout_score=score, random_state=4).fit(X, y)
     codes = np.array([CLASSES.index(v) if v else -1 for v in y])
     folds = seed_folds(codes, 3, np.random.default_rng(4))
     labels = np.array(y, dtype=object)
     expected = []
     for name in members:
-        correct = 0
+        hits = {c: [] for c in CLASSES}
         for f in range(3):
+            trained = {labels[i] for i in np.flatnonzero((codes >= 0) & (folds != f))}
+            held = [i for i in np.flatnonzero(folds == f) if labels[i] in trained]
             y_fold = labels.copy()
             y_fold[folds == f] = None
             est = make_estimator(name, n_new_clusters=0, random_state=4).fit(X, list(y_fold))
-            correct += int((est.predict(X[folds == f]) == labels[folds == f]).sum())
-        expected.append(correct / int((codes >= 0).sum()))
+            for i, p in zip(held, est.predict(X[held]), strict=True):
+                hits[labels[i]].append(p == labels[i])
+        assert hits["gamma"] == [] and len(hits["alpha"]) == 8 and len(hits["beta"]) == 4
+        scored = [h for h in hits.values() if h]
+        expected.append(np.mean([x for h in scored for x in h]) if score == "accuracy"
+                        else np.mean([np.mean(h) for h in scored]))
     np.testing.assert_allclose(ens.heldout_accuracy_, expected)
     np.testing.assert_allclose(ens.weights_, accuracy_weights(np.array(expected), 0.05))
     Xq, _ = corpus(seed=1)
@@ -73,6 +83,13 @@ def test_heldout_accuracy_weights_and_probabilities_are_what_the_docstring_says(
     P = sum(w * est.predict_proba(Xq) for w, est in zip(ens.weights_, full, strict=True))
     np.testing.assert_allclose(ens.predict_proba(Xq), P)
     assert list(ens.classes_) == CLASSES and ens.new_clusters_ == []
+
+
+def test_single_seed_classes_give_equal_weights():
+    X, y = corpus()
+    y = [v if i % 30 == 0 else None for i, v in enumerate(y)]  # one seed per class
+    ens = Ensemble(["constrained-kmeans", "fsl-ck"]).fit(X, y)
+    assert ens.heldout_accuracy_.tolist() == [0.0, 0.0] and ens.weights_.tolist() == [0.5, 0.5]
 
 
 def test_a_member_that_cannot_fit_gets_no_weight(monkeypatch):

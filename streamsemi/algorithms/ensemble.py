@@ -7,9 +7,12 @@ member suits the window at hand. :class:`Ensemble`
 1. splits the seeds of every class round-robin into ``n_folds`` folds (after a
    seeded shuffle, so every fold holds seeds of the large classes);
 2. for each fold, refits every member on all documents with that fold's seeds
-   hidden (they become unlabeled rows) and records the member's accuracy on the
-   hidden seeds (``predict`` of those rows); summed over folds this is each
-   member's held-out accuracy ``a_m`` over every seed;
+   hidden (they become unlabeled rows) and records which hidden seeds it predicts
+   right (``predict`` of those rows). A hidden seed whose class has no seed left in
+   the fold is not scored: no member can predict it, so it would only flatten every
+   member's score alike (with one seed per class nothing is scored and the weights
+   are equal). Summed over folds: each member's held-out accuracy ``a_m``
+   (``heldout_score``);
 3. weights the members by a softmax of that accuracy,
    ``w_m = exp((a_m - max_j a_j) / temperature) / sum(...)``: at the default
    temperature of 0.02 a member 0.05 below the best keeps ``exp(-2.5) = 8%`` of
@@ -32,7 +35,7 @@ from numbers import Integral, Real
 from typing import Any, ClassVar
 
 import numpy as np
-from sklearn.utils._param_validation import Interval
+from sklearn.utils._param_validation import Interval, StrOptions
 
 from streamsemi.algorithms.base import (
     RANDOM_STATE,
@@ -83,6 +86,13 @@ class Ensemble(ScoresClassifierMixin, StreamsemiEstimator):
         Softmax temperature over the members' held-out accuracies.
     member_params : dict or None, default=None
         ``{registry name: {parameter: value}}`` passed to the members.
+    heldout_score : {"accuracy", "balanced_accuracy"}, default="accuracy"
+        Held-out score of a member: the share of the held-out seeds it gets right, or
+        the mean over classes of that share per class. Balanced accuracy follows
+        macro-F1 more closely but rests on one or two seeds per small class: on
+        development draws (R8 and 20NG, seed 7, 2%/3% seeds, 1,200 documents) the
+        ensemble was 0.016 below the best member on average with ``accuracy`` (worst
+        0.037) and 0.028 (worst 0.139) with ``balanced_accuracy``.
     random_state : int >= 0 or None, default=0
         Seed of the fold split, passed to every member that takes one.
 
@@ -110,16 +120,18 @@ class Ensemble(ScoresClassifierMixin, StreamsemiEstimator):
         "n_folds": [Interval(Integral, 2, None, closed="left")],
         "temperature": [Interval(Real, 0, None, closed="neither")],
         "member_params": [dict, None],
+        "heldout_score": [StrOptions({"balanced_accuracy", "accuracy"})],
         "random_state": RANDOM_STATE,
     }
 
     def __init__(self, members: list[str] | None = None, *, n_folds: int = 3, temperature: float = 0.02,
                  member_params: dict[str, dict[str, Any]] | None = None,
-                 random_state: int | None = 0) -> None:
+                 heldout_score: str = "accuracy", random_state: int | None = 0) -> None:
         self.members = members
         self.n_folds = n_folds
         self.temperature = temperature
         self.member_params = member_params
+        self.heldout_score = heldout_score
         self.random_state = random_state
 
     def _member_names(self) -> list[str]:
@@ -165,21 +177,28 @@ class Ensemble(ScoresClassifierMixin, StreamsemiEstimator):
         rng = np.random.default_rng(self.random_state)
         folds = seed_folds(codes, int(self.n_folds), rng)
         labels = np.where(codes >= 0, classes[np.maximum(codes, 0)], None).astype(object)
-        correct = np.zeros(len(names))
-        n_seeds = int((codes >= 0).sum())
+        # correct[m, k]: member m's correct predictions of held-out seeds of class k;
+        # scored[k]: held-out seeds of class k whose class kept a seed in the fold's fit
+        correct = np.zeros((len(names), classes.size))
+        scored = np.zeros(classes.size)
         for f in range(int(self.n_folds)):
-            held = np.flatnonzero(folds == f)
-            if held.size == 0:
+            train_classes = np.unique(codes[(codes >= 0) & (folds != f)])
+            # a held-out seed of a class with no seed left in the fold cannot be predicted by any
+            # member: scoring it would only flatten every member's score alike
+            held = np.flatnonzero((folds == f) & np.isin(codes, train_classes))
+            if held.size == 0 or train_classes.size < 2:
                 continue
+            scored += np.bincount(codes[held], minlength=classes.size)
             y_fold = labels.copy()
-            y_fold[held] = None
+            y_fold[folds == f] = None
             for m, name in enumerate(names):
                 try:
                     pred = self._make_member(name).fit(X, y_fold).predict(X[held])
                 except (DegenerateInputError, ValueError):
-                    continue  # e.g. a fold left one seeded class: no correct prediction
-                correct[m] += float(np.sum(np.asarray(pred, dtype=object) == labels[held]))
-        accuracy = correct / max(n_seeds, 1)
+                    continue  # scores 0 on this fold's seeds
+                hit = np.asarray(pred, dtype=object) == labels[held]
+                correct[m] += np.bincount(codes[held], weights=hit.astype(np.float64), minlength=classes.size)
+        accuracy = self._heldout_score(correct, scored)
         self.estimators_: list[Any] = []
         self.member_errors_: dict[str, str] = {}
         for m, name in enumerate(names):
@@ -195,6 +214,16 @@ class Ensemble(ScoresClassifierMixin, StreamsemiEstimator):
         self.new_clusters_: list[str] = []
         self.classes_ = classes
         return self
+
+    def _heldout_score(self, correct: np.ndarray, scored: np.ndarray) -> np.ndarray:
+        """Each member's held-out score from per-class correct counts (all 0 when no seed
+        could be scored: every class had a single seed, so the weights are equal)."""
+        if not scored.any():
+            return np.zeros(correct.shape[0])
+        if self.heldout_score == "accuracy":
+            return correct.sum(axis=1) / scored.sum()
+        has = scored > 0
+        return (correct[:, has] / scored[has]).mean(axis=1)
 
     def _member_proba(self, est: Any, X: Any) -> np.ndarray:
         """``est.predict_proba(X)`` over ``classes_`` (new clusters dropped, rows renormalised)."""
