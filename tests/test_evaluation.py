@@ -402,3 +402,20 @@ def test_self_training_adds_pseudo_labels_and_differs_from_supervised(talk) -> N
     ev = np.flatnonzero(draw.eval_mask)
     assert (st.predict(X[ev]) != sup.predict(X[ev])).any()
     assert len(set(st.predict(X[ev]))) == len(talk.classes)  # no collapse to the large classes
+
+
+def test_target_table_marks_algorithms_below_the_baseline() -> None:
+    from streamsemi.evaluation.report import target_table
+
+    def rec(dataset, frac, algorithm, mean, metric="macro_f1"):
+        return {"dataset": dataset, "label_fraction": frac, "algorithm": algorithm, "metric": metric,
+                "mean": mean, "mode": "batch"}
+
+    records = [rec("r8", 0.01, "constrained-kmeans", 0.80), rec("r8", 0.01, "cle", 0.789),
+               rec("r8", 0.01, "semi-ldc", 0.70), rec("r8", 0.05, "constrained-kmeans", 0.90),
+               rec("r8", 0.05, "cle", 0.95), rec("r8", 0.05, "semi-ldc", 0.40, metric="macro_auc")]
+    lines = target_table(records, ["semi-ldc", "cle"])
+    assert lines[0] == "| dataset | labels | constrained-kmeans | semi-ldc | cle | below baseline |"
+    assert lines[2] == "| r8 | 1% | 0.800 | 0.700 **↓** | 0.789 **↓** | 2 |"
+    assert lines[3] == "| r8 | 5% | 0.900 |  | 0.950 | 0 |"
+    assert target_table(records, ["cle"], tolerance=0.02)[2] == "| r8 | 1% | 0.800 | 0.789 | 0 |"

@@ -200,3 +200,35 @@ def markdown_tables(records: Sequence[dict[str, Any]], protocol: str) -> list[st
     if (protocol, "*") in PAPER_NOTES:
         out.append(f"> {PAPER_NOTES[(protocol, '*')]}\n")
     return out
+
+
+def target_table(records: Sequence[dict[str, Any]], algorithms: Sequence[str], *, metric: str = "macro_f1",
+                 baseline: str = "constrained-kmeans", tolerance: float = 0.01) -> list[str]:
+    """Markdown table of ``metric``: one row per (dataset, label fraction), one column per method.
+
+    The ``baseline`` column comes first; an algorithm's cell is marked **↓** when it is
+    more than ``tolerance`` below the baseline on that row (issue 19's target), and the
+    last column counts those cells per row. Batch records only.
+    """
+    sel = [r for r in records if r["metric"] == metric and r.get("mode", "batch") == "batch"]
+    cells = {(r["dataset"], r["label_fraction"], r["algorithm"]): r for r in sel}
+    rows = list(dict.fromkeys((r["dataset"], r["label_fraction"]) for r in sorted(
+        sel, key=lambda r: (r["dataset"], r["label_fraction"]))))
+    cols = [baseline] + [a for a in algorithms if a != baseline]
+    out = ["| dataset | labels | " + " | ".join(cols) + " | below baseline |",
+           "|---|---|" + "---|" * (len(cols) + 1)]
+    for dataset, frac in rows:
+        base = cells.get((dataset, frac, baseline))
+        line, losses = [], 0
+        for a in cols:
+            r = cells.get((dataset, frac, a))
+            if r is None:
+                line.append("")
+                continue
+            text = f"{r['mean']:.3f}"
+            if a != baseline and base is not None and r["mean"] < base["mean"] - tolerance:
+                text += " **↓**"
+                losses += 1
+            line.append(text)
+        out.append(f"| {dataset} | {frac * 100:.3g}% | " + " | ".join(line) + f" | {losses} |")
+    return out
