@@ -265,8 +265,12 @@ def _worker_events(log_path: Path) -> list[dict]:
 
 
 def served_run(stream: Stream, algorithms: list[str], rate: float, idle_s: float, timeout_s: float,
-               work_dir: Path) -> dict[str, Any]:
-    """One replay through a worker process; the raw records (not yet scored)."""
+               work_dir: Path, n_assignable: int | None = None) -> dict[str, Any]:
+    """One replay through a worker process; the raw records (not yet scored).
+
+    ``n_assignable``: documents with indexable terms (the others are dead-lettered, never
+    assigned); the run waits for an assignment of each of them per algorithm.
+    """
     from streamsemi.service.config import resolve
     from streamsemi.service.kafka_io import assign_all, ensure_topics, make_producer, make_reader
 
@@ -318,7 +322,7 @@ def served_run(stream: Stream, algorithms: list[str], rate: float, idle_s: float
         producer.flush()
         producer.close()
         produce_s = time.time() - t_start
-        expected = len(stream.order) * len(algorithms)
+        expected = (len(stream.order) if n_assignable is None else n_assignable) * len(algorithms)
         t0 = time.monotonic()
         seen: tuple[int, str] = (-1, "")
         last_change = time.monotonic()
@@ -329,8 +333,9 @@ def served_run(stream: Stream, algorithms: list[str], rate: float, idle_s: float
             settled, versions = _worker_settled(port)
             if (len(records), versions) != seen or not settled:  # a refit or a revision pass is still under way
                 seen, last_change = (len(records), versions), time.monotonic()
-            if len(pairs) >= expected and time.monotonic() - last_change >= idle_s:
-                break
+            quiet = time.monotonic() - last_change
+            if (len(pairs) >= expected and quiet >= idle_s) or quiet >= max(60.0, 4 * idle_s):
+                break  # (the second: a document the worker dead-lettered, e.g. one over the size limits)
             time.sleep(0.5)
         stop.set()
         reader_thread.join(10)
@@ -451,7 +456,7 @@ def mode_served(args: argparse.Namespace) -> dict[str, Any]:
             if raw_path is not None:
                 run = json.loads(raw_path.read_text())
             else:
-                run = served_run(stream, algorithms, rate, args.idle, args.timeout, work_dir)
+                run = served_run(stream, algorithms, rate, args.idle, args.timeout, work_dir, int(np.sum(keep)))
                 raw_path = work_dir / f"raw-{alias}-{rate:g}.json"
                 raw_path.write_text(json.dumps(run))
             print(f"  raw records: {raw_path} (rescore with --from-raw)", flush=True)
