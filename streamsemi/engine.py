@@ -1133,8 +1133,13 @@ class Engine:
                 for name in missing:
                     new_models[name] = ModelSlot(**{**fallback_slot.__dict__, "fallback": True})
                     event(log, "fallback_in_use", logging.WARNING, algorithm=name, version=snap.version)
-        probe_primary = self.auto_primary and snap.X.shape[0] <= PRIMARY_KFOLD_MAX_DOCS and any(
-            len(self._seed_checks[a]) < PRIMARY_MIN_CHECKS for a in self.config.algorithms)
+        growth = self.config.refit_growth
+        # a growth refit is due as soon as this round ends (a backlog arrived during it): it probes instead, and
+        # the backlog waits for its primary model (holding_backlog) rather than for this round's probes
+        growth_due = bool(growth) and len(self.window) >= growth * max(snap.n_window, 1)
+        probe_primary = (self.auto_primary and not growth_due
+                         and (snap.X.shape[0] <= PRIMARY_KFOLD_MAX_DOCS or not self._kfold_accuracy)
+                         and any(len(self._seed_checks[a]) < PRIMARY_MIN_CHECKS for a in self.config.algorithms))
         if probe_primary:
             # serve the new models now: the k-fold probes below cost one more fit per algorithm (six algorithms,
             # R8 first round: 13 s of fits, 26 s of probes); the primary is chosen again when they are done

@@ -468,3 +468,32 @@ def test_first_models_serve_while_the_primary_probes_run(r8):
     assert eng.wait_for_refit(60)
     assert set(eng._kfold_accuracy) == {"constrained-kmeans", "seeded-kmeans"}
     assert eng.models is not served and eng.models == served, "same models, a new dict: the primary is chosen again"
+
+
+def test_no_primary_probes_in_a_round_a_growth_refit_follows_at_once(r8):
+    ds, order = r8
+    eng = Engine(cfg(algorithms=["constrained-kmeans", "seeded-kmeans"], background_refit=True, refit_growth=2.0,
+                     max_buffered_docs=5000))
+    gate = threading.Event()
+    rounds = eng._refit_round
+
+    def slow_first(snap):
+        if snap.version == 1:
+            gate.wait(30)
+        rounds(snap)
+
+    eng._refit_round = slow_first
+    seed(eng, ds, by_class(ds, order[:1000], 3))
+    eng.process(docs(ds, order[:100]))            # round 1 on 100 documents
+    for k in range(100, 1000, 300):               # a backlog arrives during it
+        eng.process(docs(ds, order[k:k + 300]))
+    gate.set()
+    assert eng.wait_for_refit(60) and eng.version == 1
+    assert not eng._kfold_accuracy, "round 1 skipped its probes: the growth round follows at once"
+    eng.process([])                               # the growth round on 1,000 documents starts and probes
+    assert eng.version == 2 and eng.wait_for_refit(60)
+    assert set(eng._kfold_accuracy) == {"constrained-kmeans", "seeded-kmeans"}
+    got = []
+    while eng.buffer:
+        got += eng.process([]).assignments
+    assert {a.model_version for a in got} == {2}, "the backlog waited for the growth round's models"
