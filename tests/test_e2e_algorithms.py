@@ -30,6 +30,8 @@ def test_all_algorithms_in_one_worker(broker, tmp_path):
     cfg = tmp_path / "all.toml"
     cfg.write_text(f'algorithms = "{",".join(algorithms)}"\nprimary = "d-lda"\nn_new_clusters = 2\n'
                    "min_docs_first_refit = 500\nrefit_every_docs = 0\n"
+                   # one emission per document and algorithm: revisions are tested in test_revisions/test_e2e
+                   "revisions = \"off\"\n"
                    "[algorithm_params.cle]\nn_new_clusters = 0\n"
                    "[algorithm_params.d-lda]\nn_sweeps = 200\n")
     topics = Topics()

@@ -269,7 +269,9 @@ def test_sigterm_during_a_slow_refit_exits_within_grace_with_everything_committe
     # 40 extra clusters over 2^18 dense centroids make a refit of 6,000 documents take many seconds.
     w = WorkerProcess(broker.bootstrap, topics, ["--n-new-clusters", "40", "--window-max-docs", "8000",
                                                  "--min-docs-first-refit", "200", "--refit-every-docs", "6000",
-                                                 "--no-drift-detection", "--shutdown-grace-s", str(grace),
+                                                 # the second refit is the count trigger, and the first model serves
+                                                 # meanwhile (no growth refit holding the backlog for its own model)
+                                                 "--refit-growth", "0", "--no-drift-detection", "--shutdown-grace-s", str(grace),
                                                  "--state-dir", str(tmp_path / "state")],
                       log_dir=tmp_path).start()
     replay = Replay(broker.bootstrap, topics, r8, 9000, rate=3000, seed_every=20)
