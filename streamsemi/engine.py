@@ -12,7 +12,11 @@ for ``min_docs_first_refit`` documents and seeds covering ``min_seed_classes``
 classes with ``min_seeds_per_class`` each, and until the seeded classes stopped
 growing (the last ``first_fit_stable_seeds`` seeds introduced no new class), or a
 full buffer, or an idle stream; a model fitted on fewer seeds than the class
-policy asks is *provisional*.
+policy asks is *provisional*. While documents are known to wait unread on the
+broker (``Engine.backlog``, set by the worker from its consumer lag), the seed and
+idle gates wait for them: a backlog is read before the first fit (bounded by the
+buffer and by ``first_fit_max_wait_s``), so replaying a stream at full speed fits
+the first model on all of it whatever the speed of the machine.
 
 Each algorithm's new model is published as soon as it is fitted (one dict
 reference swap per algorithm; a batch is assigned with the dict it read first, so
@@ -359,6 +363,9 @@ class Engine:
         self._last_fit_window = 0
         self._last_doc_at = self.clock()
         self._first_doc_at: float | None = None  # first windowed document (first_fit_max_wait_s)
+        # documents known to wait unread on the broker (the worker sets it from its consumer lag; 0 = none or
+        # unknown): the first fit's seed and idle gates wait for them (tick)
+        self.backlog = 0
         self._seeds_changed = False
         # first-fit gate: seeds since a seed last introduced a class no seed had
         self._seeds_since_new_class = 0
@@ -656,8 +663,12 @@ class Engine:
             self._start_refit(queued)
         elif not self.models:
             # the first fit runs at most once at a time: no second "docs" refit queued on the same small window
+            waited = now - self._first_doc_at if self._first_doc_at is not None else 0.0
             if self.refitting:
                 pass
+            elif (self.backlog > 0 and not self.buffer_full
+                  and not (cfg.first_fit_max_wait_s and waited >= cfg.first_fit_max_wait_s)):
+                pass  # more documents wait on the broker: read them first (a model fitted on all of them serves better)
             elif len(self.window) >= cfg.min_docs_first_refit and self.seed_policy_met() and self.seed_classes_stable():
                 self._start_refit("docs", quiet=True)
             elif self.buffer_full:

@@ -509,6 +509,7 @@ class Worker:
                 continue
             lags[tp.partition] = max(0, hw - pos)
             self.telemetry.lag.labels(tp.topic, str(tp.partition)).set(lags[tp.partition])
+        self.engine.backlog = sum(lags.values())  # a backlog is read before the first fit (Engine.tick)
         if self.newest_record_ts is not None:
             self.telemetry.lag_seconds.set(max(0.0, time.time() - self.newest_record_ts) if any(lags.values()) else 0.0)
 
