@@ -161,6 +161,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("deadletter_topic", str, "streamsemi.deadletter", "topic for malformed messages", topic_problem),
     Setting("labels_topic", str, "streamsemi.labels",
             "compacted topic of the latest primary assignment per document (key = id)", topic_problem),
+    Setting("clusters_topic", str, "streamsemi.clusters",
+            "compacted topic of cluster lifecycle events (key = algorithm/cluster, docs/clusters.md)", topic_problem),
     Setting("group_id", str, "streamsemi", "consumer group of the documents topic", _non_empty),
     Setting("topic_partitions", int, 3, "partitions of topics created at start", _positive),
     Setting("replication_factor", int, 1, "replication factor of topics created at start", _positive),
@@ -240,7 +242,8 @@ SETTINGS: tuple[Setting, ...] = (
 del E
 
 _BY_NAME = {s.name: s for s in SETTINGS}
-TOPIC_SETTINGS = ("documents_topic", "control_topic", "assignments_topic", "deadletter_topic", "labels_topic")
+TOPIC_SETTINGS = ("documents_topic", "control_topic", "assignments_topic", "deadletter_topic", "labels_topic",
+                  "clusters_topic")
 ENGINE_SETTINGS = tuple(ENGINE_DEFAULTS)
 _TOML_ONLY = ("algorithm_params",)
 
