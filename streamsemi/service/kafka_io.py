@@ -151,6 +151,7 @@ class ControlReader(threading.Thread):
         self.on_error = on_error
         self.on_reset = on_reset
         self.consumer: KafkaConsumer | None = None
+        self.lag = 0  # control records known to wait unread on the broker (after the last poll)
 
     def run(self) -> None:
         while not self.stop_event.is_set():
@@ -165,6 +166,7 @@ class ControlReader(threading.Thread):
                             self.queue.put((r.value, tp.partition, r.offset, r.key))
                     if self._lost_log(tps, high):
                         break  # assign again (the topic may have come back with another partition count)
+                    self.lag = self._unread(tps)
                     if not batch and not self.caught_up.is_set():
                         if all(self.consumer.position(tp) >= (self.consumer.highwater(tp) or 0) for tp in tps):
                             self.caught_up.set()
@@ -180,6 +182,21 @@ class ControlReader(threading.Thread):
                     except Exception:  # noqa: BLE001
                         pass
                     self.consumer = None
+
+    def _unread(self, tps: list[TopicPartition]) -> int:
+        """Records between the reader's position and the high watermark (this thread's consumer state only)."""
+        assert self.consumer is not None
+        total = 0
+        for tp in tps:
+            hw = self.consumer.highwater(tp)
+            pos = self.consumer.position(tp) if hw is not None else None
+            if pos is not None:
+                total += max(0, hw - pos)
+        return total
+
+    def backlog(self) -> int:
+        """Control records not applied yet: unread on the broker plus read and queued."""
+        return self.lag + self.queue.qsize()
 
     def _lost_log(self, tps: list[TopicPartition], high: dict[TopicPartition, int]) -> bool:
         """Detect a broker that lost the topic's log (restarted empty) and replay it from the beginning.

@@ -509,7 +509,8 @@ class Worker:
                 continue
             lags[tp.partition] = max(0, hw - pos)
             self.telemetry.lag.labels(tp.topic, str(tp.partition)).set(lags[tp.partition])
-        self.engine.backlog = sum(lags.values())  # a backlog is read before the first fit (Engine.tick)
+        # a backlog (documents, and seeds for them on the control topic) is read before the first fit (Engine.tick)
+        self.engine.backlog = sum(lags.values()) + (self.control.backlog() if self.control is not None else 0)
         if self.newest_record_ts is not None:
             self.telemetry.lag_seconds.set(max(0.0, time.time() - self.newest_record_ts) if any(lags.values()) else 0.0)
 
