@@ -1,0 +1,679 @@
+"""The engine's refit triggers, refit rounds, revisions, document processing and labels, at their edges.
+
+Written against the survivors of the mutation run on ``streamsemi/engine.py`` (issue 20,
+benchmarks/results/mutation.md), and kept fast enough to run for every mutant: the fitted
+algorithms are replaced by a nearest-centroid estimator (``build_estimator`` patched), so a
+refit takes milliseconds, and a test can make an algorithm fail, block or count its fits.
+The centroid model is exact on the three synthetic topics, so every verdict is known.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+import numpy as np
+import pytest
+from sklearn.preprocessing import normalize
+
+import streamsemi.engine as engine_mod
+from streamsemi.core.messages import Document, Rejected
+from streamsemi.engine import Engine, EngineConfig
+
+TOPICS = {
+    "food": "recipe flour butter oven bake sugar dough pastry kitchen cream",
+    "space": "orbit rocket launch nasa shuttle satellite astronaut moon planet telescope",
+    "sport": "football goal match league player coach stadium referee season striker",
+}
+NAMES = sorted(TOPICS)
+CK, SK = "constrained-kmeans", "seeded-kmeans"
+
+
+class Clock:
+    def __init__(self, t: float = 1000.0) -> None:
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+
+class Lab:
+    """Builds the fake estimators and controls them: failures, a gate that blocks fits, a record of fits."""
+
+    def __init__(self) -> None:
+        self.fail: set[str] = set()
+        self.fail_predict = False
+        self.gate: threading.Event | None = None
+        self.fits: list[tuple[str, int, int]] = []   # (algorithm, rows, seeds)
+        self.on_fit = None
+
+    def build(self, name, params=None, n_new_clusters=0, random_state=None):
+        return Centroid(self, name)
+
+
+class Centroid:
+    """Nearest seed centroid (cosine); probabilities proportional to the similarity plus a small floor."""
+
+    supports_warm_start = False
+
+    def __init__(self, lab: Lab, name: str) -> None:
+        self.lab, self.name = lab, name
+
+    def fit(self, X, y):
+        lab = self.lab
+        lab.fits.append((self.name, X.shape[0], sum(1 for c in y if c is not None)))
+        if lab.on_fit is not None:
+            lab.on_fit(self.name)
+        if lab.gate is not None:
+            assert lab.gate.wait(20)
+        if self.name in lab.fail:
+            raise ValueError(f"{self.name} cannot fit")
+        self.classes_ = np.array(sorted({c for c in y if c is not None}), dtype=object)
+        Xn = normalize(X)
+        rows = [[i for i, c in enumerate(y) if c == k] for k in self.classes_]
+        self.C = normalize(np.vstack([np.asarray(Xn[r].mean(axis=0)).ravel() for r in rows]))
+        self.new_clusters_ = []
+        return self
+
+    def predict_proba(self, X):
+        if self.lab.fail_predict:
+            raise RuntimeError("predict failed")
+        S = np.asarray(normalize(X) @ self.C.T) + 1e-3
+        return S / S.sum(axis=1, keepdims=True)
+
+
+@pytest.fixture
+def lab(monkeypatch) -> Lab:
+    lab = Lab()
+    monkeypatch.setattr(engine_mod, "build_estimator", lab.build)
+    return lab
+
+
+def text(topic: str, i: int) -> str:
+    words = TOPICS[topic].split()
+    return " ".join(words[(i + j) % len(words)] for j in range(6))
+
+
+def docs(n: int, start: int = 0, ts: float | None = 0.0) -> list[Document]:
+    """Documents ``d<start>`` ... cycling through the topics (``d<i>`` is of topic ``NAMES[i % 3]``)."""
+    return [Document(id=f"d{i}", text=text(NAMES[i % 3], i), ts=ts, arrival=0.0) for i in range(start, start + n)]
+
+
+def topic_of(doc_id: str) -> str:
+    return NAMES[int(doc_id[1:]) % 3]
+
+
+def make(clock: Clock | None = None, **kw) -> Engine:
+    base = dict(algorithms=[CK, SK], primary=CK, background_refit=False, n_features=2**10, drift_detection=False,
+                refit_every_docs=0, refit_growth=0, refit_idle_s=0, first_fit_max_wait_s=0, min_docs_first_refit=6,
+                min_seed_classes=3, min_seeds_per_class=1, first_fit_stable_seeds=0, explain_words=0,
+                revision_chunk=4)
+    base.update(kw)
+    return Engine(EngineConfig(**base), clock=clock or Clock())
+
+
+def seed_topics(eng: Engine, per_topic: int = 1, names=NAMES) -> None:
+    for k, name in enumerate(names):
+        for j in range(per_topic):
+            eng.label(f"s{name}{j}", [name], text=text(name, 100 + k + j))
+
+
+def sample(metric, **labels) -> float:
+    for fam in metric.collect():
+        for s in fam.samples:
+            if s.name.endswith("_created"):
+                continue
+            if all(s.labels.get(k) == v for k, v in labels.items()):
+                return s.value
+    return 0.0
+
+
+def triggers(eng: Engine) -> dict[str, float]:
+    out = {}
+    for fam in eng.telemetry.refit_triggers.collect():
+        for s in fam.samples:
+            if s.name.endswith("_total"):
+                out[s.labels["trigger"]] = s.value
+    return out
+
+
+def events(caplog, name: str) -> list[dict]:
+    return [r.fields for r in caplog.records if r.getMessage() == name]
+
+
+# ---------------------------------------------------------------------------------------------- tick: first fit
+def test_first_fit_at_exactly_min_docs_with_the_seed_policy(lab) -> None:
+    eng = make(min_docs_first_refit=6)
+    seed_topics(eng)
+    eng.process(docs(5))
+    assert not eng.models and lab.fits == []
+    res = eng.process(docs(1, 5))
+    assert eng.ready and eng.refit_count == 1 and triggers(eng) == {"docs": 1}
+    assert len(res.assignments) == 2 * 6, "the buffered documents and the new one, by both algorithms"
+    assert {a.label for a in res.assignments if a.id == "d5"} == {topic_of("d5")}
+    assert not eng.models[CK].provisional
+
+
+def test_first_fit_waits_for_the_policy_then_the_buffer_or_idle_or_max_wait(lab) -> None:
+    # one class short of the policy: only a full buffer, an idle stream or the longest wait start the first fit
+    clock = Clock()
+    eng = make(clock, max_buffered_docs=8, min_docs_first_refit=6)
+    seed_topics(eng, names=NAMES[:2])
+    eng.process(docs(7))
+    assert not eng.models
+    eng.process(docs(1, 7))
+    assert triggers(eng) == {"buffer_full": 1} and eng.models[CK].provisional
+    assert sample(eng.telemetry.refits_skipped, reason="not_enough_seeds") == 0
+
+    idle = make(clock, refit_idle_s=3.0, min_docs_first_refit=6)
+    seed_topics(idle, names=NAMES[:2])
+    clock.t = 2000.0
+    idle.process(docs(5))
+    clock.t = 2003.0
+    idle.tick()
+    assert not idle.models, "idle, but fewer than min_docs_first_refit documents"
+    idle.process(docs(1, 5))   # at 2003: idle counts from here
+    clock.t = 2005.999
+    idle.tick()
+    assert not idle.models
+    clock.t = 2006.0
+    idle.tick()
+    assert triggers(idle) == {"idle": 1} and idle.models[CK].provisional
+
+    wait = make(clock, first_fit_max_wait_s=30.0, min_docs_first_refit=6)
+    seed_topics(wait, names=NAMES[:2])
+    clock.t = 3000.0
+    wait.process(docs(2))
+    clock.t = 3020.0
+    wait.process(docs(3, 2))
+    clock.t = 3030.0
+    wait.tick()
+    assert not wait.models, "30 s after the first document, but 5 documents"
+    wait.process(docs(1, 5))
+    assert triggers(wait) == {"max_wait": 1}, "measured from the first document, not the latest"
+
+    early = make(clock, first_fit_max_wait_s=30.0, min_docs_first_refit=6)
+    seed_topics(early, names=NAMES[:2])
+    clock.t = 4000.0
+    early.process(docs(6))
+    clock.t = 4029.999
+    early.tick()
+    assert not early.models
+    clock.t = 4030.0
+    early.tick()
+    assert triggers(early) == {"max_wait": 1}
+
+
+def test_first_fit_waits_for_the_seeded_classes_to_stop_growing(lab) -> None:
+    eng = make(first_fit_stable_seeds=2)
+    seed_topics(eng)
+    eng.process(docs(6))
+    assert not eng.models
+    eng.label("x1", ["food"], text=text("food", 1))
+    eng.process([])
+    assert not eng.models, "one seed without a new class"
+    eng.label("x2", ["space"], text=text("space", 2))
+    eng.process([])
+    assert eng.ready and triggers(eng) == {"docs": 1}
+
+
+# ---------------------------------------------------------------------------------------------- tick: later refits
+def test_growth_trigger_at_exactly_refit_growth_times_the_last_fit_window(lab) -> None:
+    eng = make(refit_growth=2.0, window_max_docs=100)
+    seed_topics(eng)
+    eng.process(docs(6))
+    assert eng.refit_count == 1 and triggers(eng) == {"docs": 1}
+    eng.process(docs(5, 6))
+    assert eng.refit_count == 1, "11 < 2 x 6"
+    eng.process(docs(1, 11))
+    assert eng.refit_count == 2 and triggers(eng)["growth"] == 1 and lab.fits[-1][1] == 12 + 3
+    eng.process(docs(11, 12))
+    assert eng.refit_count == 2
+    eng.process(docs(1, 23))
+    assert eng.refit_count == 3
+
+
+def test_growth_trigger_not_on_a_full_window(lab) -> None:
+    eng = make(refit_growth=2.0, window_max_docs=12)
+    seed_topics(eng)
+    eng.process(docs(6))
+    eng.process(docs(6, 6))
+    assert len(eng.window) == 12 and eng.refit_count == 1, "a full window does not grow"
+
+
+def test_idle_refit_after_documents_or_a_seed_change_and_the_minimum_interval(lab) -> None:
+    clock = Clock()
+    eng = make(clock, refit_idle_s=3.0, min_refit_interval_s=5.0)
+    seed_topics(eng)
+    eng.process(docs(6))
+    assert eng.refit_count == 1 and eng.last_refit_start == 1000.0
+    clock.t = 1001.0
+    eng.process(docs(2, 6))
+    clock.t = 1003.999
+    eng.tick()
+    assert eng.refit_count == 1, "not idle yet"
+    clock.t = 1004.0
+    eng.tick()
+    assert eng.refit_count == 1, "idle, but 4 s < min_refit_interval_s since the last refit"
+    clock.t = 1005.0
+    eng.tick()
+    assert eng.refit_count == 2 and triggers(eng)["idle"] == 1
+    clock.t = 1100.0
+    eng.tick()
+    assert eng.refit_count == 2, "nothing new since"
+    eng.label("d0", ["space"])           # a relabel changes the seeds
+    clock.t = 1200.0
+    eng.tick()
+    assert eng.refit_count == 3
+    clock.t = 1300.0
+    assert eng.unlabel("nothing-here") is False
+    eng.tick()
+    assert eng.refit_count == 3, "an unlabel that removed nothing changes nothing"
+    assert eng.unlabel("d0") is True
+    clock.t = 1400.0
+    eng.tick()
+    assert eng.refit_count == 4 and triggers(eng)["idle"] == 3
+
+
+def test_a_count_refit_resets_the_count_and_the_seed_change(lab) -> None:
+    clock = Clock()
+    eng = make(clock, refit_every_docs=3, refit_idle_s=3.0, min_refit_interval_s=0.0)
+    seed_topics(eng)
+    eng.process(docs(6))
+    eng.label("d1", ["food"])
+    eng.process(docs(3, 6))
+    assert eng.refit_count == 2 and triggers(eng) == {"docs": 2} and eng.docs_since_refit == 0
+    clock.t = 1010.0
+    eng.tick()
+    assert eng.refit_count == 2, "the count refit took the relabel with it"
+
+
+def test_tick_expires_held_labels_with_their_reason(lab) -> None:
+    clock = Clock()
+    eng = make(clock, pending_label_ttl_s=60.0)
+    eng.label("ghost", ["food", "space"], offset=3)
+    assert sample(eng.telemetry.pending) == 1
+    clock.t = 1059.999
+    eng.tick()
+    assert eng.drain_dead() == [] and "ghost" in eng.pending
+    clock.t = 1060.0
+    eng.tick()
+    assert eng.drain_dead() == [({"op": "label", "id": "ghost", "labels": ["food", "space"]},
+                                 Rejected("label_expired", "document 'ghost' did not arrive within "
+                                                           "pending_label_ttl_s=60.0"))]
+    assert sample(eng.telemetry.pending) == 0
+
+
+def test_window_gauges_and_age_expiry_forget_what_was_served(lab) -> None:
+    clock = Clock()
+    eng = make(clock, window_max_age_s=100.0, revisions="all")
+    eng.tick()
+    assert sample(eng.telemetry.window) == 0 and sample(eng.telemetry.window_age) == 0
+    seed_topics(eng)
+    eng.process(docs(6, ts=950.0))
+    eng.process(docs(2, 6, ts=990.0))
+    assert sample(eng.telemetry.window) == 8 and sample(eng.telemetry.window_age) == 50.0
+    clock.t = 1050.5
+    eng.tick()                                   # d0..d5 are older than 100 s
+    assert sorted(eng.window.ids()) == ["d6", "d7"] and sample(eng.telemetry.window_age) == pytest.approx(60.5)
+    eng.request_refit()
+    revised = [a for chunk in drain(eng) for a in chunk]
+    assert sorted({a.id for a in revised}) == ["d6", "d7"], "documents that left the window are not revised"
+    future = make(clock)
+    future.process(docs(1, ts=5000.0))
+    assert sample(future.telemetry.window_age) == 0, "a document from the future has no negative age"
+
+
+# ---------------------------------------------------------------------------------------------- process
+def test_process_windows_good_documents_with_event_time_or_arrival(lab) -> None:
+    clock = Clock(500.0)
+    eng = make(clock, refit_every_docs=3)
+    seed_topics(eng)
+    batch = [Document(id="a", text=text("food", 0), ts=12.0, arrival=99.0),
+             Document(id="b", text="the of and !!!", ts=1.0),
+             Document(id="c", text=text("space", 1), ts=None, arrival=77.0)]
+    res = eng.process(batch)
+    assert [(d.id, r) for d, r in res.rejected] == [
+        ("b", Rejected("no_terms", "the text has no indexable terms (only stop words, digits or punctuation)"))]
+    assert eng.window.get("a").ts == 12.0 and eng.window.get("c").ts == 77.0 and "b" not in eng.window
+    assert eng.docs_since_refit == 2 and eng.refit_count == 0, "rejected documents are not counted"
+    assert eng.window.get("a").text == text("food", 0)
+
+
+def test_a_held_label_becomes_a_seed_when_its_document_arrives(lab) -> None:
+    eng = make()
+    eng.label("d4", ["sport"], offset=11)
+    assert sample(eng.telemetry.pending) == 1 and "d4" not in eng.seeds
+    eng.process(docs(6))
+    assert eng.seeds.get("d4").labels == ("sport",) and "d4" not in eng.pending
+    assert sample(eng.telemetry.pending) == 0
+    (r,) = eng.drain_resolved()
+    assert (r.id, r.labels, r.text, r.label_offset) == ("d4", ("sport",), text(topic_of("d4"), 4), 11)
+
+
+def test_documents_wait_while_the_first_model_is_fitted_then_follow_the_buffer(lab) -> None:
+    lab.gate = threading.Event()
+    eng = make(background_refit=True, max_buffered_docs=100)
+    seed_topics(eng)
+    try:
+        assert eng.process(docs(6)).assignments == [] and eng.refitting
+        assert eng.process(docs(2, 6)).assignments == [] and len(eng.buffer) == 8
+    finally:
+        lab.gate.set()
+    assert eng.wait_for_refit(20)
+    out = eng.process(docs(1, 8)).assignments
+    assert [a.id for a in out if a.algorithm == CK] == [f"d{i}" for i in range(9)], "buffer first, in order"
+    assert len(eng.buffer) == 0
+
+
+def test_a_backlog_is_assigned_in_chunks_of_flush_chunk_per_call(lab, monkeypatch) -> None:
+    monkeypatch.setattr(engine_mod, "FLUSH_CHUNK", 4)
+    eng = make(min_docs_first_refit=10)
+    seed_topics(eng)
+    assert eng.process(docs(9)).assignments == []
+    got = [[a.id for a in eng.process(batch).assignments if a.algorithm == CK] for batch in (docs(1, 9), [], [], [])]
+    assert got == [["d0", "d1", "d2", "d3"], ["d4", "d5", "d6", "d7"], ["d8", "d9"], []]
+    assert len(eng.buffer) == 0 and sample(eng.telemetry.buffered) == 0
+
+
+def test_a_failing_revision_pass_is_abandoned_and_fresh_documents_go_on(lab, caplog) -> None:
+    caplog.set_level(logging.INFO, logger="streamsemi.engine")
+    eng = make(revisions="all")
+    seed_topics(eng)
+    eng.process(docs(9))
+    eng.request_refit()
+    assert eng.revisions_pending == 0
+    eng.process([])      # the pass starts: first chunk of 4
+    assert eng.revisions_pending == 5
+    lab.fail_predict = True
+    res = eng.process([])
+    assert res.revisions == [] and eng.revisions_pending == 0 and sample(eng.telemetry.revisions_pending) == 0
+    (ev,) = events(caplog, "revision_failed")
+    assert ev == {"error": "RuntimeError: predict failed",
+                  "action": "pass abandoned; the next model swap starts a new one", "left": 1}
+    lab.fail_predict = False
+    assert len(eng.process(docs(1, 9)).assignments) == 2 and eng.process([]).revisions == []
+
+
+# ---------------------------------------------------------------------------------------------- label
+def test_a_resolved_label_never_undoes_a_newer_unlabel(lab) -> None:
+    eng = make()
+    eng.unlabel("x", offset=9)
+    eng.label("x", ["food"], text=text("food", 1), origin="resolved", label_offset=5)
+    assert "x" not in eng.seeds, "unlabel at 9 is newer than the label at 5"
+    eng.unlabel("y", offset=4)
+    eng.label("y", ["food"], text=text("food", 1), origin="resolved", label_offset=5)
+    assert eng.seeds.get("y").labels == ("food",), "the label at 5 is newer than the unlabel at 4"
+    eng.label("z", ["food"], offset=9)
+    eng.label("z", ["space"], text=text("space", 1), origin="resolved", label_offset=5)
+    assert eng.seeds.get("z").labels == ("food",) and "z" not in eng.pending, "the held label's labels win"
+    ops = {k: (off, op) for k, off, op in eng.export_state().last_ops}
+    assert ops == {"x": (9, "unlabel"), "y": (4, "unlabel"), "z": (9, "label")}, "resolved labels are not ops"
+    eng.label("w", ["food"], text=text("food", 1), origin="resolved", offset=30, label_offset=None)
+    assert eng.seeds.get("w").labels == ("food",) and "w" not in {k for k, _, _ in eng.export_state().last_ops}
+    assert sample(eng.telemetry.control, op="label") == 5
+
+
+def test_a_resolved_label_does_not_replace_a_seed_and_takes_the_held_labels(lab) -> None:
+    eng = make()
+    eng.label("s", ["food"], text=text("food", 1))
+    eng.label("s", ["space"], text=text("space", 1), origin="resolved", label_offset=1)
+    assert eng.seeds.get("s").labels == ("food",)
+    eng.label("h", ["sport"], offset=2)                      # held: its document has not arrived
+    eng.label("h", ["space"], text=text("space", 3), origin="resolved", label_offset=1)
+    assert eng.seeds.get("h").labels == ("sport",) and "h" not in eng.pending
+    assert sample(eng.telemetry.pending) == 1, "the gauge is refreshed by later operations"
+
+
+def test_labels_with_text_for_held_or_seeded_documents(lab) -> None:
+    clock = Clock()
+    eng = make(clock, refit_idle_s=1.0, min_refit_interval_s=0.0)
+    eng.label("h", ["sport"])
+    assert eng.label("h", ["food"], text=text("food", 2)) == []
+    assert eng.seeds.get("h").labels == ("food",) and "h" not in eng.pending
+    seed_topics(eng)
+    eng.process(docs(6))
+    assert eng.refit_count == 1
+    assert eng.label("sfood0", ["space", "food"]) == []
+    assert eng.seeds.get("sfood0").labels == ("space", "food") and eng.drain_resolved() == []
+    clock.t = 1010.0
+    eng.tick()
+    assert eng.refit_count == 2, "a relabelled seed changes the seeds (idle refit)"
+
+
+def test_held_labels_over_the_bound_are_dead_lettered_with_the_reason(lab) -> None:
+    eng = make(max_pending_labels=2)
+    assert eng.label("p1", ["food"], offset=1) == []
+    assert eng.label("p2", ["space"], offset=2) == []
+    out = eng.label("p3", ["sport"], offset=3)
+    assert out == [({"op": "label", "id": "p1", "labels": ["food"]},
+                    Rejected("pending_overflow", "more than max_pending_labels=2 labels "
+                                                 f"(or {eng.pending.max_bytes} accounted bytes) wait for their documents"))]
+    assert sample(eng.telemetry.pending) == 2 and sorted(k for k, _ in eng.pending.items()) == ["p2", "p3"]
+
+
+# ---------------------------------------------------------------------------------------------- _start_refit
+def test_a_refit_without_two_seeded_classes_is_skipped_and_restarts_the_count(lab) -> None:
+    clock = Clock()
+    eng = make(clock, refit_every_docs=4, max_buffered_docs=3)
+    eng.label("a", ["food"], text=text("food", 1))
+    clock.t = 1007.0
+    eng.process(docs(3))                       # buffer full: a quiet first-fit trigger
+    assert not eng.models and sample(eng.telemetry.refits_skipped, reason="not_enough_seeds") == 0
+    assert eng.docs_since_refit == 0 and eng.last_refit_start == 1007.0
+    eng.request_refit()
+    assert sample(eng.telemetry.refits_skipped, reason="not_enough_seeds") == 1 and triggers(eng) == {}
+    assert eng.version == 0 and lab.fits == []
+
+
+def test_a_refit_while_one_runs_is_queued_once_and_further_ones_counted(lab) -> None:
+    lab.gate = threading.Event()
+    eng = make(background_refit=True)
+    seed_topics(eng)
+    eng.process(docs(6))
+    try:
+        assert eng.refitting and sample(eng.telemetry.refit_in_progress) == 1
+        assert eng.version == 1 and eng.docs_since_refit == 0
+        eng.request_refit()
+        eng.request_refit("drift")
+        eng._start_refit("idle", quiet=True)
+        assert sample(eng.telemetry.refits_skipped, reason="busy") == 1, "the second is counted, the quiet one not"
+        assert triggers(eng) == {"docs": 1} and eng.version == 1
+    finally:
+        lab.gate.set()
+    assert eng.wait_for_refit(20) and sample(eng.telemetry.refit_in_progress) == 0
+    eng.tick()                                  # the queued trigger starts now
+    assert eng.wait_for_refit(20)
+    assert triggers(eng) == {"docs": 1, "request": 1} and eng.version == 2 and eng.refit_count == 2
+    eng.tick()
+    assert eng.wait_for_refit(20) and eng.refit_count == 2, "queued once"
+
+
+def test_a_refit_snapshot_holds_the_window_and_seeds_outside_it(lab) -> None:
+    eng = make(window_max_docs=6)
+    seed_topics(eng, per_topic=2)
+    eng.label("d0", ["food"])
+    eng.process(docs(6))
+    assert lab.fits[-2:] == [(CK, 6 + 6, 7), (SK, 12, 7)]
+    eng.process(docs(3, 6))                 # d0..d2 leave the window; the seed d0 stays in the snapshot
+    eng.request_refit()
+    assert lab.fits[-1] == (SK, 6 + 6 + 1, 7) and eng.version == 2
+
+
+# ---------------------------------------------------------------------------------------------- _refit_round
+def test_refit_round_publishes_telemetry_and_events(lab, caplog) -> None:
+    caplog.set_level(logging.INFO, logger="streamsemi.engine")
+    clock = Clock(1234.0)
+    eng = make(clock)
+    seed_topics(eng)
+    eng.process(docs(6))
+    for alg in (CK, SK):
+        assert sample(eng.telemetry.refits, algorithm=alg, outcome="success") == 1
+        assert sample(eng.telemetry.refits, algorithm=alg, outcome="failure") == 0
+        assert sample(eng.telemetry.model_version, algorithm=alg) == 1
+        assert sample(eng.telemetry.last_refit, algorithm=alg) == 1234.0
+        assert sample(eng.telemetry.new_clusters, algorithm=alg) == 0
+        assert sample(eng.telemetry.refit_duration, algorithm=alg) >= 0
+    done = events(caplog, "refit_done")
+    assert [(e["algorithm"], e["version"], e["documents"], e["seeds"], e["trigger"], e["new_clusters"]) for e in done] \
+        == [(CK, 1, 9, 3, "docs", 0), (SK, 1, 9, 3, "docs", 0)]
+    assert all(e["seconds"] == round(e["seconds"], 3) >= 0 for e in done)
+    (rd,) = events(caplog, "refit_round_done")
+    assert rd["version"] == 1 and rd["failed"] == [] and rd["seconds"] >= 0 and rd["seconds"] == round(rd["seconds"], 3)
+    assert eng.refit_count == 1
+
+
+def test_a_failed_algorithm_keeps_its_model_or_gets_the_fallback(lab, caplog) -> None:
+    caplog.set_level(logging.INFO, logger="streamsemi.engine")
+    lab.fail = {SK}
+    eng = make()
+    seed_topics(eng)
+    out = eng.process(docs(6)).assignments
+    slot = eng.models[SK]
+    assert slot.fallback and slot.version == 1 and slot.model is eng.models[CK].model and not eng.models[CK].fallback
+    assert all(a.fallback for a in out if a.algorithm == SK) and len(out) == 12
+    assert eng.last_refit_error == {SK: "ValueError: seeded-kmeans cannot fit"}
+    assert sample(eng.telemetry.refits, algorithm=SK, outcome="failure") == 1
+    assert sample(eng.telemetry.refits, algorithm=SK, outcome="success") == 0
+    assert sample(eng.telemetry.model_version, algorithm=SK) == 0
+    (failed,) = events(caplog, "refit_failed")
+    assert failed["algorithm"] == SK and failed["version"] == 1 and failed["error"] == "ValueError: seeded-kmeans cannot fit"
+    assert failed["seconds"] == round(failed["seconds"], 3) >= 0
+    assert events(caplog, "fallback_in_use") == [{"algorithm": SK, "version": 1}]
+    assert events(caplog, "refit_round_done")[0]["failed"] == [SK]
+    lab.fail = set()
+    eng.request_refit()
+    assert not eng.models[SK].fallback and eng.models[SK].version == 2 and eng.last_refit_error == {}
+    lab.fail = {SK}
+    eng.request_refit()
+    assert eng.models[SK].version == 2 and not eng.models[SK].fallback, "a failed refit keeps the model in use"
+    assert eng.models[CK].version == 3 and eng.refit_count == 3
+    assert len(events(caplog, "fallback_in_use")) == 1
+
+
+def test_the_fallback_is_fitted_when_it_is_not_enabled_or_nothing_serves(lab, caplog) -> None:
+    caplog.set_level(logging.INFO, logger="streamsemi.engine")
+    lab.fail = {SK}
+    eng = make(algorithms=[SK], primary=SK)
+    seed_topics(eng)
+    out = eng.process(docs(6)).assignments
+    assert eng.models[SK].fallback and [f[0] for f in lab.fits] == [SK, CK] and len(out) == 6
+    assert {a.label for a in out if a.id == "d2"} == {topic_of("d2")}
+    lab.fail = {SK, CK}
+    none = make(algorithms=[SK], primary=SK)
+    seed_topics(none)
+    assert none.process(docs(6)).assignments == [] and not none.models and none.refit_count == 1
+    assert events(caplog, "fallback_failed") == [{"error": "constrained-kmeans cannot fit"}]
+    assert len(none.buffer) == 6
+
+
+def test_first_round_models_are_published_together_later_ones_as_fitted(lab) -> None:
+    eng = make()
+    seen: list[tuple[str, dict]] = []
+    lab.on_fit = lambda name: seen.append((name, {a: s.version for a, s in eng.models.items()}))
+    seed_topics(eng)
+    eng.process(docs(6))
+    assert seen == [(CK, {}), (SK, {})], "no algorithm serves before every one has a model"
+    eng.request_refit()
+    assert seen[2:] == [(CK, {CK: 1, SK: 1}), (SK, {CK: 2, SK: 1})]
+
+
+def test_the_agreement_gauge_is_the_share_of_window_documents_in_the_same_class(lab) -> None:
+    eng = make()
+    seed_topics(eng)
+    eng.process(docs(9))
+    # swap two classes' seeds: space and sport documents change class, food ones do not
+    eng.label("sspace0", ["sport"])
+    eng.label("ssport0", ["space"])
+    eng.request_refit()
+    assert sample(eng.telemetry.agreement, algorithm=CK) == pytest.approx(3 / 9)
+    assert sample(eng.telemetry.agreement, algorithm=SK) == pytest.approx(3 / 9)
+
+
+def test_agreement_is_sampled_evenly_from_a_large_window(lab, monkeypatch) -> None:
+    monkeypatch.setattr(engine_mod, "AGREEMENT_SAMPLE", 5)
+    eng = make()
+    seed_topics(eng)
+    eng.process(docs(13))                # sample: d0, d3, d6, d9, d12 (all food) of the 13 window documents
+    eng.label("sspace0", ["sport"])
+    eng.label("ssport0", ["space"])
+    eng.request_refit()
+    assert sample(eng.telemetry.agreement, algorithm=CK) == 1.0
+
+
+# ---------------------------------------------------------------------------------------------- revisions
+def drain(eng: Engine, limit: int = 100) -> list[list]:
+    chunks = []
+    for _ in range(limit):
+        got = eng.process([]).revisions
+        if not got and not eng.revisions_pending:
+            break
+        chunks.append(got)
+    return chunks
+
+
+def test_revisions_after_a_class_swap_exactly_the_changed_documents_in_chunks(lab, caplog) -> None:
+    caplog.set_level(logging.INFO, logger="streamsemi.engine")
+    eng = make(revision_chunk=4)
+    seed_topics(eng)
+    first = eng.process(docs(12)).assignments
+    assert {a.id: a.label for a in first if a.algorithm == CK} == {f"d{i}": topic_of(f"d{i}") for i in range(12)}
+    eng.label("sspace0", ["sport"])
+    eng.label("ssport0", ["space"])
+    eng.request_refit()
+    chunks = drain(eng)
+    changed = [f"d{i}" for i in range(12) if topic_of(f"d{i}") != "food"]
+    assert [len({a.id for a in c}) for c in chunks] == [2, 3, 3], "4 documents looked at per call, food unchanged"
+    revised = [a for c in chunks for a in c]
+    assert sorted({a.id for a in revised}) == sorted(changed)
+    swap = {"space": "sport", "sport": "space"}
+    assert all(a.label == swap[topic_of(a.id)] and a.revision == 1 and a.model_version == 2 for a in revised)
+    assert sorted((a.id, a.algorithm) for a in revised) == sorted((d, alg) for d in changed for alg in (CK, SK))
+    assert all(a.primary == (a.algorithm == CK) for a in revised) and all(a.document is None for a in revised)
+    assert eng.revisions_sent == 16
+    assert sample(eng.telemetry.revisions, algorithm=CK) == 8 and sample(eng.telemetry.revisions, algorithm=SK) == 8
+    assert events(caplog, "revision_pass_started") == [{"model_version": 2, "documents": 12, "primary": CK}]
+    assert events(caplog, "revision_pass_done") == [{"model_version": 2}]
+    # the next swap revises again, with revision 2
+    eng.label("sspace0", ["space"])
+    eng.label("ssport0", ["sport"])
+    eng.request_refit()
+    again = [a for c in drain(eng) for a in c]
+    assert {a.revision for a in again} == {2} and {a.label for a in again if a.id == "d1"} == {"space"}
+
+
+def test_revisions_all_mode_skips_seeds_and_counts_every_verdict(lab) -> None:
+    eng = make(revisions="all", revision_chunk=100)
+    seed_topics(eng)
+    eng.process(docs(6))
+    eng.label("d0", ["food"])          # a window document becomes a seed: not revised
+    eng.request_refit()
+    (chunk,) = drain(eng)
+    assert sorted({a.id for a in chunk}) == [f"d{i}" for i in range(1, 6)]
+    assert len(chunk) == 10 and {a.revision for a in chunk} == {1} and eng.revisions_sent == 10
+    assert eng.revisions_pending == 0 and sample(eng.telemetry.revisions_pending) == 0
+
+
+def test_revisions_off_and_not_before_the_first_model(lab) -> None:
+    off = make(revisions="off")
+    seed_topics(off)
+    off.process(docs(6))
+    off.request_refit()
+    assert drain(off) == [] and off.revisions_pending == 0
+    waiting = make(min_docs_first_refit=100)
+    waiting.process(docs(6))
+    assert waiting.process([]).revisions == []
+
+
+def test_a_revision_pass_follows_the_newest_models(lab) -> None:
+    eng = make(revision_chunk=2, revisions="all")
+    seed_topics(eng)
+    eng.process(docs(8))
+    eng.request_refit()
+    first = eng.process([]).revisions
+    assert {a.model_version for a in first} == {2} and eng.revisions_pending == 6
+    eng.request_refit()
+    rest = [a for c in drain(eng) for a in c]
+    assert {a.model_version for a in rest} == {3}
+    assert sorted({a.id for a in rest}) == [f"d{i}" for i in range(8)], "the new pass covers every document again"
+    assert {a.id: a.revision for a in rest}["d0"] == 2 and {a.id: a.revision for a in rest}["d7"] == 1
