@@ -1,0 +1,153 @@
+"""Stable cluster ids: the matching of consecutive rounds on constructed cases (streamsemi.core.clusters)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from streamsemi.core.clusters import (
+    Membership,
+    Transition,
+    cluster_number,
+    contingency,
+    jaccard,
+    match,
+    match_rounds,
+)
+
+
+def membership(groups: dict[str, list[int]], prefix: str = "d") -> Membership:
+    """A membership from ``{cluster: [document numbers]}`` (scores decrease with the document number)."""
+    names = list(groups)
+    ids, codes, scores = [], [], []
+    for k, name in enumerate(names):
+        for d in groups[name]:
+            ids.append(f"{prefix}{d}")
+            codes.append(k)
+            scores.append(1.0 / (1 + d))
+    return Membership(ids, np.asarray(codes, np.int32), names, np.asarray(scores, np.float32))
+
+
+def events(m) -> dict[str, tuple[str, str | None]]:
+    return {t.cluster: (t.event, t.target) for t in m.transitions}
+
+
+def test_first_round_numbers_discovered_clusters_from_the_counter_and_every_cluster_is_born():
+    m = match_rounds(None, membership({"acq": [1, 2], "new-0": [3], "new-1": [4]}), next_id=5)
+    assert m.renames == {"new-0": "new-5", "new-1": "new-6"} and m.next_id == 7
+    assert events(m) == {"acq": ("born", None), "new-5": ("born", None), "new-6": ("born", None)}
+
+
+def test_identical_rounds_keep_every_id_and_continue():
+    prev = membership({"acq": range(0, 10), "new-4": range(10, 30), "new-7": range(30, 40)})
+    new = membership({"acq": range(0, 10), "new-0": range(10, 30), "new-1": range(30, 40)})
+    m = match_rounds(prev, new, next_id=8)
+    assert m.renames == {"new-0": "new-4", "new-1": "new-7"} and m.next_id == 8
+    assert events(m) == {"acq": ("continued", None), "new-4": ("continued", None), "new-7": ("continued", None)}
+
+
+def test_permuted_raw_names_follow_the_documents_not_the_names():
+    prev = membership({"new-0": range(0, 20), "new-1": range(20, 35), "new-2": range(35, 60)})
+    new = membership({"new-0": range(35, 60), "new-1": range(0, 20), "new-2": range(20, 35)})
+    m = match_rounds(prev, new, next_id=3)
+    assert m.renames == {"new-0": "new-2", "new-1": "new-0", "new-2": "new-1"}
+    assert {e for e, _ in events(m).values()} == {"continued"} and m.next_id == 3
+
+
+def test_overlapping_windows_match_on_the_shared_documents_only():
+    # the window slid: documents 0-9 left, 100-119 arrived; the clusters are the same on what both hold
+    prev = membership({"new-0": range(0, 30), "new-1": range(30, 60)})
+    new = membership({"new-0": [*range(30, 60), *range(100, 110)], "new-1": [*range(10, 30), *range(110, 120)]})
+    m = match_rounds(prev, new, next_id=2)
+    assert m.renames == {"new-0": "new-1", "new-1": "new-0"}
+
+
+def test_split_keeps_the_id_on_the_larger_part_and_the_other_part_splits_from_it():
+    prev = membership({"earn": range(0, 10), "new-3": range(10, 110)})
+    new = membership({"earn": range(0, 10), "new-0": range(10, 75), "new-1": range(75, 110)})
+    m = match_rounds(prev, new, next_id=4)
+    assert m.renames == {"new-0": "new-3", "new-1": "new-4"} and m.next_id == 5
+    assert events(m) == {"earn": ("continued", None), "new-3": ("continued", None), "new-4": ("split_from", "new-3")}
+
+
+def test_merge_keeps_the_larger_id_and_the_other_is_merged_into_it():
+    prev = membership({"new-0": range(0, 60), "new-1": range(60, 100)})
+    new = membership({"new-0": range(0, 100)})
+    m = match_rounds(prev, new, next_id=2)
+    assert m.renames == {"new-0": "new-0"} and m.next_id == 2
+    assert events(m) == {"new-0": ("continued", None), "new-1": ("merged_into", "new-0")}
+
+
+def test_disappear_retires_a_cluster_whose_documents_scatter_and_absorb_into_a_class_is_merged_into_it():
+    prev = membership({"acq": range(0, 30), "crude": range(30, 60), "earn": range(200, 210), "new-0": range(60, 90),
+                       "new-1": range(90, 100)})
+    # new-0's documents scatter over acq, crude and earn (none holds half); new-1's all go to crude
+    new = membership({"acq": [*range(0, 30), *range(60, 70)], "crude": [*range(30, 60), *range(70, 80), *range(90, 100)],
+                      "earn": [*range(200, 210), *range(80, 90)]})
+    m = match_rounds(prev, new, next_id=2)
+    assert m.renames == {} and m.next_id == 2
+    assert events(m) == {"acq": ("continued", None), "crude": ("continued", None), "earn": ("continued", None),
+                         "new-0": ("retired", None), "new-1": ("merged_into", "crude")}
+
+
+def test_emerge_gives_a_fresh_id_never_used_before():
+    prev = membership({"acq": range(0, 50), "new-0": range(50, 60)})
+    # new-0 gone (its documents left the window), a new group of new documents: a fresh id, not new-0 again
+    new = membership({"acq": range(0, 50), "new-0": range(200, 230)})
+    m = match_rounds(prev, new, next_id=1)
+    assert m.renames == {"new-0": "new-1"} and m.next_id == 2
+    assert events(m) == {"acq": ("continued", None), "new-1": ("born", None), "new-0": ("retired", None)}
+
+
+def test_a_cluster_carved_out_of_a_seeded_class_splits_from_it_and_a_new_class_is_born():
+    prev = membership({"acq": range(0, 100), "new-0": range(100, 140)})
+    new = membership({"acq": range(0, 70), "new-0": range(70, 100), "shipping": range(100, 140)})
+    m = match_rounds(prev, new, next_id=1)
+    ev = events(m)
+    assert ev["new-1"] == ("split_from", "acq") and ev["shipping"] == ("born", None)
+    assert ev["new-0"] == ("merged_into", "shipping")
+
+
+def test_below_min_jaccard_no_match():
+    prev = membership({"new-0": range(0, 100)})
+    new = membership({"new-0": range(0, 20), "new-1": range(20, 40), "new-2": range(40, 60), "new-3": range(60, 100)})
+    m = match_rounds(prev, new, next_id=1, min_jaccard=0.5)
+    assert m.renames == {"new-0": "new-1", "new-1": "new-2", "new-2": "new-3", "new-3": "new-4"}
+    assert events(m)["new-0"] == ("retired", None)
+    # no part holds half of new-0 (retired), each part came all from it
+    assert all(events(m)[f"new-{k}"] == ("split_from", "new-0") for k in range(1, 5))
+    m = match_rounds(prev, new, next_id=1, min_jaccard=0.4)
+    assert m.renames["new-3"] == "new-0"  # 40 of 100 documents: Jaccard 0.4
+
+
+def test_the_counter_never_goes_below_an_id_in_use():
+    prev = membership({"new-9": range(0, 10)})
+    m = match_rounds(prev, membership({"new-0": range(50, 60)}), next_id=0)
+    assert m.renames == {"new-0": "new-10"} and m.next_id == 11
+
+
+def test_hungarian_maximises_the_documents_that_keep_their_id():
+    # greedy on the largest pair would give new-0 -> a (50) and leave b with nothing: 50 kept;
+    # the assignment a -> y, b -> x keeps 45 + 40 = 85
+    counts = np.array([[50, 45], [40, 0]])
+    assert sorted(match(counts, 0.0)) == [(0, 1), (1, 0)]
+
+
+def test_contingency_and_jaccard_values():
+    c = contingency(np.array([0, 0, 1, 1, 1]), np.array([0, 1, 1, 1, 0]), 2, 2)
+    assert c.tolist() == [[1, 1], [1, 2]]
+    assert jaccard(c)[1, 1] == pytest.approx(2 / 4) and jaccard(c)[0, 0] == pytest.approx(1 / 3)
+
+
+def test_membership_members_are_most_central_first_and_bounded():
+    m = Membership.from_proba(["a", "b", "c"], np.array([[0.9, 0.1], [0.2, 0.8], [0.6, 0.4]]), ["x", "new-1"])
+    assert m.members("x") == [("a", pytest.approx(0.9)), ("c", pytest.approx(0.6))]
+    assert m.members("x", limit=1) == [("a", pytest.approx(0.9))] and m.members("zz") == []
+    assert m.sizes().tolist() == [2, 1]
+    with pytest.raises(ValueError):
+        Membership.from_proba(["a"], np.ones((2, 2)), ["x", "y"])
+
+
+def test_cluster_number_and_transition():
+    assert cluster_number("new-12") == 12 and cluster_number("acq") is None and cluster_number("new-x") is None
+    assert Transition("new-1", "born").target is None
