@@ -15,7 +15,7 @@ from streamsemi.core.errors import StreamsemiError
 from streamsemi.service.config import ConfigError, Settings, add_flags, flags_from_args, resolve
 
 TOPIC_FLAGS = ("documents_topic", "control_topic", "assignments_topic", "deadletter_topic", "labels_topic",
-               "clusters_topic")
+               "clusters_topic", "suggestions_topic")
 
 
 def _client_settings(args: argparse.Namespace) -> Settings:

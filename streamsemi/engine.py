@@ -46,6 +46,7 @@ import scipy.sparse as sp
 from river.drift import ADWIN
 
 from streamsemi.algorithms import MULTILABEL, build_estimator
+from streamsemi.core import suggestions as sg
 from streamsemi.core.features import TextFeaturizer
 from streamsemi.core.logs import event
 from streamsemi.core.messages import Document, Rejected
@@ -130,6 +131,7 @@ class EngineConfig:
     drift_detection: bool = True
     drift_delta: float = 0.002
     explain_words: int = 8
+    suggestions_top_n: int = 50
     random_state: int = 0
     background_refit: bool = True
     keep_text_chars: int = 20000
@@ -164,6 +166,7 @@ class EngineConfig:
             revision_chunk=s.revision_chunk,
             min_refit_interval_s=s.min_refit_interval_s, drift_detection=s.drift_detection,
             drift_delta=s.drift_delta, explain_words=s.explain_words, random_state=s.random_state,
+            suggestions_top_n=s.suggestions_top_n,
             background_refit=True,
         )
 
@@ -376,6 +379,9 @@ class Engine:
         self._judged_models: dict[str, ModelSlot] | None = None
         self._pass_ids: deque[str] = deque()
         self.revisions_sent = 0
+        # label suggestions (core/suggestions.py): ranked on the refit thread, published by the polling thread
+        self.suggestion_board = sg.SuggestionBoard(config.suggestions_top_n)
+        self.last_suggestion_seconds = 0.0
         self._publish_primary()
 
     # ------------------------------------------------------------------ state
@@ -1174,8 +1180,67 @@ class Engine:
             new_models = dict(new_models)  # a new dict: the polling thread chooses the primary again (_on_swap)
         self.models = new_models  # atomic swap
         self.refit_count += 1
-        event(log, "refit_round_done", version=snap.version, seconds=round(time.perf_counter() - t_round, 3),
-              failed=failed)
+        fit_s = time.perf_counter() - t_round
+        suggest_s = self._rank_suggestions(snap)
+        event(log, "refit_round_done", version=snap.version, seconds=round(fit_s + suggest_s, 3),
+              suggestions_seconds=round(suggest_s, 3), failed=failed)
+
+    # ------------------------------------------------------------------ label suggestions (core/suggestions.py)
+    def _rank_suggestions(self, snap: _Snapshot) -> float:
+        """Rank the snapshot's unlabelled window documents for labelling (refit thread); returns the seconds taken.
+
+        The primary model answers for every candidate, the other enabled algorithms
+        (own models only) for a bounded sample (:func:`streamsemi.core.suggestions.disagreement_sample`).
+        A failure is logged and leaves the previous suggestions in place.
+        """
+        top_n = self.config.suggestions_top_n
+        models = self.models
+        slot = models.get(self.primary)
+        if not top_n or slot is None:
+            return 0.0
+        t0 = time.perf_counter()
+        try:
+            n = snap.n_window
+            cand = np.flatnonzero(np.fromiter((lb is None for lb in snap.seed_labels[:n]), bool, n))
+            X = snap.X[cand]
+            P = np.asarray(slot.model.predict_proba(X), dtype=np.float64)
+            primary = sg.ModelView(self.primary, P, [str(c) for c in slot.classes], slot.new_clusters)
+            sample = sg.disagreement_sample(P)
+            others = [sg.ModelView(name, np.asarray(m.model.predict_proba(X[sample])), [str(c) for c in m.classes],
+                                   m.new_clusters, sample)
+                      for name, m in models.items()
+                      if name != self.primary and name in self._alg_index and not m.fallback and sample.size]
+            counts: dict[str, int] = {}
+            for labels in snap.seed_labels:
+                for lb in labels or ():
+                    counts[lb] = counts.get(lb, 0) + 1
+            self.suggestion_board.offer(sg.rank([snap.doc_ids[i] for i in cand], X, primary, others, counts,
+                                                top_n, slot.version))
+        except Exception as exc:  # noqa: BLE001 - suggestions are an aid: never break a refit round
+            event(log, "suggestions_failed", logging.WARNING, version=snap.version, error=f"{type(exc).__name__}: {exc}")
+        self.last_suggestion_seconds = time.perf_counter() - t0
+        return self.last_suggestion_seconds
+
+    def suggestion_updates(self) -> list[tuple[str, dict[str, Any] | None]]:
+        """Suggestion messages to publish now (polling thread): ``(id, message)`` and ``(id, None)`` tombstones.
+
+        After a refit round, the new top ``suggestions_top_n`` (ranks over the documents
+        still unlabelled in the window) and tombstones for those that dropped out; between
+        rounds, tombstones for suggested documents that got a seed or left the window.
+        """
+        if not self.config.suggestions_top_n:
+            return []
+        window, seeds = self.window, self.seeds
+
+        def text_of(doc_id: str) -> str | None:
+            entry = window.get(doc_id)
+            return entry.text if entry is not None else None
+
+        return self.suggestion_board.updates(text_of, lambda k: k in window and k not in seeds, self.clock())
+
+    def suggestions(self) -> list[dict[str, Any]]:
+        """The suggestions published last, rank 0 first (for the worker's ``/suggestions``)."""
+        return sorted(self.suggestion_board.published.values(), key=lambda m: m["rank"])
 
     # ------------------------------------------------------------------ recovery (used by streamsemi.service.worker)
     def absorb(self, docs: Sequence[Document]) -> int:

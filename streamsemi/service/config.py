@@ -161,6 +161,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("deadletter_topic", str, "streamsemi.deadletter", "topic for malformed messages", topic_problem),
     Setting("labels_topic", str, "streamsemi.labels",
             "compacted topic of the latest primary assignment per document (key = id)", topic_problem),
+    Setting("suggestions_topic", str, "streamsemi.suggestions",
+            "compacted topic of the documents most worth labelling (key = id, docs/suggestions.md)", topic_problem),
     Setting("clusters_topic", str, "streamsemi.clusters",
             "compacted topic of cluster lifecycle events (key = algorithm/cluster, docs/clusters.md)", topic_problem),
     Setting("group_id", str, "streamsemi", "consumer group of the documents topic", _non_empty),
@@ -236,6 +238,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("max_text_chars", int, 500_000, "longer texts are dead-lettered", _positive),
     Setting("max_labels_per_doc", int, 20, "labels per control message", _positive),
     Setting("explain_words", int, E["explain_words"], "top words per cluster in outputs", _non_negative),
+    Setting("suggestions_top_n", int, E["suggestions_top_n"],
+            "documents suggested for labelling after each refit round (0 = off)",
+            lambda v: None if 0 <= v <= 1000 else "must be in 0..1000"),
     Setting("random_state", int, E["random_state"], "seed of every algorithm", _seed),
     Setting("log_level", str, "INFO", "log level", choices=("DEBUG", "INFO", "WARNING", "ERROR")),
 )
@@ -243,7 +248,7 @@ del E
 
 _BY_NAME = {s.name: s for s in SETTINGS}
 TOPIC_SETTINGS = ("documents_topic", "control_topic", "assignments_topic", "deadletter_topic", "labels_topic",
-                  "clusters_topic")
+                  "clusters_topic", "suggestions_topic")
 ENGINE_SETTINGS = tuple(ENGINE_DEFAULTS)
 _TOML_ONLY = ("algorithm_params",)
 

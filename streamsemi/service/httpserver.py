@@ -1,4 +1,4 @@
-"""Metrics and health endpoints: ``/metrics``, ``/healthz``, ``/readyz``."""
+"""Metrics and health endpoints: ``/metrics``, ``/healthz``, ``/readyz`` (and read-only JSON ``routes``)."""
 
 from __future__ import annotations
 
@@ -24,6 +24,8 @@ class StatusServer:
     registry : CollectorRegistry
     health : callable returning (ok, details)
     ready : callable returning (ok, details)
+    routes : mapping path -> callable returning JSON-able data, optional
+        Further read-only JSON endpoints (the worker's ``/suggestions``).
 
     Raises
     ------
@@ -34,8 +36,10 @@ class StatusServer:
 
     def __init__(self, host: str, port: int, registry: CollectorRegistry,
                  health: Callable[[], tuple[bool, dict[str, Any]]],
-                 ready: Callable[[], tuple[bool, dict[str, Any]]]) -> None:
+                 ready: Callable[[], tuple[bool, dict[str, Any]]],
+                 routes: dict[str, Callable[[], Any]] | None = None) -> None:
         registry_ = registry
+        routes_ = dict(routes or {})
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:  # noqa: N802 - http.server API
@@ -47,6 +51,8 @@ class StatusServer:
                     ok, details = (health if path == "/healthz" else ready)()
                     body = json.dumps({"ok": ok, **details}, default=str).encode()
                     self._send(200 if ok else 503, body, "application/json")
+                elif path in routes_:
+                    self._send(200, json.dumps(routes_[path](), default=str).encode(), "application/json")
                 else:
                     self._send(404, b'{"error": "not found"}', "application/json")
 
@@ -54,6 +60,7 @@ class StatusServer:
                 self.send_response(code)
                 self.send_header("Content-Type", ctype)
                 self.send_header("Content-Length", str(len(body)))
+                self.send_header("X-Content-Type-Options", "nosniff")
                 self.end_headers()
                 self.wfile.write(body)
 

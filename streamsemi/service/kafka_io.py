@@ -37,12 +37,13 @@ def _client(make: Callable[..., T], **conf: Any) -> T:
 
 
 #: Topic configs of the topics created at start (the labels topic is a table: the latest value per key).
-TOPIC_CONFIGS = {"labels_topic": {"cleanup.policy": "compact"}, "clusters_topic": {"cleanup.policy": "compact"}}
+TOPIC_CONFIGS = {"labels_topic": {"cleanup.policy": "compact"}, "clusters_topic": {"cleanup.policy": "compact"},
+                 "suggestions_topic": {"cleanup.policy": "compact"}}
 
 
 def topics_of(settings: Settings) -> list[str]:
     return [settings.documents_topic, settings.control_topic, settings.assignments_topic, settings.deadletter_topic,
-            settings.labels_topic, settings.clusters_topic]
+            settings.labels_topic, settings.clusters_topic, settings.suggestions_topic]
 
 
 def topic_configs(settings: Settings, topic: str) -> dict[str, str]:

@@ -27,6 +27,7 @@ handled by the :class:`~streamsemi.service.broker_reset.BrokerResetGuard`.
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import signal
 import threading
@@ -83,6 +84,17 @@ class _Rebalance(ConsumerRebalanceListener):
     def on_partitions_assigned(self, assigned: Any) -> None:
         event(log, "partitions_assigned", partitions=sorted(f"{tp.topic}:{tp.partition}" for tp in assigned))
         self.worker.on_assigned(set(assigned))
+
+
+def _loopback(host: str) -> bool:
+    """``host`` is a loopback address or ``localhost``."""
+    h = host.strip("[]")
+    if h == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(h).is_loopback
+    except ValueError:
+        return False
 
 
 def _error(exc: BaseException) -> str:
@@ -163,8 +175,10 @@ class Worker:
 
     def start(self) -> None:
         s = self.settings
+        # /suggestions carries document snippets: only on a loopback address (this server has no token)
+        routes = {"/suggestions": self.engine.suggestions} if _loopback(s.metrics_host) else {}
         self.http = StatusServer(s.metrics_host, s.metrics_port, self.telemetry.registry, self.health,
-                                 self.readiness).start()
+                                 self.readiness, routes).start()
         created = ensure_topics(s)
         event(log, "worker_starting", bootstrap_servers=s.bootstrap_servers, group=s.group_id,
               algorithms=s.algorithm_list, primary="auto" if self.engine.auto_primary else self.engine.primary,
@@ -256,6 +270,7 @@ class Worker:
         records = self._poll()
         if records is not None:
             self._process(records)
+            self._emit_suggestions()
             self._flush()
             self._commit_and_checkpoint()
         self._update_flow_control()
@@ -455,6 +470,12 @@ class Worker:
             self.ledger.send(Output(s.deadletter_topic, None, encode_json(value), None))
             event(log, "dead_letter", logging.DEBUG, reason=rej.reason, detail=rej.detail,
                   topic=value.get("topic"), partition=value.get("partition"), offset=value.get("offset"))
+
+    def _emit_suggestions(self) -> None:
+        """Label suggestions after a refit round, tombstones for labelled ones (compacted topic, key = id)."""
+        topic = self.settings.suggestions_topic
+        for doc_id, msg in self.engine.suggestion_updates():
+            self.ledger.send(Output(topic, encode_key(doc_id), None if msg is None else encode_json(msg), None))
 
     def _reemit_resolved(self) -> None:
         for seed in self.engine.drain_resolved():

@@ -1,0 +1,442 @@
+"""Label suggestions: which window documents a person should label next, and why.
+
+After every refit round the engine ranks the window's unlabelled documents with the
+pure, vectorised functions of this module (:func:`rank`) and the worker publishes the
+top ``suggestions_top_n`` to the compacted suggestions topic (docs/suggestions.md).
+Four reasons, each a score in [0, 1] per document:
+
+``uncertain``
+    ``1 - margin``: the primary model's two best classes are close (margin sampling,
+    Scheffer et al. 2001).
+``disagreement``
+    the share of the other enabled algorithms whose class differs from the primary's
+    (query by committee, Seung et al. 1992); measured on a bounded sample of the window.
+``rare_class``
+    the probability of a class with fewer than ``rare_below`` seeds, weighted by how
+    few it has (a label there adds most to the seeds).
+``new_cluster``
+    the most typical document of each discovered (unseeded) cluster of any algorithm:
+    naming it turns the cluster into a class.
+
+The priority of a document is the weighted sum of its scores, times its typicality
+(cosine to the mean of its predicted class, information density: Settles & Craven
+2008), so that outliers do not crowd the queue; the reason is the largest weighted
+score. Diversity: candidates are taken greedily in priority order, skipping any whose
+cosine to an already chosen one exceeds ``max_similarity`` (near-duplicates) and, in a
+first pass, any beyond an equal share of the list per predicted class; a second pass
+fills the list without the share. Cost: one ``predict_proba`` of the primary model on
+the window, the others' on at most ``DISAGREEMENT_SAMPLE`` documents, sparse products,
+and a greedy pass over at most ``POOL_FACTOR * top_n`` candidates.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+REASONS = ("uncertain", "disagreement", "rare_class", "new_cluster")
+#: weights of the reasons' scores in the priority (new-cluster representatives first)
+WEIGHTS = {"uncertain": 1.0, "disagreement": 0.8, "rare_class": 0.6, "new_cluster": 2.0}
+SNIPPET_CHARS = 300
+SCORES_IN_MESSAGE = 3
+MAX_TOP_N = 1000
+DISAGREEMENT_SAMPLE = 2000   # documents the other algorithms are asked about (half: the least certain)
+POOL_FACTOR = 8              # candidates considered by the diversity pass per suggestion
+MAX_SIMILARITY = 0.8         # cosine of term counts above which two documents are near-duplicates
+RARE_BELOW = 5               # classes with fewer seeds than this are rare
+#: accounted bytes per published suggestion beyond its strings (dict, floats, bookkeeping)
+SUGGESTION_OVERHEAD_BYTES = 1024
+#: default byte budget per published suggestion (overhead, a 300-character snippet, id, labels)
+MESSAGE_BYTES_BUDGET = 4096
+
+
+@dataclass(frozen=True)
+class Suggestion:
+    """One ranked document (the message without its snippet and time, :func:`to_message`)."""
+
+    id: str
+    algorithm: str
+    label: str
+    scores: dict[str, float]
+    reason: str
+    priority: float
+    rank: int
+    model_version: int
+
+
+@dataclass
+class ModelView:
+    """What ranking needs of one algorithm's model: its probabilities on some window rows.
+
+    Attributes
+    ----------
+    name : str
+    proba : ndarray (n_rows, n_classes)
+    classes : sequence of str
+    new_clusters : frozenset of str
+        Class names that are discovered clusters (no seed).
+    rows : ndarray of int or None
+        Candidate rows ``proba`` belongs to (None: every candidate row).
+    """
+
+    name: str
+    proba: np.ndarray
+    classes: Sequence[str]
+    new_clusters: frozenset[str] = frozenset()
+    rows: np.ndarray | None = None
+
+
+def margins(P: np.ndarray) -> np.ndarray:
+    """Difference between the two largest values of each row (1 for a single column).
+
+    Parameters
+    ----------
+    P : ndarray (n, k)
+
+    Returns
+    -------
+    ndarray (n,) in [0, 1] for probabilities
+    """
+    P = np.asarray(P, dtype=np.float64)
+    if P.shape[1] < 2:
+        return np.ones(P.shape[0])
+    top2 = np.partition(P, P.shape[1] - 2, axis=1)[:, -2:]
+    return np.abs(top2[:, 1] - top2[:, 0])
+
+
+def disagreement(primary: np.ndarray, others: Sequence[np.ndarray]) -> np.ndarray:
+    """Share of the ``others`` whose label differs from ``primary``'s, per row.
+
+    Parameters
+    ----------
+    primary : ndarray (n,) of labels
+    others : sequence of ndarray (n,) of labels (the other algorithms, same rows)
+
+    Returns
+    -------
+    ndarray (n,) in [0, 1] (zeros without others)
+    """
+    primary = np.asarray(primary)
+    if not others:
+        return np.zeros(primary.shape[0])
+    differs = np.stack([np.asarray(o) != primary for o in others])
+    return differs.mean(axis=0)
+
+
+def rare_class_scores(P: np.ndarray, classes: Sequence[str], seed_counts: Mapping[str, int],
+                      new_clusters: frozenset[str] = frozenset(), rare_below: int = RARE_BELOW) -> np.ndarray:
+    """Per row, the largest ``P[:, c] * (1 - seeds(c) / rare_below)`` over seeded classes ``c`` with few seeds.
+
+    Discovered clusters are not classes (their documents are ``new_cluster`` suggestions).
+
+    Returns
+    -------
+    ndarray (n,) in [0, 1]
+    """
+    w = np.array([0.0 if (c in new_clusters or rare_below <= 0)
+                  else max(0.0, 1.0 - seed_counts.get(c, 0) / rare_below) for c in classes])
+    if not w.any():
+        return np.zeros(P.shape[0])
+    return (np.asarray(P, dtype=np.float64) * w).max(axis=1)
+
+
+def normalize_rows(X: sp.spmatrix) -> sp.csr_matrix:
+    """A copy of ``X`` (CSR, float64) with rows scaled to unit L2 norm (empty rows stay zero)."""
+    X = sp.csr_matrix(X, dtype=np.float64, copy=True)
+    lengths = np.diff(X.indptr)
+    norms = np.sqrt(np.bincount(np.repeat(np.arange(X.shape[0]), lengths), weights=X.data ** 2,
+                                minlength=X.shape[0]))
+    norms[norms == 0] = 1.0
+    X.data /= np.repeat(norms, lengths)
+    return X
+
+
+def typicality(Xn: sp.csr_matrix, groups: np.ndarray) -> np.ndarray:
+    """Cosine of each (unit-norm) row to the mean of the rows of its group, in [0, 1].
+
+    The group means are dense over the columns the rows use (hashed columns: a few
+    tens of thousands of the 2^18), so the cost is one sparse-dense product.
+
+    Parameters
+    ----------
+    Xn : csr_matrix (n, d), rows of unit norm (non-negative)
+    groups : ndarray (n,) of int group codes
+    """
+    n = Xn.shape[0]
+    if n == 0 or Xn.nnz == 0:
+        return np.zeros(n)
+    used = np.zeros(Xn.shape[1], dtype=bool)
+    used[Xn.indices] = True
+    compact = np.cumsum(used) - 1   # column -> its index among the used columns (no sort)
+    Xc = sp.csr_matrix((Xn.data, compact[Xn.indices], Xn.indptr), shape=(n, int(used.sum())))
+    k = int(groups.max()) + 1
+    H = sp.csr_matrix((np.ones(n), (groups, np.arange(n))), shape=(k, n))
+    means = np.asarray((H @ Xc).todense())
+    norms = np.linalg.norm(means, axis=1)
+    norms[norms == 0] = 1.0
+    means /= norms[:, None]
+    S = np.asarray(Xc @ means.T)   # (n, k), k small
+    return np.clip(S[np.arange(n), groups], 0.0, 1.0)
+
+
+def cluster_representatives(P: np.ndarray, columns: Sequence[int], weight: np.ndarray | None = None,
+                            per_cluster: int = 1) -> dict[int, np.ndarray]:
+    """The rows most typical of each column in ``columns`` among the rows whose argmax it is.
+
+    Typical = largest ``P[:, j] * weight`` (``weight`` e.g. :func:`typicality`).
+
+    Returns
+    -------
+    dict column -> ndarray of at most ``per_cluster`` row indices (best first; absent if no row has it)
+    """
+    if not len(columns):
+        return {}
+    top = np.asarray(P).argmax(axis=1)
+    out: dict[int, np.ndarray] = {}
+    for j in columns:
+        rows = np.flatnonzero(top == j)
+        if rows.size == 0:
+            continue
+        s = P[rows, j] * (weight[rows] if weight is not None else 1.0)
+        out[int(j)] = rows[np.argsort(-s, kind="stable")[:per_cluster]]
+    return out
+
+
+def select_diverse(priority: np.ndarray, Xn: sp.csr_matrix, groups: np.ndarray, top_n: int,
+                   max_similarity: float = MAX_SIMILARITY, pool: int | None = None) -> np.ndarray:
+    """Greedy choice of ``top_n`` rows by priority without near-duplicates, spread over groups.
+
+    A row is skipped when its cosine (rows of ``Xn`` have unit norm) to a chosen row
+    exceeds ``max_similarity``. A first pass takes at most ``ceil(top_n / groups present
+    in the pool)`` rows per group; a second pass fills the list from the rest.
+
+    Parameters
+    ----------
+    priority : ndarray (n,)
+    Xn : csr_matrix (n, d), unit-norm rows
+    groups : ndarray (n,) of int
+    top_n : int
+    max_similarity : float
+    pool : int, optional
+        Only the ``pool`` highest priorities are considered (default ``POOL_FACTOR * top_n``).
+
+    Returns
+    -------
+    ndarray of row indices, best first
+    """
+    n = priority.shape[0]
+    if n == 0 or top_n <= 0:
+        return np.zeros(0, dtype=np.int64)
+    pool = min(n, pool or max(POOL_FACTOR * top_n, top_n))
+    cand = np.argpartition(-priority, pool - 1)[:pool] if pool < n else np.arange(n)
+    cand = cand[np.lexsort((cand, -priority[cand]))]  # priority descending, ties by row
+    G = np.asarray((Xn[cand] @ Xn[cand].T).todense())
+    g = groups[cand]
+    share = math.ceil(top_n / max(1, np.unique(g).size))
+    chosen: list[int] = []
+    taken = np.zeros(pool, dtype=bool)
+    blocked = np.zeros(pool, dtype=bool)   # near-duplicate of a chosen row
+    per_group: dict[int, int] = {}
+    for capped in (True, False):
+        for i in range(pool):
+            if len(chosen) >= top_n:
+                break
+            if taken[i] or blocked[i]:
+                continue
+            if capped and per_group.get(int(g[i]), 0) >= share:
+                continue
+            taken[i] = True
+            chosen.append(i)
+            per_group[int(g[i])] = per_group.get(int(g[i]), 0) + 1
+            blocked |= G[i] > max_similarity
+    return cand[np.asarray(chosen, dtype=np.int64)]
+
+
+def rank(ids: Sequence[str], X: sp.spmatrix, primary: ModelView, others: Sequence[ModelView],
+         seed_counts: Mapping[str, int], top_n: int, model_version: int, *,
+         max_similarity: float = MAX_SIMILARITY, rare_below: int = RARE_BELOW,
+         weights: Mapping[str, float] | None = None, density: bool = True) -> list[Suggestion]:
+    """Rank candidate documents for labelling.
+
+    Parameters
+    ----------
+    ids : sequence of str
+        Candidate (unlabelled window) documents.
+    X : sparse matrix (n, d)
+        Their term counts.
+    primary : ModelView
+        The primary model's probabilities on every candidate (``rows`` None).
+    others : sequence of ModelView
+        The other enabled algorithms, each on the candidate rows ``rows`` (a sample).
+    seed_counts : mapping class -> seeds
+    top_n : int
+    model_version : int
+    max_similarity, rare_below : see :func:`select_diverse`, :func:`rare_class_scores`
+    weights : mapping reason -> weight (default :data:`WEIGHTS`)
+    density : bool
+        Multiply the priority by the typicality of the document in its predicted class.
+
+    Returns
+    -------
+    list of Suggestion, rank 0 first (at most ``top_n``)
+    """
+    n = len(ids)
+    if n == 0 or top_n <= 0:
+        return []
+    w = dict(WEIGHTS, **(weights or {}))
+    P = np.asarray(primary.proba, dtype=np.float64)
+    classes = [str(c) for c in primary.classes]
+    top = P.argmax(axis=1)
+    Xn = normalize_rows(X)
+    typical = typicality(Xn, top) if density else np.ones(n)
+    scores = np.zeros((len(REASONS), n))
+    scores[0] = 1.0 - np.clip(margins(P), 0.0, 1.0)
+    primary_labels = np.asarray(classes, dtype=object)[top]
+    votes: list[np.ndarray] = []
+    for view in others:
+        rows = np.arange(n) if view.rows is None else np.asarray(view.rows)
+        vote = primary_labels.copy()           # rows outside the sample: no disagreement known
+        vote[rows] = np.asarray([str(c) for c in view.classes], dtype=object)[np.asarray(view.proba).argmax(axis=1)]
+        votes.append(vote)
+    scores[1] = disagreement(primary_labels, votes)
+    scores[2] = rare_class_scores(P, classes, seed_counts, primary.new_clusters, rare_below)
+    # new clusters: the most typical document of each discovered cluster, of every algorithm
+    for view in (primary, *others):
+        cols = [j for j, c in enumerate(view.classes) if str(c) in view.new_clusters]
+        rows = np.arange(n) if view.rows is None else np.asarray(view.rows)
+        reps = cluster_representatives(np.asarray(view.proba), cols, typical[rows])
+        for picked in reps.values():
+            scores[3, rows[picked]] = 1.0
+    weighted = scores * np.array([w[r] for r in REASONS])[:, None]
+    # representatives are typical by construction: their weight is added after the density factor
+    priority = weighted[:3].sum(axis=0) * typical + weighted[3]
+    order = select_diverse(priority, Xn, top, min(top_n, MAX_TOP_N), max_similarity)
+    reason = weighted.argmax(axis=0)
+    out = []
+    for r, i in enumerate(order):
+        row = P[i]
+        best = np.argsort(-row, kind="stable")[:SCORES_IN_MESSAGE]
+        out.append(Suggestion(str(ids[i]), primary.name, classes[int(top[i])],
+                              {classes[int(j)]: round(float(row[j]), 6) for j in best},
+                              REASONS[int(reason[i])], round(float(priority[i]), 6), r, int(model_version)))
+    return out
+
+
+def disagreement_sample(P: np.ndarray, size: int = DISAGREEMENT_SAMPLE) -> np.ndarray:
+    """Rows the other algorithms are asked about: the ``size // 2`` smallest margins, then evenly spaced rows.
+
+    Returns
+    -------
+    ndarray of at most ``size`` sorted row indices (every row when there are fewer)
+    """
+    n = P.shape[0]
+    if n <= size:
+        return np.arange(n)
+    half = size // 2
+    uncertain = np.argpartition(margins(P), half - 1)[:half]
+    rest = np.setdiff1d(np.arange(n), uncertain)
+    spaced = rest[np.linspace(0, rest.size - 1, size - half).astype(np.int64)]
+    return np.union1d(uncertain, spaced)
+
+
+class SuggestionBoard:
+    """The suggestions published last and the changes to publish (upserts and tombstones).
+
+    The refit thread :meth:`offer` s a new ranking (one reference assignment); the
+    polling thread turns it into messages with :meth:`updates`. Bounded: at most
+    ``top_n`` published entries and ``max_bytes`` accounted bytes (lower ranks are
+    dropped first).
+
+    Parameters
+    ----------
+    top_n : int
+    max_bytes : int, optional
+        Default ``top_n * MESSAGE_BYTES_BUDGET``.
+    """
+
+    def __init__(self, top_n: int, max_bytes: int | None = None) -> None:
+        self.top_n = int(top_n)
+        self.max_bytes = int(max_bytes) if max_bytes is not None else self.top_n * MESSAGE_BYTES_BUDGET
+        self.published: dict[str, dict[str, Any]] = {}
+        self.nbytes = 0
+        self._offered: list[Suggestion] | None = None
+
+    def offer(self, ranked: list[Suggestion]) -> None:
+        """A new ranking (from any thread): published at the next :meth:`updates`."""
+        self._offered = ranked
+
+    def forget(self) -> None:
+        """Drop the published entries without tombstones (their topic was lost with the broker's data)."""
+        self.published, self.nbytes = {}, 0
+
+    def updates(self, text_of: Callable[[str], str | None], is_open: Callable[[str], bool],
+                now: float) -> list[tuple[str, dict[str, Any] | None]]:
+        """Messages to publish now: ``(id, message)`` upserts and ``(id, None)`` tombstones.
+
+        A new ranking replaces the published list (tombstones for the ids that left it,
+        ranks renumbered over the documents still open); without one, published
+        documents that are no longer open (labelled, or out of the window) get a tombstone.
+
+        Parameters
+        ----------
+        text_of : callable id -> text or None
+        is_open : callable id -> bool
+            The document is still in the window and has no seed label.
+        now : float
+            Time stamp of the messages.
+        """
+        ranked, self._offered = self._offered, None
+        out: list[tuple[str, dict[str, Any] | None]] = []
+        if ranked is None:
+            gone = [k for k in self.published if not is_open(k)]
+            if gone:   # a new dict: readers on other threads (HTTP) iterate the published one unlocked
+                self.published = {k: m for k, m in self.published.items() if k not in set(gone)}
+                self.nbytes = sum(message_bytes(m) for m in self.published.values())
+                out.extend((k, None) for k in gone)
+            return out
+        new: dict[str, dict[str, Any]] = {}
+        nbytes = 0
+        for s in ranked[: self.top_n]:
+            if s.id in new or not is_open(s.id):
+                continue
+            msg = to_message(s, text_of(s.id), now)
+            msg["rank"] = len(new)
+            size = message_bytes(msg)
+            if nbytes + size > self.max_bytes:
+                break
+            new[s.id] = msg
+            nbytes += size
+        out.extend((k, None) for k in self.published if k not in new)
+        out.extend(new.items())
+        self.published, self.nbytes = new, nbytes
+        return out
+
+
+def snippet(text: str | None, chars: int = SNIPPET_CHARS) -> str:
+    """The first ``chars`` characters of ``text`` with whitespace runs collapsed ("" for None)."""
+    if not text:
+        return ""
+    return " ".join(text[: chars * 2].split())[:chars]
+
+
+def to_message(s: Suggestion, text: str | None, ts: float) -> dict[str, Any]:
+    """JSON body of a suggestion record (docs/schemas/suggestion.schema.json)."""
+    return {"id": s.id, "snippet": snippet(text), "algorithm": s.algorithm, "label": s.label, "scores": s.scores,
+            "reason": s.reason, "priority": s.priority, "rank": s.rank, "model_version": s.model_version, "ts": ts}
+
+
+def message_bytes(msg: Mapping[str, Any]) -> int:
+    """Accounted bytes of a kept suggestion message (its strings plus a fixed overhead)."""
+    strings = [msg["id"], msg["snippet"], msg["algorithm"], msg["label"], *msg["scores"]]
+    return SUGGESTION_OVERHEAD_BYTES + sum(len(s.encode("utf-8", "replace")) for s in strings)
+
+
+__all__ = ["MAX_TOP_N", "REASONS", "ModelView", "Suggestion", "SuggestionBoard", "cluster_representatives",
+           "disagreement", "disagreement_sample",
+           "margins", "message_bytes", "normalize_rows", "rank", "rare_class_scores", "select_diverse", "snippet",
+           "to_message", "typicality"]

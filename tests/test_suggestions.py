@@ -1,0 +1,298 @@
+"""Label suggestions: the ranking functions on constructed cases, the board's bounds, the engine hook, a real worker."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import jsonschema
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from kafka_utils import Topics, WorkerProcess, producer, read_topic, send_json, wait_until
+
+from streamsemi.core import datasets
+from streamsemi.core import suggestions as sg
+from streamsemi.core.messages import Document
+from streamsemi.engine import Engine, EngineConfig
+
+SCHEMA = json.loads((Path(__file__).resolve().parents[1] / "docs/schemas/suggestion.schema.json").read_text())
+
+
+def distinct_rows(n: int, d: int = 64) -> sp.csr_matrix:
+    """``n`` documents with no term in common (cosine 0 between any two)."""
+    return sp.csr_matrix((np.ones(n), (np.arange(n), np.arange(n))), shape=(n, d))
+
+
+def view(P, classes=("a", "b", "c"), new=(), rows=None, name="primary"):
+    return sg.ModelView(name, np.asarray(P, dtype=float), list(classes), frozenset(new), rows)
+
+
+# ---------------------------------------------------------------- pure functions
+def test_margins_are_the_gap_between_the_two_best_classes():
+    P = np.array([[0.5, 0.5, 0.0], [0.9, 0.1, 0.0], [0.3, 0.1, 0.6]])
+    assert np.allclose(sg.margins(P), [0.0, 0.8, 0.3])
+    assert np.allclose(sg.margins(np.ones((2, 1))), [1.0, 1.0])
+
+
+def test_disagreement_is_the_share_of_other_algorithms_that_differ():
+    primary = np.array(["a", "a", "b"], dtype=object)
+    others = [np.array(["a", "b", "c"], dtype=object), np.array(["b", "b", "b"], dtype=object)]
+    assert np.allclose(sg.disagreement(primary, others), [0.5, 1.0, 0.5])
+    assert np.allclose(sg.disagreement(primary, []), [0, 0, 0])
+
+
+def test_rare_class_scores_weight_classes_by_how_few_seeds_they_have():
+    P = np.array([[0.9, 0.1, 0.0], [0.1, 0.9, 0.0], [0.0, 0.2, 0.8]])
+    s = sg.rare_class_scores(P, ["a", "b", "new-1"], {"a": 10, "b": 1}, frozenset({"new-1"}), rare_below=5)
+    # a has 10 seeds (not rare), b has 1 of 5 (weight 0.8), new-1 is a discovered cluster (not a class)
+    assert np.allclose(s, [0.1 * 0.8, 0.9 * 0.8, 0.2 * 0.8])
+
+
+def test_typicality_is_the_cosine_to_the_group_mean():
+    X = sg.normalize_rows(sp.csr_matrix(np.array([[1.0, 0, 0], [1.0, 0, 0], [0, 1.0, 0], [0, 0, 1.0]])))
+    t = sg.typicality(X, np.array([0, 0, 1, 1]))
+    # group 0: two identical rows (cosine 1); group 1: two orthogonal rows (each 1/sqrt(2) from their mean)
+    assert np.allclose(t, [1.0, 1.0, 2 ** -0.5, 2 ** -0.5])
+
+
+def test_rank_orders_by_margin_when_nothing_else_differs():
+    P = [[0.6, 0.4, 0.0], [0.98, 0.01, 0.01], [0.34, 0.33, 0.33], [0.8, 0.2, 0.0]]
+    out = sg.rank(["d0", "d1", "d2", "d3"], distinct_rows(4), view(P), [], {"a": 9, "b": 9, "c": 9}, 4, 7,
+                  density=False, max_similarity=0.99)
+    assert [s.id for s in out] == ["d2", "d0", "d3", "d1"]
+    assert [s.rank for s in out] == [0, 1, 2, 3]
+    assert {s.reason for s in out} == {"uncertain"} and {s.model_version for s in out} == {7}
+    assert out[0].scores == {"a": 0.34, "b": 0.33, "c": 0.33} and out[0].label == "a"
+    assert all(len(s.scores) <= 3 for s in out)
+
+
+def test_disagreement_of_the_enabled_algorithms_lifts_a_confident_document():
+    P = [[0.95, 0.05, 0.0]] * 3 + [[0.7, 0.3, 0.0]]
+    other = view([[0.0, 1.0, 0.0], [1.0, 0, 0], [1.0, 0, 0], [1.0, 0, 0]], name="other")
+    out = sg.rank(["d0", "d1", "d2", "d3"], distinct_rows(4), view(P), [other], {"a": 9, "b": 9, "c": 9}, 2, 1,
+                  density=False)
+    assert out[0].id == "d0" and out[0].reason == "disagreement"
+    # the other algorithm asked about a sample only: rows outside it count as agreeing
+    sampled = view([[0.0, 1.0, 0.0]], rows=np.array([3]), name="other")
+    out = sg.rank(["d0", "d1", "d2", "d3"], distinct_rows(4), view(P), [sampled], {"a": 9, "b": 9, "c": 9}, 1, 1,
+                  density=False)
+    assert out[0].id == "d3" and out[0].reason == "disagreement"
+
+
+def test_near_duplicates_are_never_suggested_together():
+    X = distinct_rows(4).tolil()
+    X[1, 0] = 1.0
+    X[1, 1] = 0.0   # d1 = d0 (the same terms)
+    P = [[0.5, 0.5, 0.0], [0.5, 0.5, 0.0], [0.6, 0.4, 0.0], [0.9, 0.1, 0.0]]
+    out = sg.rank(["d0", "d1", "d2", "d3"], sp.csr_matrix(X), view(P), [], {"a": 9, "b": 9}, 3, 1, density=False)
+    ids = [s.id for s in out]
+    assert ids == ["d0", "d2", "d3"], "d1 is a near-duplicate of d0: skipped although it ranks second"
+
+
+def test_suggestions_spread_over_the_predicted_classes():
+    # the four most uncertain documents are all predicted 'a'; with two suggestions, one goes to each class
+    P = [[0.5, 0.5, 0]] * 4 + [[0.3, 0.7, 0]] * 2
+    out = sg.rank([f"d{i}" for i in range(6)], distinct_rows(6), view(P), [], {"a": 9, "b": 9}, 2, 1, density=False)
+    assert sorted(s.label for s in out) == ["a", "b"]
+    # the second pass fills the list beyond the per-class share
+    out = sg.rank([f"d{i}" for i in range(6)], distinct_rows(6), view(P), [], {"a": 9, "b": 9}, 5, 1, density=False)
+    assert len(out) == 5 and len({s.id for s in out}) == 5
+
+
+def test_a_likely_member_of_a_class_with_few_seeds_is_a_rare_class_suggestion():
+    P = [[0.97, 0.03, 0.0], [0.03, 0.97, 0.0], [0.96, 0.04, 0.0]]
+    out = sg.rank(["d0", "d1", "d2"], distinct_rows(3), view(P, classes=("a", "b")[:2] + ("c",)), [],
+                  {"a": 50, "b": 1, "c": 50}, 1, 1, density=False)
+    assert out[0].id == "d1" and out[0].reason == "rare_class"
+
+
+def test_the_most_typical_document_of_a_discovered_cluster_comes_first():
+    # d1..d3 are in new-1; d2 and d3 share terms (typical), d1 is an outlier; d0 is the most uncertain
+    X = sp.csr_matrix(np.array([[1, 0, 0, 0], [0, 1, 0, 0], [0, 0, 1, 1], [0, 0, 1, 1.2]], dtype=float))
+    P = [[0.5, 0.5], [0.1, 0.9], [0.05, 0.95], [0.2, 0.8]]
+    out = sg.rank(["d0", "d1", "d2", "d3"], X, view(P, classes=("a", "new-1"), new=("new-1",)), [], {"a": 9}, 2, 1,
+                  max_similarity=0.999)
+    assert out[0].reason == "new_cluster" and out[0].id in ("d2", "d3") and out[0].label == "new-1"
+    assert [s.reason for s in out].count("new_cluster") == 1, "one representative per discovered cluster"
+
+
+def test_rank_bounds_and_empty_input():
+    assert sg.rank([], distinct_rows(0), view(np.zeros((0, 3))), [], {}, 5, 1) == []
+    assert sg.rank(["d0"], distinct_rows(1), view([[1, 0, 0]]), [], {}, 0, 1) == []
+    P = np.random.default_rng(0).dirichlet(np.ones(3), size=500)
+    X = sp.random(500, 300, density=0.05, format="csr", random_state=0)
+    out = sg.rank([f"d{i}" for i in range(500)], X, view(P), [], {}, 20, 1)
+    assert len(out) == 20 and len({s.id for s in out}) == 20
+    assert all(out[i].priority >= 0 for i in range(20))
+
+
+def test_disagreement_sample_is_bounded_and_keeps_the_least_certain_rows():
+    P = np.random.default_rng(1).dirichlet(np.ones(4), size=5000)
+    rows = sg.disagreement_sample(P, 1000)
+    assert rows.size <= 1000 and np.all(np.diff(rows) > 0)
+    least = np.argsort(sg.margins(P))[:500]
+    assert set(least) <= set(rows)
+    assert np.array_equal(sg.disagreement_sample(P[:10], 1000), np.arange(10))
+
+
+# ---------------------------------------------------------------- the board: bounds, tombstones
+def suggestion(i: int, label: str = "a") -> sg.Suggestion:
+    return sg.Suggestion(f"d{i}", "constrained-kmeans", label, {label: 0.5}, "uncertain", 1.0 - i / 100, i, 3)
+
+
+def test_board_publishes_top_n_then_tombstones_what_leaves_the_list_or_gets_labelled():
+    board = sg.SuggestionBoard(3)
+    texts = {f"d{i}": "word " * 200 for i in range(10)}
+    open_ids = set(texts)
+    board.offer([suggestion(i) for i in range(5)])
+    out = board.updates(texts.get, open_ids.__contains__, 100.0)
+    assert [k for k, _ in out] == ["d0", "d1", "d2"] and all(m is not None for _, m in out)
+    for _, m in out:
+        jsonschema.validate(m, SCHEMA)
+        assert len(m["snippet"]) <= 300 and m["ts"] == 100.0
+    assert board.updates(texts.get, open_ids.__contains__, 101.0) == [], "nothing changed, nothing sent"
+    open_ids.discard("d1")  # labelled (or left the window)
+    assert board.updates(texts.get, open_ids.__contains__, 102.0) == [("d1", None)]
+    # a new ranking: d0 drops out, d2 stays; ranks are renumbered over the open documents
+    board.offer([suggestion(2), suggestion(1), suggestion(7)])
+    out = dict(board.updates(texts.get, open_ids.__contains__, 103.0))
+    assert out.pop("d0") is None
+    assert {k: m["rank"] for k, m in out.items()} == {"d2": 0, "d7": 1}
+    assert set(board.published) == {"d2", "d7"}
+
+
+def test_board_is_bounded_in_bytes():
+    board = sg.SuggestionBoard(50, max_bytes=3 * (sg.SUGGESTION_OVERHEAD_BYTES + 400))
+    texts = {f"d{i}": "é" * 1000 for i in range(50)}
+    board.offer([suggestion(i) for i in range(50)])
+    out = board.updates(texts.get, lambda k: True, 1.0)
+    assert 1 <= len(out) <= 3 and board.nbytes <= board.max_bytes
+    assert board.nbytes == sum(sg.message_bytes(m) for m in board.published.values())
+
+
+# ---------------------------------------------------------------- the engine hook
+@pytest.fixture(scope="module")
+def r8():
+    ds = datasets.load("reuters-r8")
+    order = np.random.default_rng(5).permutation(len(ds))[:1500]
+    return ds, [int(i) for i in order]
+
+
+def engine_cfg(**kw) -> EngineConfig:
+    base = dict(algorithms=["constrained-kmeans", "seeded-kmeans"], background_refit=False, n_features=2**16,
+                refit_every_docs=0, min_docs_first_refit=100, drift_detection=False, min_seed_classes=2,
+                min_seeds_per_class=1, first_fit_stable_seeds=0, refit_growth=0, refit_idle_s=0, revisions="off",
+                suggestions_top_n=30)
+    base.update(kw)
+    return EngineConfig(**base)
+
+
+def test_engine_ranks_after_a_refit_round_and_tombstones_labelled_and_evicted_documents(r8):
+    ds, order = r8
+    eng = Engine(engine_cfg(window_max_docs=1200))
+    eng.process([Document(id=f"r{i}", text=ds.texts[i]) for i in order[:1000]])
+    seeds = order[:40]
+    for i in seeds:
+        eng.label(f"r{i}", [ds.labels[i]])
+    assert eng.suggestion_updates() == [], "no model, no suggestions"
+    eng.request_refit()
+    out = eng.suggestion_updates()
+    msgs = [m for _, m in out]
+    assert len(msgs) == 30 and all(m is not None for m in msgs)
+    for m in msgs:
+        jsonschema.validate(m, SCHEMA)
+    assert [m["rank"] for m in msgs] == list(range(30))
+    assert {m["id"] for m in msgs}.isdisjoint({f"r{i}" for i in seeds}), "seeds are never suggested"
+    assert {m["model_version"] for m in msgs} == {eng.models[eng.primary].version}
+    assert {m["algorithm"] for m in msgs} == {eng.primary}
+    by_id = {f"r{i}": i for i in order}
+    assert all(m["snippet"] == sg.snippet(ds.texts[by_id[m["id"]]]) for m in msgs)
+    assert eng.suggestions() == msgs
+    # near-duplicates: no two suggestions whose term vectors have cosine above the threshold
+    rows = sg.normalize_rows(eng.featurizer.transform([ds.texts[by_id[m["id"]]] for m in msgs], update_sketch=False))
+    G = (rows @ rows.T).toarray()
+    assert (G[~np.eye(len(msgs), dtype=bool)] <= sg.MAX_SIMILARITY + 1e-9).all()
+    # a seed for a suggested document: a tombstone at the next call, and only for it
+    first = msgs[0]["id"]
+    eng.label(first, [ds.labels[by_id[first]]])
+    assert eng.suggestion_updates() == [(first, None)]
+    # documents pushed out of the window: tombstones
+    eng.process([Document(id=f"n{i}", text=ds.texts[i]) for i in order[1000:1500]])
+    gone = [m["id"] for m in msgs[1:] if m["id"] not in eng.window]
+    assert gone and sorted(k for k, m in eng.suggestion_updates() if m is None) == sorted(gone)
+    # the next round replaces the list (the remaining old ones that dropped out are tombstoned)
+    eng.request_refit()
+    out = eng.suggestion_updates()
+    assert len([m for _, m in out if m is not None]) == 30
+    assert len(eng.suggestion_board.published) == 30
+    assert eng.last_suggestion_seconds > 0
+
+
+def test_engine_without_suggestions_ranks_nothing(r8):
+    ds, order = r8
+    eng = Engine(engine_cfg(suggestions_top_n=0))
+    eng.process([Document(id=f"r{i}", text=ds.texts[i]) for i in order[:300]])
+    for i in order[:30]:
+        eng.label(f"r{i}", [ds.labels[i]])
+    eng.request_refit()
+    assert eng.ready and eng.suggestion_updates() == [] and eng.last_suggestion_seconds == 0.0
+
+
+def test_a_failing_ranking_keeps_the_refit(r8, monkeypatch):
+    ds, order = r8
+    eng = Engine(engine_cfg())
+    eng.process([Document(id=f"r{i}", text=ds.texts[i]) for i in order[:300]])
+    for i in order[:30]:
+        eng.label(f"r{i}", [ds.labels[i]])
+
+    def broken(*a, **k):
+        raise RuntimeError("ranking bug")
+
+    monkeypatch.setattr(sg, "rank", broken)
+    eng.request_refit()
+    assert eng.ready and eng.suggestion_updates() == []
+
+
+# ---------------------------------------------------------------- a real worker on the embedded broker
+def test_worker_publishes_suggestions_after_its_first_refit_and_a_seed_tombstones_one(broker, tmp_path):
+    topics = Topics()
+    suggestions_topic = f"{topics.prefix}.suggestions"
+    worker = WorkerProcess(broker.bootstrap, topics, ["--refit-every-docs", "0", "--min-docs-first-refit", "150",
+                                                      "--suggestions-topic", suggestions_topic,
+                                                      "--suggestions-top-n", "10", "--refit-growth", "0"],
+                           log_dir=tmp_path).start()
+    ds = datasets.load("reuters-r8")
+    try:
+        assert worker.wait_assigned(), "the worker joined its group"
+        p = producer(broker.bootstrap)
+        seeded = set()
+        for k in range(300):
+            send_json(p, topics.documents, {"id": f"g{k}", "text": ds.texts[k]}, key=f"g{k}")
+            if k < 40:
+                send_json(p, topics.control, {"op": "label", "id": f"g{k}", "labels": [ds.labels[k]]}, key=f"g{k}")
+                seeded.add(f"g{k}")
+        p.flush()
+        records = read_topic(broker.bootstrap, suggestions_topic, expect=10, timeout=90)
+        msgs = [json.loads(r.value) for r in records if r.value is not None]
+        assert len(msgs) >= 10
+        for m, r in zip(msgs, records, strict=False):
+            jsonschema.validate(m, SCHEMA)
+            assert r.key.decode() == m["id"]
+        assert {m["id"] for m in msgs}.isdisjoint(seeded) and {m["rank"] for m in msgs[:10]} == set(range(10))
+        code, body = worker.get("/suggestions")
+        assert code == 200 and {m["id"] for m in json.loads(body)} == {m["id"] for m in msgs[:10]}
+        target = msgs[0]["id"]
+        send_json(p, topics.control, {"op": "label", "id": target, "labels": [ds.labels[int(target[1:])]]},
+                  key=target)
+        p.flush()
+
+        def tombstoned() -> bool:
+            recs = read_topic(broker.bootstrap, suggestions_topic, timeout=10, idle=1.0)
+            return any(r.key.decode() == target and r.value is None for r in recs)
+
+        assert wait_until(tombstoned, 60), "a seed for a suggested document removes its suggestion"
+        assert wait_until(lambda: target not in worker.get("/suggestions")[1], 10)
+        assert worker.proc.poll() is None
+    finally:
+        assert worker.terminate() == 0
