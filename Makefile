@@ -16,7 +16,7 @@ install-demo: $(BIN)/python
 	$(BIN)/python -m pip install -q -e '.[demo]'
 
 install-test: $(BIN)/python
-	$(BIN)/python -m pip install -q -e '.[test]'
+	$(BIN)/python -m pip install -q -e '.[test,console]'
 
 demo: install-demo
 	$(BIN)/streamsemi demo $(DEMO_ARGS)

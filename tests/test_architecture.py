@@ -2,9 +2,10 @@
 
 Layers, lowest first (docs/architecture.md):
 
-    core  <  algorithms  <  engine  <  service | evaluation  <  devtools  <  cli
+    core  <  algorithms  <  engine  <  service | evaluation  <  devtools | console  <  cli
 
-``service`` and ``evaluation`` stand side by side and do not import each other.
+``service`` and ``evaluation`` stand side by side and do not import each other; so do
+``devtools`` and ``console``.
 The imports are read from the source (``ast``), including imports inside functions,
 so a lazy upward import is caught as well.
 """
@@ -20,7 +21,8 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "streamsemi"
 
 #: layer -> rank; a module may import only layers of a strictly lower rank or its own layer.
-RANK = {"core": 0, "algorithms": 1, "engine": 2, "service": 3, "evaluation": 3, "devtools": 4, "cli": 5}
+RANK = {"core": 0, "algorithms": 1, "engine": 2, "service": 3, "evaluation": 3, "devtools": 4, "console": 4,
+        "cli": 5}
 #: layers that must not talk to Kafka (directly or through kafka-python).
 KAFKA_FREE = {"core", "algorithms", "engine", "evaluation"}
 #: top-level modules that are not a layer of their own.

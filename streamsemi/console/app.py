@@ -1,0 +1,361 @@
+"""The console's web application: Starlette, server-rendered Jinja2 pages, one small script.
+
+Security (docs/console.md):
+
+- every template variable is escaped (Jinja2 autoescape); the Content-Security-Policy
+  allows scripts, styles and images from the console itself only (no inline script);
+- every POST carries the per-process CSRF token (hidden form field ``csrf`` or header
+  ``X-CSRF-Token``) and, when the browser says where it comes from, a same-origin
+  ``Origin`` / ``Sec-Fetch-Site``;
+- with an auth token, every request (pages, assets, posts) needs it: the cookie set by
+  ``/login`` (HttpOnly, SameSite=Strict) or ``Authorization: Bearer TOKEN``;
+- without one (loopback only, enforced at start) the ``Host`` header must name a loopback
+  address, so that a DNS-rebinding page cannot read the console.
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+import secrets
+import time
+import urllib.parse
+import urllib.request
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.middleware.base import BaseHTTPMiddleware
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from streamsemi.console.state import ConsoleState
+from streamsemi.console.writer import ControlWriter, name_op_supported
+
+HERE = Path(__file__).resolve().parent
+COOKIE = "streamsemi_console"
+CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; "
+       "form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
+#: keyboard shortcuts 1..9 pick the first nine classes of the queue
+SHORTCUT_CLASSES = 9
+
+
+@dataclass
+class ConsoleOptions:
+    """What the app needs besides the state and the writer."""
+
+    auth_token: str | None = None
+    worker_url: str | None = None
+    loopback_only: bool = True
+    bootstrap_servers: str = ""
+    control_topic: str = ""
+
+
+def is_loopback_host(host: str) -> bool:
+    """``host`` (without port) is ``localhost`` or a loopback IP address."""
+    h = host.strip("[]").lower()
+    if h == "localhost" or h.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(h).is_loopback
+    except ValueError:
+        return False
+
+
+def _host_of(header: str) -> str:
+    if header.startswith("["):
+        return header[1:].partition("]")[0]
+    return header.rsplit(":", 1)[0] if header.count(":") == 1 else header
+
+
+def safe_next(value: str | None, default: str = "/") -> str:
+    """A local path to go back to after a post (never another site)."""
+    if not value or not value.startswith("/") or value.startswith("//") or "\\" in value:
+        return default
+    return value
+
+
+class WorkerMetrics:
+    """The worker's quality signals from its ``/metrics`` (cached for a second or two)."""
+
+    NAMES = ("streamsemi_model_agreement", "streamsemi_seed_accuracy", "streamsemi_documents_consumed_total",
+             "streamsemi_documents_assigned_total", "streamsemi_dead_letters_total", "streamsemi_window_documents",
+             "streamsemi_consumer_lag", "streamsemi_new_clusters", "streamsemi_primary", "streamsemi_model_version",
+             "streamsemi_refits_total", "streamsemi_seed_documents")
+
+    def __init__(self, url: str | None, timeout_s: float = 1.5) -> None:
+        if url is not None and urllib.parse.urlsplit(url).scheme not in ("http", "https"):
+            raise ValueError(f"worker URL must be http(s)://HOST:PORT, got {url!r}")
+        self.url = url.rstrip("/") if url else None
+        self.timeout_s = timeout_s
+        self._cached: tuple[float, dict[str, Any]] | None = None
+        self._last_count: tuple[float, float] | None = None
+
+    def read(self) -> dict[str, Any]:
+        if self.url is None:
+            return {"available": False, "error": "no --worker-url given"}
+        now = time.monotonic()
+        if self._cached is not None and now - self._cached[0] < 2.0:
+            return self._cached[1]
+        from prometheus_client.parser import text_string_to_metric_families
+
+        out: dict[str, Any] = {"available": True, "url": self.url}
+        try:
+            with urllib.request.urlopen(self.url + "/metrics", timeout=self.timeout_s) as r:  # noqa: S310 - http(s) checked
+                body = r.read(8_000_000).decode("utf-8", "replace")
+            samples: dict[str, list[tuple[dict[str, str], float]]] = {}
+            for fam in text_string_to_metric_families(body):
+                for s in fam.samples:
+                    if s.name in self.NAMES:
+                        samples.setdefault(s.name, []).append((dict(s.labels), float(s.value)))
+        except (OSError, ValueError) as exc:
+            out = {"available": False, "url": self.url, "error": f"{type(exc).__name__}: {exc}"[:300]}
+            self._cached = (now, out)
+            return out
+
+        def per_alg(name: str) -> dict[str, float]:
+            return {lb.get("algorithm", ""): v for lb, v in samples.get(name, [])}
+
+        def total(name: str) -> float:
+            return sum(v for _, v in samples.get(name, []))
+
+        consumed = total("streamsemi_documents_consumed_total")
+        rate = None
+        if self._last_count is not None and now - self._last_count[0] > 0.5:
+            rate = max(0.0, (consumed - self._last_count[1]) / (now - self._last_count[0]))
+        self._last_count = (now, consumed)
+        out.update(agreement=per_alg("streamsemi_model_agreement"), seed_accuracy=per_alg("streamsemi_seed_accuracy"),
+                   new_clusters=per_alg("streamsemi_new_clusters"), model_version=per_alg("streamsemi_model_version"),
+                   primary=[a for a, v in per_alg("streamsemi_primary").items() if v == 1.0],
+                   consumed=consumed, assigned=total("streamsemi_documents_assigned_total"),
+                   dead_letters=total("streamsemi_dead_letters_total"), window=total("streamsemi_window_documents"),
+                   lag=total("streamsemi_consumer_lag"), refits=total("streamsemi_refits_total"),
+                   seeds=total("streamsemi_seed_documents"), docs_per_s=rate)
+        self._cached = (now, out)
+        return out
+
+
+def _fmt_ts(ts: float) -> str:
+    try:
+        return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    except (OverflowError, OSError, ValueError):
+        return "?"
+
+
+def create_app(state: ConsoleState, writer: ControlWriter, options: ConsoleOptions) -> Starlette:
+    """The Starlette application (see the module docstring for its security rules)."""
+    env = Environment(loader=FileSystemLoader(str(HERE / "templates")), autoescape=select_autoescape(default=True),
+                      trim_blocks=True, lstrip_blocks=True)
+    env.filters["ts"] = _fmt_ts
+    csrf_token = secrets.token_urlsafe(32)
+    metrics = WorkerMetrics(options.worker_url)
+    can_name = name_op_supported(writer.limits)
+    token = options.auth_token
+
+    def render(request: Request, template: str, status: int = 200, **ctx: Any) -> HTMLResponse:
+        body = env.get_template(template).render(
+            csrf=csrf_token, path=request.url.path, full_path=_full_path(request), msg=request.query_params.get("msg"),
+            err=request.query_params.get("err"), auth=token is not None, **ctx)
+        return HTMLResponse(body, status_code=status)
+
+    def _full_path(request: Request) -> str:
+        q = request.url.query
+        return request.url.path + ("?" + q if q else "")
+
+    def back(request: Request, form: Any, **params: str) -> RedirectResponse:
+        target = safe_next(form.get("next") if form is not None else None)
+        base, _, query = target.partition("?")
+        kept = [(k, v) for k, v in urllib.parse.parse_qsl(query) if k not in ("msg", "err")]
+        kept += [(k, v) for k, v in params.items()]
+        return RedirectResponse(base + ("?" + urllib.parse.urlencode(kept) if kept else ""), status_code=303)
+
+    # ------------------------------------------------------------ pages
+    async def overview(request: Request) -> Response:
+        return render(request, "overview.html", o=state.overview(), worker=metrics.read(),
+                      bootstrap=options.bootstrap_servers, control_topic=options.control_topic)
+
+    async def clusters(request: Request) -> Response:
+        return render(request, "clusters.html", views=state.clusters_view())
+
+    async def new_clusters(request: Request) -> Response:
+        return render(request, "new_clusters.html", rows=state.new_clusters(), can_name=can_name)
+
+    async def queue(request: Request) -> Response:
+        items, source = state.queue()
+        classes = state.classes()
+        return render(request, "queue.html", items=items, source=source, classes=classes,
+                      shortcuts=min(SHORTCUT_CLASSES, len(classes)), o=state.overview())
+
+    async def seeds(request: Request) -> Response:
+        return render(request, "seeds.html", seeds=state.recent_seeds(), ops=list(reversed(state.recent_ops)))
+
+    async def doc(request: Request) -> Response:
+        doc_id = request.query_params.get("id", "").strip()
+        found = state.document(doc_id) if doc_id else None
+        return render(request, "doc.html", doc_id=doc_id, d=found, classes=state.classes(),
+                      status=404 if doc_id and found is None else 200)
+
+    # ------------------------------------------------------------ writes
+    async def _send(request: Request, form: Any, message: dict[str, Any], done: str) -> Response:
+        try:
+            partition, offset = writer.send(message)
+        except ValueError as exc:
+            return back(request, form, err=f"refused: {exc}")
+        except Exception as exc:  # noqa: BLE001 - Kafka trouble: tell the person, keep serving
+            return back(request, form, err=f"not sent ({type(exc).__name__}): {exc}"[:300])
+        return back(request, form, msg=f"{done} (control topic partition {partition}, offset {offset})")
+
+    async def label(request: Request) -> Response:
+        form = request.state.form
+        doc_id = str(form.get("id", "")).strip()
+        new = str(form.get("new_label", "")).strip()
+        lab = new or str(form.get("label", "")).strip()
+        if not doc_id or not lab:
+            return back(request, form, err="a document id and a class are needed")
+        msg: dict[str, Any] = {"op": "label", "id": doc_id, "labels": [lab]}
+        text, complete = state.text_of(doc_id)
+        if text and complete:
+            msg["text"] = text  # a worker that no longer holds the document still gets the seed
+        resp = await _send(request, form, msg, f"labelled {doc_id} as {lab}")
+        if "err=" not in resp.headers.get("location", ""):
+            state.hide(doc_id, "labeled")
+        return resp
+
+    async def skip(request: Request) -> Response:
+        form = request.state.form
+        doc_id = str(form.get("id", "")).strip()
+        if doc_id:
+            state.hide(doc_id, "skipped")
+        return back(request, form, msg=f"skipped {doc_id}")
+
+    async def unlabel(request: Request) -> Response:
+        form = request.state.form
+        doc_id = str(form.get("id", "")).strip()
+        return await _send(request, form, {"op": "unlabel", "id": doc_id}, f"removed the seed of {doc_id}")
+
+    async def refit(request: Request) -> Response:
+        return await _send(request, request.state.form, {"op": "refit"}, "refit requested")
+
+    async def name(request: Request) -> Response:
+        form = request.state.form
+        cluster = str(form.get("cluster", "")).strip()
+        algorithm = str(form.get("algorithm", "")).strip()
+        lab = str(form.get("label", "")).strip()
+        if not cluster or not lab:
+            return back(request, form, err="a cluster and a name are needed")
+        if can_name:
+            msg: dict[str, Any] = {"op": "name", "cluster": cluster, "label": lab}
+            if algorithm:
+                msg["algorithm"] = algorithm
+            return await _send(request, form, msg, f"named {cluster} {lab}")
+        # no name op in this streamsemi: seed the cluster's example documents with the name
+        examples = next((r["examples"] for r in state.new_clusters()
+                         if r["cluster"] == cluster and (not algorithm or r["algorithm"] == algorithm)), [])
+        if not examples:
+            return back(request, form, err=f"no example documents of {cluster} to seed")
+        problem = writer.validate({"op": "label", "id": examples[0]["id"], "labels": [lab]})
+        if problem:
+            return back(request, form, err=f"refused: {problem}")
+        sent = 0
+        for ex in examples:
+            try:
+                writer.send({"op": "label", "id": ex["id"], "labels": [lab]})
+                state.hide(ex["id"], "labeled")
+                sent += 1
+            except Exception as exc:  # noqa: BLE001
+                return back(request, form, err=f"sent {sent} seeds, then failed: {exc}"[:300])
+        return back(request, form, msg=f"seeded {sent} example documents of {cluster} as {lab}")
+
+    # ------------------------------------------------------------ auth
+    async def login_page(request: Request) -> Response:
+        return render(request, "login.html", status=401 if token else 200)
+
+    async def login(request: Request) -> Response:
+        form = await request.form()
+        given = str(form.get("token", ""))
+        if token is None:
+            return RedirectResponse("/", status_code=303)
+        if not hmac.compare_digest(given.encode(), token.encode()):
+            return render(request, "login.html", status=401, failed=True)
+        resp = RedirectResponse("/", status_code=303)
+        resp.set_cookie(COOKIE, token, httponly=True, samesite="strict", path="/",
+                        secure=request.url.scheme == "https")
+        return resp
+
+    async def healthz(request: Request) -> Response:
+        return PlainTextResponse("ok")
+
+    async def favicon(request: Request) -> Response:
+        return Response(status_code=204)
+
+    routes = [
+        Route("/", overview), Route("/clusters", clusters), Route("/clusters/new", new_clusters),
+        Route("/queue", queue), Route("/seeds", seeds), Route("/doc", doc), Route("/healthz", healthz), Route("/favicon.ico", favicon),
+        Route("/label", label, methods=["POST"]), Route("/skip", skip, methods=["POST"]),
+        Route("/unlabel", unlabel, methods=["POST"]), Route("/refit", refit, methods=["POST"]),
+        Route("/name", name, methods=["POST"]),
+        Route("/login", login_page, methods=["GET"]), Route("/login", login, methods=["POST"]),
+        Mount("/static", app=StaticFiles(directory=str(HERE / "static")), name="static"),
+    ]
+
+    class Guard(BaseHTTPMiddleware):
+        """Host check, token check, CSRF check and security headers, for every request."""
+
+        async def dispatch(self, request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
+            resp = await self._check(request, call_next)
+            resp.headers["Content-Security-Policy"] = CSP
+            resp.headers["X-Content-Type-Options"] = "nosniff"
+            resp.headers["X-Frame-Options"] = "DENY"
+            resp.headers["Referrer-Policy"] = "no-referrer"
+            resp.headers["Cache-Control"] = "no-store"
+            return resp
+
+        async def _check(self, request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
+            host = _host_of(request.headers.get("host", ""))
+            if token is None and not is_loopback_host(host):
+                return PlainTextResponse("this console answers loopback host names only (no auth token set)", 421)
+            public = request.url.path in ("/login", "/healthz")
+            if token is not None and not public and not _authorized(request):
+                if request.method == "GET" and "text/html" in request.headers.get("accept", ""):
+                    return render(request, "login.html", status=401)
+                return PlainTextResponse("authentication required", 401)
+            if request.method == "POST" and request.url.path != "/login":
+                problem = await _csrf_problem(request)
+                if problem:
+                    return PlainTextResponse(f"forbidden: {problem}", 403)
+            return await call_next(request)
+
+    def _authorized(request: Request) -> bool:
+        assert token is not None
+        given = request.cookies.get(COOKIE, "")
+        auth = request.headers.get("authorization", "")
+        if auth.lower().startswith("bearer "):
+            given = auth[7:].strip()
+        return bool(given) and hmac.compare_digest(given.encode(), token.encode())
+
+    async def _csrf_problem(request: Request) -> str | None:
+        site = request.headers.get("sec-fetch-site")
+        if site is not None and site not in ("same-origin", "none"):
+            return f"cross-site request (Sec-Fetch-Site: {site})"
+        origin = request.headers.get("origin")
+        if origin is not None and origin != "null":
+            own = f"{request.url.scheme}://{request.headers.get('host', '')}"
+            if origin != own:
+                return "the Origin is not this console"
+        form = await request.form(max_files=0, max_fields=50, max_part_size=64 * 1024)
+        request.state.form = form
+        given = request.headers.get("x-csrf-token") or str(form.get("csrf", ""))
+        if not given or not hmac.compare_digest(given.encode(), csrf_token.encode()):
+            return "missing or wrong CSRF token (reload the page)"
+        return None
+
+    app = Starlette(routes=routes, middleware=[Middleware(Guard)])
+    app.state.csrf_token = csrf_token
+    return app

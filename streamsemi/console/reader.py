@@ -1,0 +1,124 @@
+"""The console's reader thread: one group-less consumer (``assign()``) over the topics it shows.
+
+Tables (control, clusters, suggestions) are read from the beginning; streams (documents,
+assignments, labels) from at most ``backfill`` records before the end of each partition,
+so that a console started on a long-running deployment does not replay the whole history
+(the tables are bounded anyway). Topics that do not exist yet (the clusters and suggestions
+topics before their worker runs) are looked for again every ``rescan_s`` and adopted when
+they appear.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any
+
+from kafka import TopicPartition
+
+from streamsemi.console.state import ConsoleState
+from streamsemi.core.logs import event
+from streamsemi.service.config import Settings
+from streamsemi.service.kafka_io import make_reader
+
+log = logging.getLogger("streamsemi.console")
+
+#: kinds read from the beginning (tables whose every key matters)
+FROM_BEGINNING = ("control", "clusters", "suggestions")
+
+
+def topic_kinds(settings: Settings) -> dict[str, str]:
+    """topic name -> kind. The clusters and suggestions topics come from settings when they exist."""
+    v = settings.values
+    return {
+        v["documents_topic"]: "documents",
+        v["assignments_topic"]: "assignments",
+        v["labels_topic"]: "labels",
+        v["control_topic"]: "control",
+        v.get("clusters_topic") or "streamsemi.clusters": "clusters",
+        v.get("suggestions_topic") or "streamsemi.suggestions": "suggestions",
+    }
+
+
+class TopicReader(threading.Thread):
+    """Feeds :class:`ConsoleState` from the topics, on a daemon thread.
+
+    Parameters
+    ----------
+    settings : Settings
+    state : ConsoleState
+    backfill : int
+        Records per partition read back from the end of the stream topics at start.
+    rescan_s : float
+        Seconds between looks for topics not yet assigned.
+    """
+
+    def __init__(self, settings: Settings, state: ConsoleState, backfill: int = 20_000, rescan_s: float = 5.0) -> None:
+        super().__init__(name="console-reader", daemon=True)
+        self.settings = settings
+        self.state = state
+        self.backfill = backfill
+        self.rescan_s = rescan_s
+        self.kinds = topic_kinds(settings)
+        self.stop_event = threading.Event()
+        self.caught_up = threading.Event()
+        self.assigned: set[str] = set()
+        self.errors = 0
+
+    def _assign_new(self, consumer: Any) -> None:
+        present = consumer.topics()
+        new = [t for t in self.kinds if t in present and t not in self.assigned]
+        if not new:
+            return
+        positions = {tp: consumer.position(tp) for tp in consumer.assignment()}
+        tps_new = [TopicPartition(t, p) for t in new for p in sorted(consumer.partitions_for_topic(t) or ())]
+        if not tps_new:
+            return
+        consumer.assign(list(positions) + tps_new)
+        for tp, pos in positions.items():
+            consumer.seek(tp, pos)
+        starts = consumer.beginning_offsets(tps_new)
+        ends = consumer.end_offsets(tps_new)
+        for tp in tps_new:
+            if self.kinds[tp.topic] in FROM_BEGINNING:
+                consumer.seek(tp, starts[tp])
+            else:
+                consumer.seek(tp, max(starts[tp], ends[tp] - self.backfill))
+        self.assigned.update(new)
+        event(log, "console_topics_assigned", topics=sorted(new))
+
+    def run(self) -> None:
+        while not self.stop_event.is_set():
+            consumer = None
+            try:
+                consumer = make_reader(self.settings, client_id="streamsemi-console", allow_auto_create_topics=False)
+                self.assigned.clear()
+                last_scan = 0.0
+                while not self.stop_event.is_set():
+                    if time.monotonic() - last_scan >= self.rescan_s and len(self.assigned) < len(self.kinds):
+                        self._assign_new(consumer)
+                        last_scan = time.monotonic()
+                    if not consumer.assignment():
+                        self.stop_event.wait(0.5)
+                        continue
+                    batch = consumer.poll(timeout_ms=300, max_records=5000)
+                    for tp, records in batch.items():
+                        kind = self.kinds[tp.topic]
+                        for r in records:
+                            self.state.ingest(kind, r.key, r.value, tp.partition, r.offset, r.timestamp)
+                    if not batch and not self.caught_up.is_set():
+                        self.caught_up.set()
+            except Exception as exc:  # noqa: BLE001 - keep reading after broker trouble
+                self.errors += 1
+                event(log, "console_reader_error", logging.WARNING, error=f"{type(exc).__name__}: {exc}")
+                self.stop_event.wait(1.0)
+            finally:
+                if consumer is not None:
+                    try:
+                        consumer.close()
+                    except Exception:  # noqa: BLE001
+                        pass
+
+    def stop(self) -> None:
+        self.stop_event.set()

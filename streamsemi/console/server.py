@@ -1,0 +1,130 @@
+"""Start the console: check the bind address and token, start the reader thread, serve with uvicorn."""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import socket
+import sys
+from dataclasses import dataclass
+
+from streamsemi.console.state import Bounds, ConsoleState
+from streamsemi.core.errors import ConfigError
+from streamsemi.service.config import Settings
+
+TOKEN_ENV = "STREAMSEMI_CONSOLE_TOKEN"
+MIN_TOKEN_CHARS = 16
+
+
+@dataclass
+class ServeOptions:
+    """The console's own settings (``streamsemi console --help``)."""
+
+    host: str = "127.0.0.1"
+    port: int = 8765
+    auth_token: str | None = None
+    worker_url: str | None = None
+    max_entries: int = 50_000
+    max_mb: float = 32.0
+    backfill: int = 20_000
+
+
+def _addresses(host: str) -> list[str]:
+    try:
+        return sorted({info[4][0] for info in socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)})
+    except (OSError, UnicodeError) as exc:
+        raise ConfigError(f"setting 'host' (flag --host): must be an IP address or a resolvable host name, "
+                          f"got {host!r} ({exc})") from None
+
+
+def binds_loopback_only(host: str) -> bool:
+    """Every address ``host`` resolves to is a loopback address."""
+    addrs = _addresses(host)
+    return bool(addrs) and all(ipaddress.ip_address(a.split("%")[0]).is_loopback for a in addrs)
+
+
+def check_options(opts: ServeOptions, env: dict[str, str] | None = None) -> ServeOptions:
+    """Validate the console's settings; the token comes from ``--auth-token`` or the environment.
+
+    Raises
+    ------
+    ConfigError
+        Naming the setting: a non-loopback ``host`` without ``auth_token``, a short token, a
+        port outside 0..65535, bounds that are not positive, a worker URL that is not http(s).
+    """
+    env = os.environ if env is None else env
+    token = opts.auth_token if opts.auth_token is not None else env.get(TOKEN_ENV)
+    source = "flag --auth-token" if opts.auth_token is not None else f"environment {TOKEN_ENV}"
+    if token is not None and len(token) < MIN_TOKEN_CHARS:
+        raise ConfigError(f"setting 'auth_token' (from {source}): must have at least {MIN_TOKEN_CHARS} characters, "
+                          f"got {len(token)}")
+    if not 0 <= opts.port <= 65535:
+        raise ConfigError(f"setting 'port' (flag --port): must be a TCP port 1..65535 (or 0 for any free port), "
+                          f"got {opts.port}")
+    if not binds_loopback_only(opts.host) and token is None:
+        raise ConfigError(f"setting 'auth_token' (flag --auth-token or environment {TOKEN_ENV}): required when the "
+                          f"console binds a non-loopback address, got host {opts.host!r} and no token")
+    for name, value in (("max_entries", opts.max_entries), ("max_mb", opts.max_mb), ("backfill", opts.backfill)):
+        if not value > 0:
+            raise ConfigError(f"setting '{name}' (flag --{name.replace('_', '-')}): must be positive, got {value}")
+    if opts.worker_url is not None and not opts.worker_url.startswith(("http://", "https://")):
+        raise ConfigError(f"setting 'worker_url' (flag --worker-url): must be http://HOST:PORT of the worker's "
+                          f"metrics server, got {opts.worker_url!r}")
+    return ServeOptions(**{**opts.__dict__, "auth_token": token})
+
+
+def bind_socket(host: str, port: int) -> socket.socket:
+    """The listening socket (so that port 0 gives a known free port before serving)."""
+    family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise ConfigError(f"setting 'port' (flag --port): must be a port this host can listen on, got {host}:{port} "
+                          f"({exc.strerror or exc})") from None
+    sock.listen(128)
+    sock.set_inheritable(True)
+    return sock
+
+
+def serve(settings: Settings, opts: ServeOptions) -> int:
+    """Run the console until SIGINT/SIGTERM."""
+    try:
+        import uvicorn
+
+        from streamsemi.console.app import ConsoleOptions, create_app
+    except ImportError as exc:
+        raise ConfigError(f"streamsemi console needs the console extra (pip install 'streamsemi[console]'): "
+                          f"{exc}") from None
+    from streamsemi.console.reader import TopicReader
+    from streamsemi.console.writer import ControlWriter
+
+    opts = check_options(opts)
+    sock = bind_socket(opts.host, opts.port)
+    state = ConsoleState(Bounds(max_entries=opts.max_entries, max_bytes=int(opts.max_mb * 1024 * 1024)))
+    reader = TopicReader(settings, state, backfill=opts.backfill)
+    writer = ControlWriter(settings)
+    app = create_app(state, writer, ConsoleOptions(
+        auth_token=opts.auth_token, worker_url=opts.worker_url, loopback_only=opts.auth_token is None,
+        bootstrap_servers=settings.bootstrap_servers, control_topic=settings.control_topic))
+    port = sock.getsockname()[1]
+    shown = f"[{opts.host}]" if ":" in opts.host else opts.host
+    reader.start()
+    print(json.dumps({"event": "console_started", "url": f"http://{shown}:{port}/",
+                      "auth": opts.auth_token is not None, "bootstrap_servers": settings.bootstrap_servers}),
+          flush=True)
+    config = uvicorn.Config(app, log_level="warning", access_log=False, server_header=False,
+                            limit_concurrency=64, timeout_keep_alive=5)
+    server = uvicorn.Server(config)
+    try:
+        server.run(sockets=[sock])
+    finally:
+        reader.stop()
+        writer.close()
+        sock.close()
+        reader.join(timeout=5)
+    print(json.dumps({"event": "console_stopped"}), file=sys.stderr, flush=True)
+    return 0

@@ -1,0 +1,481 @@
+"""The console's view of the topics: bounded tables filled from records, and the pages' data.
+
+Kafka-free: :class:`ConsoleState` takes ``(topic kind, key, raw value, partition, offset,
+timestamp)`` tuples from the reader thread and answers the pages. Every table is bounded
+in entries AND bytes (:class:`BoundedTable`: least recently written first out); a page
+that counts over a table says how many entries it holds and whether older ones were
+dropped. A malformed record is counted and skipped, never raised.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections import Counter, OrderedDict, deque
+from collections.abc import Callable, Hashable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+#: kinds of topic the reader feeds in
+KINDS = ("documents", "assignments", "labels", "control", "clusters", "suggestions")
+
+#: characters of a document's text kept (the snippet shown is shorter)
+TEXT_CHARS = 2000
+SNIPPET_CHARS = 400
+#: per-entry bookkeeping added to the raw record size when accounting bytes
+ENTRY_OVERHEAD = 200
+#: documents/s is measured over this many seconds of assignment timestamps
+RATE_WINDOW_S = 30.0
+
+
+class BoundedTable:
+    """An insertion-ordered map bounded in entries and in (estimated) bytes.
+
+    Parameters
+    ----------
+    max_entries : int
+        At most this many entries; the least recently written goes first.
+    max_bytes : int
+        At most this many bytes by the sizes given to :meth:`put`.
+    """
+
+    def __init__(self, max_entries: int, max_bytes: int) -> None:
+        if max_entries < 1 or max_bytes < 1:
+            raise ValueError("a bounded table needs max_entries >= 1 and max_bytes >= 1")
+        self.max_entries = int(max_entries)
+        self.max_bytes = int(max_bytes)
+        self._data: OrderedDict[Hashable, tuple[Any, int]] = OrderedDict()
+        self.bytes = 0
+        self.evicted = 0
+
+    def put(self, key: Hashable, value: Any, size: int) -> None:
+        """Insert or replace ``key`` (it becomes the newest entry), then evict down to the bounds."""
+        old = self._data.pop(key, None)
+        if old is not None:
+            self.bytes -= old[1]
+        size = max(1, int(size))
+        if size > self.max_bytes:
+            return  # larger than the whole table: not kept (counted as an eviction)
+        self._data[key] = (value, size)
+        self.bytes += size
+        while len(self._data) > self.max_entries or self.bytes > self.max_bytes:
+            _, (_, s) = self._data.popitem(last=False)
+            self.bytes -= s
+            self.evicted += 1
+
+    def pop(self, key: Hashable) -> Any:
+        old = self._data.pop(key, None)
+        if old is None:
+            return None
+        self.bytes -= old[1]
+        return old[0]
+
+    def get(self, key: Hashable, default: Any = None) -> Any:
+        item = self._data.get(key)
+        return default if item is None else item[0]
+
+    def __contains__(self, key: Hashable) -> bool:
+        return key in self._data
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def items(self) -> Iterator[tuple[Hashable, Any]]:
+        """Oldest first."""
+        for k, (v, _) in self._data.items():
+            yield k, v
+
+    def newest(self, n: int) -> list[tuple[Hashable, Any]]:
+        out = []
+        for k in reversed(self._data):
+            out.append((k, self._data[k][0]))
+            if len(out) >= n:
+                break
+        return out
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """Entries and bytes per table (``--max-entries``, ``--max-mb``)."""
+
+    max_entries: int = 50_000
+    max_bytes: int = 32 * 1024 * 1024
+
+
+@dataclass
+class Seed:
+    """A seed label as the control topic last said it (``offset`` orders one id's operations)."""
+
+    labels: tuple[str, ...]
+    offset: int
+    ts: float
+    text: str | None = None
+
+
+@dataclass
+class Counts:
+    """Records read per kind, and those skipped as malformed."""
+
+    read: Counter = field(default_factory=Counter)
+    malformed: Counter = field(default_factory=Counter)
+
+
+def _str_list(v: Any, limit: int) -> list[str]:
+    return [str(x) for x in v[:limit]] if isinstance(v, list) else []
+
+
+def _float(v: Any, default: float = 0.0) -> float:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else default
+
+
+def _int(v: Any, default: int = 0) -> int:
+    return int(v) if isinstance(v, int) and not isinstance(v, bool) else default
+
+
+def _scores(v: Any) -> dict[str, float]:
+    if not isinstance(v, dict):
+        return {}
+    out = {str(k): _float(p) for k, p in list(v.items())[:20]}
+    return dict(sorted(out.items(), key=lambda kv: -kv[1]))
+
+
+def margin(scores: dict[str, float]) -> float:
+    """Top probability minus the second (1.0 with a single class)."""
+    top = sorted(scores.values(), reverse=True)[:2]
+    if not top:
+        return 1.0
+    return top[0] - (top[1] if len(top) > 1 else 0.0)
+
+
+class ConsoleState:
+    """Everything the pages show, filled by :meth:`ingest` (thread-safe).
+
+    Parameters
+    ----------
+    bounds : Bounds
+        Entries and bytes of each table.
+    clock : callable
+        Epoch seconds (tests pass a fake).
+    """
+
+    def __init__(self, bounds: Bounds | None = None, clock: Callable[[], float] = time.time) -> None:
+        self.bounds = bounds = bounds or Bounds()
+        self.clock = clock
+        self.lock = threading.RLock()
+        b = (bounds.max_entries, bounds.max_bytes)
+        self.texts = BoundedTable(*b)          # id -> (text[:TEXT_CHARS], complete)
+        self.labels = BoundedTable(*b)         # id -> latest primary assignment (summary)
+        self.assignments = BoundedTable(*b)    # (algorithm, id) -> latest assignment (summary)
+        self.seeds = BoundedTable(*b)          # id -> Seed
+        self.unlabeled = BoundedTable(*b)      # id -> offset of the latest unlabel (orders late resolved labels)
+        self.clusters = BoundedTable(*b)       # "algorithm/cluster" -> clusters-topic value
+        self.suggestions = BoundedTable(*b)    # id -> suggestions-topic value
+        self.hidden = BoundedTable(*b)         # id -> why the console hides it from the queue (labeled, skipped)
+        self.recent_ops: deque[dict[str, Any]] = deque(maxlen=200)  # control operations, newest last
+        self.fresh_ts: deque[float] = deque(maxlen=100_000)        # ts of fresh primary assignments
+        self.model_version: dict[str, int] = {}                      # algorithm -> newest model version seen
+        self.primary_algorithm: str | None = None
+        self.counts = Counts()
+        self.topics_seen: set[str] = set()
+        self._cache: dict[str, tuple[float, Any]] = {}
+
+    # ---------------------------------------------------------------- ingest
+    def ingest(self, kind: str, key: bytes | None, raw: bytes | None, partition: int = 0, offset: int = 0,
+               timestamp_ms: int | None = None) -> None:
+        """Apply one record of topic kind ``kind``; malformed records are counted and skipped."""
+        with self.lock:
+            self.counts.read[kind] += 1
+            self.topics_seen.add(kind)
+            self._cache.clear()
+            try:
+                handler = getattr(self, f"_on_{kind}")
+                ok = handler(key, raw, partition, offset, timestamp_ms)
+            except (ValueError, TypeError, KeyError, AttributeError, UnicodeDecodeError):
+                ok = False
+            if ok is False:
+                self.counts.malformed[kind] += 1
+
+    @staticmethod
+    def _json(raw: bytes | None) -> dict | None:
+        if raw is None:
+            return None
+        obj = json.loads(raw)
+        if not isinstance(obj, dict):
+            raise ValueError("not a JSON object")
+        return obj
+
+    @staticmethod
+    def _size(key: bytes | None, raw: bytes | None) -> int:
+        return len(key or b"") + len(raw or b"") + ENTRY_OVERHEAD
+
+    def _on_documents(self, key, raw, partition, offset, ts_ms) -> bool:
+        m = self._json(raw)
+        if m is None or not isinstance(m.get("id"), str) or not isinstance(m.get("text"), str):
+            return False
+        text = m["text"]
+        kept = text[:TEXT_CHARS]
+        self.texts.put(m["id"], (kept, len(kept) == len(text)), len(m["id"]) + len(kept.encode()) + ENTRY_OVERHEAD)
+        return True
+
+    def _summary(self, m: dict) -> dict[str, Any]:
+        return {"algorithm": str(m.get("algorithm", "")), "label": m.get("label") if isinstance(m.get("label"), str) else None,
+                "cluster": str(m.get("cluster", "")), "score": _float(m.get("score")), "scores": _scores(m.get("labels")),
+                "new_cluster": bool(m.get("new_cluster")), "explain": _str_list(m.get("explain"), 10),
+                "model_version": _int(m.get("model_version")), "revision": _int(m.get("revision")),
+                "provisional": bool(m.get("provisional")), "primary": bool(m.get("primary")),
+                "fallback": bool(m.get("fallback"))}
+
+    def _on_assignments(self, key, raw, partition, offset, ts_ms) -> bool:
+        m = self._json(raw)
+        if m is None or not isinstance(m.get("id"), str) or not isinstance(m.get("algorithm"), str):
+            return False
+        s = self._summary(m)
+        alg = s["algorithm"]
+        self.model_version[alg] = max(self.model_version.get(alg, 0), s["model_version"])
+        if s["primary"]:
+            self.primary_algorithm = alg
+            if s["revision"] == 0:
+                ts = m.get("ts")
+                self.fresh_ts.append(_float(ts, (ts_ms or 0) / 1000.0))
+        self.assignments.put((alg, m["id"]), s, self._size(key, raw))
+        return True
+
+    def _on_labels(self, key, raw, partition, offset, ts_ms) -> bool:
+        m = self._json(raw)
+        if m is None:
+            if key:
+                self.labels.pop(key.decode("utf-8", "replace"))
+            return True
+        if not isinstance(m.get("id"), str):
+            return False
+        self.labels.put(m["id"], self._summary(m), self._size(key, raw))
+        return True
+
+    def _on_control(self, key, raw, partition, offset, ts_ms) -> bool:
+        m = self._json(raw)
+        if m is None:
+            return False
+        op = m.get("op")
+        ts = (ts_ms or 0) / 1000.0 or self.clock()
+        doc_id = m.get("id") if isinstance(m.get("id"), str) else None
+        # one document's operations share a partition (key = id): offsets order them
+        order = (partition, offset)
+        if op == "label" and doc_id and isinstance(m.get("labels"), list):
+            labels = tuple(str(x) for x in m["labels"])
+            resolved = m.get("origin") == "resolved" and isinstance(m.get("label_offset"), int)
+            effective = (partition, m["label_offset"]) if resolved else order
+            undone = self.unlabeled.get(doc_id)
+            if undone is not None and undone > effective:
+                return True  # a resolved copy of a label that a later unlabel removed
+            text = m.get("text") if isinstance(m.get("text"), str) else None
+            prev = self.seeds.get(doc_id)
+            if text is None and prev is not None:
+                text = prev.text
+            self.seeds.put(doc_id, Seed(labels, offset, ts, text[:SNIPPET_CHARS] if text else None),
+                           self._size(key, raw))
+            self.hidden.put(doc_id, "labeled", len(doc_id) + ENTRY_OVERHEAD)
+            if not resolved:
+                self.recent_ops.append({"op": "label", "id": doc_id, "labels": list(labels), "ts": ts})
+            return True
+        if op == "unlabel" and doc_id:
+            self.seeds.pop(doc_id)
+            self.unlabeled.put(doc_id, order, len(doc_id) + ENTRY_OVERHEAD)
+            self.recent_ops.append({"op": "unlabel", "id": doc_id, "ts": ts})
+            return True
+        if op in ("refit", "name"):
+            self.recent_ops.append({"op": op, **{k: m.get(k) for k in ("algorithm", "cluster", "label") if k in m},
+                                    "ts": ts})
+            return True
+        return False
+
+    def _on_clusters(self, key, raw, partition, offset, ts_ms) -> bool:
+        m = self._json(raw)
+        k = key.decode("utf-8", "replace") if key else None
+        if m is None:
+            if k:
+                self.clusters.pop(k)
+            return True
+        if not isinstance(m.get("cluster"), str):
+            return False
+        k = k or f"{m.get('algorithm', '')}/{m['cluster']}"
+        self.clusters.put(k, m, self._size(key, raw))
+        return True
+
+    def _on_suggestions(self, key, raw, partition, offset, ts_ms) -> bool:
+        m = self._json(raw)
+        if m is None:  # tombstone: labelled (or no longer suggested)
+            if key:
+                self.suggestions.pop(key.decode("utf-8", "replace"))
+            return True
+        if not isinstance(m.get("id"), str):
+            return False
+        self.suggestions.put(m["id"], m, self._size(key, raw))
+        return True
+
+    # ---------------------------------------------------------------- local marks
+    def hide(self, doc_id: str, why: str) -> None:
+        """Take a document out of the queue at once (labelled or skipped from this console)."""
+        with self.lock:
+            self.hidden.put(doc_id, why, len(doc_id) + ENTRY_OVERHEAD)
+            self._cache.clear()
+
+    # ---------------------------------------------------------------- views
+    def text_of(self, doc_id: str) -> tuple[str | None, bool]:
+        """The document's text as read (at most TEXT_CHARS) and whether it is complete."""
+        with self.lock:
+            t = self.texts.get(doc_id)
+            if t is not None:
+                return t
+            seed = self.seeds.get(doc_id)
+            if seed is not None and seed.text:
+                return seed.text, False
+            sug = self.suggestions.get(doc_id)
+            if sug is not None and isinstance(sug.get("snippet"), str):
+                return sug["snippet"], False
+            return None, False
+
+    def docs_per_second(self) -> float:
+        with self.lock:
+            now = self.clock()
+            n = sum(1 for t in self.fresh_ts if now - RATE_WINDOW_S <= t <= now + 5)
+        return n / RATE_WINDOW_S
+
+    def classes(self) -> list[str]:
+        """Known classes (seeded, or served by the primary model), sorted: the queue's buttons."""
+        with self.lock:
+            found: set[str] = set()
+            for _, seed in self.seeds.items():
+                found.update(seed.labels)
+            for _, s in self.labels.items():
+                if s["label"]:
+                    found.add(s["label"])
+                found.update(c for c in s["scores"] if not c.startswith("new-"))
+        return sorted(found)
+
+    def class_counts(self) -> list[dict[str, Any]]:
+        """Per class (or discovered cluster): documents whose latest primary label it is, and seeds."""
+        with self.lock:
+            docs = Counter(s["cluster"] or s["label"] or "?" for _, s in self.labels.items())
+            seeds: Counter = Counter()
+            for _, seed in self.seeds.items():
+                seeds.update(seed.labels)
+        names = sorted(set(docs) | set(seeds), key=lambda c: (c.startswith("new-"), -docs[c], c))
+        return [{"name": c, "documents": docs[c], "seeds": seeds[c], "new": c.startswith("new-")} for c in names]
+
+    def overview(self) -> dict[str, Any]:
+        with self.lock:
+            return {
+                "docs_per_s": self.docs_per_second(), "model_version": self.model_version.copy(),
+                "primary": self.primary_algorithm, "classes": self.class_counts(),
+                "labels_held": len(self.labels), "labels_evicted": self.labels.evicted,
+                "seeds": len(self.seeds), "suggestions": len(self.suggestions),
+                "read": dict(self.counts.read), "malformed": dict(self.counts.malformed),
+                "bytes": sum(t.bytes for t in self._tables()),
+            }
+
+    def _tables(self) -> list[BoundedTable]:
+        return [self.texts, self.labels, self.assignments, self.seeds, self.unlabeled, self.clusters,
+                self.suggestions, self.hidden]
+
+    def clusters_view(self, examples: int = 3, words: int = 10) -> dict[str, list[dict[str, Any]]]:
+        """Per algorithm, its clusters: size, top words and example documents.
+
+        From the clusters topic where it has entries for an algorithm; otherwise built from
+        the assignments held (size = documents whose latest assignment is in the cluster,
+        top words = the most frequent explanation words of those documents).
+        """
+        with self.lock:
+            cached = self._cache.get("clusters")
+            if cached is not None:
+                return cached[1]
+            out: dict[str, list[dict[str, Any]]] = {}
+            from_topic: dict[str, list[dict[str, Any]]] = {}
+            for k, m in self.clusters.items():
+                alg = str(m.get("algorithm") or str(k).partition("/")[0])
+                if m.get("event") == "retired":
+                    continue
+                exs = [{"id": str(e.get("id")), "snippet": str(e.get("snippet", ""))[:SNIPPET_CHARS]}
+                       for e in (m.get("examples") or [])[:examples] if isinstance(e, dict)]
+                from_topic.setdefault(alg, []).append({
+                    "cluster": m["cluster"], "size": _int(m.get("size")), "top_words": _str_list(m.get("top_words"), words),
+                    "examples": exs, "new": str(m["cluster"]).startswith("new-"), "event": str(m.get("event", "")),
+                    "source": "clusters topic", "name": m.get("label") if isinstance(m.get("label"), str) else None})
+            sizes: dict[str, Counter] = {}
+            word_counts: dict[tuple[str, str], Counter] = {}
+            recent: dict[tuple[str, str], list[str]] = {}
+            for (alg, doc_id), s in self.assignments.items():
+                if alg in from_topic:
+                    continue
+                c = s["cluster"]
+                sizes.setdefault(alg, Counter())[c] += 1
+                word_counts.setdefault((alg, c), Counter()).update(s["explain"])
+                recent.setdefault((alg, c), []).append(doc_id)
+            for alg, counter in sizes.items():
+                rows = []
+                for c, n in counter.most_common():
+                    ids = [i for i in reversed(recent[(alg, c)]) if i in self.texts][:examples]
+                    rows.append({"cluster": c, "size": n, "new": c.startswith("new-"), "event": "",
+                                 "top_words": [w for w, _ in word_counts[(alg, c)].most_common(words)],
+                                 "examples": [{"id": i, "snippet": self.texts.get(i)[0][:SNIPPET_CHARS]} for i in ids],
+                                 "source": "assignments", "name": None})
+                out[alg] = rows
+            for alg, rows in from_topic.items():
+                out[alg] = sorted(rows, key=lambda r: (-r["size"], r["cluster"]))
+            result = dict(sorted(out.items()))
+            self._cache["clusters"] = (self.clock(), result)
+            return result
+
+    def new_clusters(self) -> list[dict[str, Any]]:
+        """Discovered clusters (``new-N``) of every algorithm, largest first."""
+        rows = [dict(r, algorithm=alg) for alg, rs in self.clusters_view().items() for r in rs if r["new"]]
+        return sorted(rows, key=lambda r: (-r["size"], r["algorithm"], r["cluster"]))
+
+    def queue(self, limit: int = 20) -> tuple[list[dict[str, Any]], str]:
+        """The suggestion queue and where it comes from.
+
+        The worker's suggestions topic when it has entries; otherwise the primary model's
+        least certain documents (smallest margin between its two best classes) among the
+        latest labels held, as long as their text was read. Documents labelled or skipped
+        here are left out.
+        """
+        with self.lock:
+            items: list[dict[str, Any]] = []
+            if len(self.suggestions):
+                for doc_id, m in self.suggestions.items():
+                    if doc_id in self.hidden or doc_id in self.seeds:
+                        continue
+                    items.append({"id": doc_id, "snippet": str(m.get("snippet", ""))[:SNIPPET_CHARS],
+                                  "label": m.get("label") if isinstance(m.get("label"), str) else None,
+                                  "scores": _scores(m.get("scores")), "reason": str(m.get("reason", "")),
+                                  "priority": _float(m.get("priority")), "rank": _int(m.get("rank"), 10**9),
+                                  "algorithm": str(m.get("algorithm", ""))})
+                items.sort(key=lambda s: (s["rank"], -s["priority"]))
+                return items[:limit], "suggestions"
+            for doc_id, s in self.labels.items():
+                if doc_id in self.hidden or doc_id in self.seeds or doc_id not in self.texts:
+                    continue
+                items.append({"id": doc_id, "snippet": self.texts.get(doc_id)[0][:SNIPPET_CHARS],
+                              "label": s["label"] or s["cluster"], "scores": s["scores"], "reason": "uncertain",
+                              "priority": 1.0 - margin(s["scores"]), "rank": 0, "algorithm": s["algorithm"]})
+            items.sort(key=lambda s: (-s["priority"], s["id"]))
+            return items[:limit], ("labels" if items else "none")
+
+    def recent_seeds(self, limit: int = 50) -> list[dict[str, Any]]:
+        with self.lock:
+            return [{"id": k, "labels": list(s.labels), "ts": s.ts, "snippet": (s.text or "")[:SNIPPET_CHARS]}
+                    for k, s in self.seeds.newest(limit)]
+
+    def document(self, doc_id: str) -> dict[str, Any] | None:
+        """Everything held about one document (None when nothing is)."""
+        with self.lock:
+            text, complete = self.text_of(doc_id)
+            primary = self.labels.get(doc_id)
+            per_alg = [s for s in (self.assignments.get((alg, doc_id)) for alg in self.model_version) if s]
+            seed = self.seeds.get(doc_id)
+            sug = self.suggestions.get(doc_id)
+            if text is None and primary is None and not per_alg and seed is None and sug is None:
+                return None
+            return {"id": doc_id, "text": text, "complete": complete, "primary": primary,
+                    "assignments": sorted(per_alg, key=lambda s: s["algorithm"]),
+                    "seed": list(seed.labels) if seed else None, "suggestion": sug}

@@ -1,0 +1,266 @@
+"""streamsemi console without a browser: bounded tables, the state's reading of each topic, start checks,
+and the HTTP security rules (CSRF, token, Host) against the app served by uvicorn, writing to the real broker."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from http.cookiejar import CookieJar
+
+import pytest
+from kafka_utils import Topics, read_topic
+
+from streamsemi.console.app import ConsoleOptions, create_app, is_loopback_host, safe_next
+from streamsemi.console.server import ServeOptions, check_options
+from streamsemi.console.state import BoundedTable, Bounds, ConsoleState, margin
+from streamsemi.console.writer import ControlWriter
+from streamsemi.core.errors import ConfigError
+
+
+def _j(obj) -> bytes:
+    return json.dumps(obj).encode()
+
+
+# ---------------------------------------------------------------- bounded tables
+def test_bounded_table_keeps_the_newest_entries_within_entries_and_bytes():
+    t = BoundedTable(max_entries=3, max_bytes=1000)
+    for i in range(5):
+        t.put(i, f"v{i}", 100)
+    assert [k for k, _ in t.items()] == [2, 3, 4] and t.bytes == 300 and t.evicted == 2
+    t.put(2, "again", 100)  # rewritten: becomes the newest
+    assert [k for k, _ in t.items()] == [3, 4, 2]
+    t.put("big", "x", 850)  # bytes bound: the oldest two go
+    assert [k for k, _ in t.items()] == [2, "big"] and t.bytes == 950
+    t.put("huge", "x", 5000)  # larger than the table: not kept, nothing else lost
+    assert "huge" not in t and len(t) == 2
+    assert t.pop(2) == "again" and t.bytes == 850 and t.pop("absent") is None
+    with pytest.raises(ValueError):
+        BoundedTable(0, 10)
+
+
+def test_state_tables_stay_bounded_under_a_flood():
+    st = ConsoleState(Bounds(max_entries=100, max_bytes=60_000))
+    for i in range(2000):
+        st.ingest("documents", f"d{i}".encode(), _j({"id": f"d{i}", "text": "word " * 50}))
+        st.ingest("labels", f"d{i}".encode(), _j({"id": f"d{i}", "label": "a", "cluster": "a", "primary": True,
+                                                 "labels": {"a": 0.6, "b": 0.4}}))
+    for table in (st.texts, st.labels):
+        assert len(table) <= 100 and table.bytes <= 60_000 and table.evicted >= 1900
+    o = st.overview()
+    assert o["labels_held"] == len(st.labels) and o["classes"][0] == {"name": "a", "documents": len(st.labels),
+                                                                      "seeds": 0, "new": False}
+
+
+# ---------------------------------------------------------------- reading the topics
+def test_control_topic_seeds_unlabel_and_a_late_resolved_label():
+    st = ConsoleState()
+    st.ingest("control", b"d1", _j({"op": "label", "id": "d1", "labels": ["grain"]}), 0, 10)
+    st.ingest("control", b"d2", _j({"op": "label", "id": "d2", "labels": ["ship"], "text": "a ship"}), 0, 11)
+    assert [s["id"] for s in st.recent_seeds()] == ["d2", "d1"]
+    st.ingest("control", b"d1", _j({"op": "unlabel", "id": "d1"}), 0, 12)
+    # the worker's resolved copy of the label at offset 10 arrives after the unlabel: the unlabel wins
+    st.ingest("control", b"d1", _j({"op": "label", "id": "d1", "labels": ["grain"], "text": "t",
+                                    "origin": "resolved", "label_offset": 10}), 0, 13)
+    assert [s["id"] for s in st.recent_seeds()] == ["d2"]
+    # a label after the unlabel counts again
+    st.ingest("control", b"d1", _j({"op": "label", "id": "d1", "labels": ["wheat"]}), 0, 14)
+    assert {s["id"]: s["labels"] for s in st.recent_seeds()} == {"d1": ["wheat"], "d2": ["ship"]}
+    assert [op["op"] for op in st.recent_ops] == ["label", "label", "unlabel", "label"]
+    st.ingest("control", None, b"{not json", 0, 15)
+    st.ingest("control", None, _j({"op": "explode"}), 0, 16)
+    assert st.counts.malformed["control"] == 2 and st.counts.read["control"] == 7
+
+
+def test_queue_uses_the_suggestions_topic_and_its_tombstones():
+    st = ConsoleState()
+    for i, reason in enumerate(["uncertain", "new_cluster", "rare_class"]):
+        st.ingest("suggestions", f"s{i}".encode(), _j({"id": f"s{i}", "snippet": f"text {i}", "label": "a",
+                                                      "scores": {"a": 0.5, "b": 0.4}, "reason": reason,
+                                                      "priority": 1.0 - i / 10, "rank": 2 - i}))
+    items, source = st.queue()
+    assert source == "suggestions" and [s["id"] for s in items] == ["s2", "s1", "s0"]
+    st.ingest("suggestions", b"s1", None)  # tombstone: labelled elsewhere
+    st.hide("s2", "skipped")
+    assert [s["id"] for s in st.queue()[0]] == ["s0"]
+    st.ingest("control", b"s0", _j({"op": "label", "id": "s0", "labels": ["a"]}), 0, 1)
+    assert st.queue()[0] == []
+
+
+def test_queue_without_suggestions_ranks_the_primary_models_least_certain_documents():
+    st = ConsoleState()
+    probs = {"sure": {"a": 0.9, "b": 0.1}, "torn": {"a": 0.45, "b": 0.44}, "mid": {"b": 0.6, "a": 0.3},
+             "no-text": {"a": 0.5, "b": 0.5}}
+    for doc_id, p in probs.items():
+        if doc_id != "no-text":
+            st.ingest("documents", doc_id.encode(), _j({"id": doc_id, "text": f"text of {doc_id}"}))
+        st.ingest("labels", doc_id.encode(), _j({"id": doc_id, "label": max(p, key=p.get), "cluster": "x",
+                                                "labels": p, "primary": True, "algorithm": "ck"}))
+    items, source = st.queue()
+    assert source == "labels" and [s["id"] for s in items] == ["torn", "mid", "sure"]
+    assert items[0]["priority"] == pytest.approx(1 - (0.45 - 0.44))
+    assert margin({"a": 1.0}) == 1.0 and margin({}) == 1.0
+    assert st.classes() == ["a", "b"]
+    assert ConsoleState().queue() == ([], "none")
+
+
+def test_clusters_view_from_assignments_then_from_the_clusters_topic():
+    st = ConsoleState()
+    for i in range(6):
+        cluster = "new-0" if i < 2 else "grain"
+        st.ingest("documents", f"d{i}".encode(), _j({"id": f"d{i}", "text": f"<b>doc</b> {i}"}))
+        st.ingest("assignments", f"d{i}".encode(), _j({
+            "id": f"d{i}", "algorithm": "ck", "cluster": cluster, "label": None if i < 2 else "grain",
+            "explain": ["wheat", "corn"] if i >= 2 else ["ship"], "model_version": 3, "revision": 0,
+            "primary": True, "ts": time.time(), "labels": {}}))
+    view = st.clusters_view()
+    assert [(r["cluster"], r["size"], r["source"]) for r in view["ck"]] == [("grain", 4, "assignments"),
+                                                                           ("new-0", 2, "assignments")]
+    assert view["ck"][0]["top_words"] == ["wheat", "corn"] and len(view["ck"][0]["examples"]) == 3
+    assert [r["cluster"] for r in st.new_clusters()] == ["new-0"]
+    assert st.overview()["model_version"] == {"ck": 3} and st.overview()["primary"] == "ck"
+    assert st.docs_per_second() == pytest.approx(6 / 30)
+    st.ingest("clusters", b"ck/new-1", _j({"algorithm": "ck", "cluster": "new-1", "event": "born", "size": 9,
+                                          "top_words": ["ferry"], "examples": [{"id": "e1", "snippet": "s"}]}))
+    assert [(r["cluster"], r["source"]) for r in st.clusters_view()["ck"]] == [("new-1", "clusters topic")]
+    st.ingest("clusters", b"ck/new-1", None)
+    assert st.clusters_view()["ck"][0]["source"] == "assignments"
+
+
+# ---------------------------------------------------------------- start checks
+def test_a_non_loopback_bind_needs_a_token_named_in_the_error():
+    with pytest.raises(ConfigError, match=r"setting 'auth_token'.*non-loopback.*0\.0\.0\.0"):
+        check_options(ServeOptions(host="0.0.0.0"), env={})
+    with pytest.raises(ConfigError, match=r"setting 'auth_token' \(from environment STREAMSEMI_CONSOLE_TOKEN\)"):
+        check_options(ServeOptions(host="0.0.0.0"), env={"STREAMSEMI_CONSOLE_TOKEN": "short"})
+    ok = check_options(ServeOptions(host="0.0.0.0"), env={"STREAMSEMI_CONSOLE_TOKEN": "x" * 20})
+    assert ok.auth_token == "x" * 20
+    assert check_options(ServeOptions(host="127.0.0.1"), env={}).auth_token is None
+    assert check_options(ServeOptions(host="localhost"), env={}).auth_token is None
+    with pytest.raises(ConfigError, match="setting 'port'"):
+        check_options(ServeOptions(port=70000), env={})
+    with pytest.raises(ConfigError, match="setting 'worker_url'"):
+        check_options(ServeOptions(worker_url="file:///etc/passwd"), env={})
+    assert is_loopback_host("127.0.0.2") and is_loopback_host("::1") and not is_loopback_host("example.com")
+    assert safe_next("//evil.example/x") == "/" and safe_next("/queue?x=1") == "/queue?x=1"
+
+
+def test_cli_refuses_a_public_bind_without_token():
+    out = subprocess.run([sys.executable, "-m", "streamsemi", "console", "--host", "0.0.0.0", "--port", "0"],
+                         capture_output=True, text=True, timeout=60, env={"PATH": "/usr/bin:/bin"})
+    assert out.returncode == 2
+    assert "configuration error: setting 'auth_token'" in out.stderr and "STREAMSEMI_CONSOLE_TOKEN" in out.stderr
+
+
+# ---------------------------------------------------------------- HTTP: served by uvicorn, writing to the broker
+class Served:
+    def __init__(self, app) -> None:
+        import uvicorn
+
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.port = self.sock.getsockname()[1]
+        self.server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
+        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
+
+    def __enter__(self) -> Served:
+        self.thread.start()
+        deadline = time.monotonic() + 20
+        while not self.server.started and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.server.should_exit = True
+        self.thread.join(10)
+        self.sock.close()
+
+    def url(self, path: str) -> str:
+        return f"http://127.0.0.1:{self.port}{path}"
+
+
+def _request(url: str, data: dict | None = None, headers: dict | None = None, opener=None):
+    body = urllib.parse.urlencode(data).encode() if data is not None else None
+    req = urllib.request.Request(url, data=body, headers=headers or {})
+    try:
+        with (opener or urllib.request.build_opener(_NoRedirect)).open(req, timeout=20) as r:
+            return r.status, r.read().decode(), dict(r.headers)
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode(), dict(e.headers)
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args, **kwargs):
+        return None
+
+
+@pytest.fixture
+def console_app(broker):
+    topics = Topics()
+    topics.create(broker.bootstrap)
+    settings = topics.settings(broker.bootstrap)
+    state = ConsoleState()
+    writer = ControlWriter(settings)
+    yield topics, state, writer, settings
+    writer.close()
+
+
+def test_posts_need_the_csrf_token_and_a_same_origin_and_go_through_label_validation(console_app, broker):
+    topics, state, writer, settings = console_app
+    state.ingest("documents", b"d<1>", _j({"id": "d<1>", "text": "<script>window.x=1</script> wheat"}))
+    app = create_app(state, writer, ConsoleOptions(control_topic=topics.control))
+    csrf = app.state.csrf_token
+    with Served(app) as s:
+        code, page, headers = _request(s.url("/doc?id=" + urllib.parse.quote("d<1>")))
+        assert code == 200 and "&lt;script&gt;window.x=1&lt;/script&gt;" in page and "<script>window" not in page
+        assert "d&lt;1&gt;" in page and "script-src 'self'" in headers["content-security-policy"]
+        assert f'name="csrf" value="{csrf}"' in page
+        form = {"id": "d<1>", "label": "grain", "next": "/queue"}
+        assert _request(s.url("/label"), form)[0] == 403, "no CSRF token"
+        assert _request(s.url("/label"), {**form, "csrf": "wrong"})[0] == 403
+        assert _request(s.url("/label"), {**form, "csrf": csrf}, {"Origin": "http://evil.example"})[0] == 403
+        assert _request(s.url("/label"), {**form, "csrf": csrf}, {"Sec-Fetch-Site": "cross-site"})[0] == 403
+        code, _, headers = _request(s.url("/label"), {**form, "label": "new-9", "csrf": csrf})
+        assert code == 303 and "err=refused" in headers["location"], "the reserved new- prefix is refused"
+        code, _, headers = _request(s.url("/label"), {**form, "csrf": csrf},
+                                    {"Origin": f"http://127.0.0.1:{s.port}"})
+        assert code == 303 and headers["location"].startswith("/queue?msg=labelled")
+        code, _, headers = _request(s.url("/unlabel"), {"id": "d<1>", "csrf": csrf, "next": "//evil.example/"})
+        assert code == 303 and headers["location"].startswith("/?msg="), "never redirected off the console"
+        assert _request(s.url("/"), headers={"Host": "attacker.example"})[0] == 421, "DNS rebinding: loopback names only"
+    sent = [json.loads(r.value) for r in read_topic(broker.bootstrap, topics.control, expect=2, timeout=20)]
+    assert sent == [{"op": "label", "id": "d<1>", "labels": ["grain"],
+                     "text": "<script>window.x=1</script> wheat"}, {"op": "unlabel", "id": "d<1>"}]
+    assert writer.sent == 2
+
+
+def test_with_a_token_every_request_needs_it_and_login_sets_a_strict_cookie(console_app):
+    topics, state, writer, settings = console_app
+    token = "t0ken-" + "x" * 20
+    app = create_app(state, writer, ConsoleOptions(auth_token=token, loopback_only=False))
+    with Served(app) as s:
+        for path in ("/", "/queue", "/static/console.js", "/doc?id=a"):
+            assert _request(s.url(path))[0] == 401, path
+        code, page, _ = _request(s.url("/"), headers={"Accept": "text/html"})
+        assert code == 401 and 'action="/login"' in page
+        assert _request(s.url("/"), headers={"Authorization": "Bearer " + token})[0] == 200
+        assert _request(s.url("/"), headers={"Authorization": "Bearer wrong"})[0] == 401
+        assert _request(s.url("/"), headers={"Host": "console.example.org"}, )[0] == 401
+        assert _request(s.url("/login"), {"token": "wrong"})[0] == 401
+        code, _, headers = _request(s.url("/login"), {"token": token})
+        cookie = headers["set-cookie"]
+        assert code == 303 and "HttpOnly" in cookie and "SameSite=strict" in cookie
+        jar = CookieJar()
+        opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(jar), _NoRedirect)
+        assert _request(s.url("/login"), {"token": token}, opener=opener)[0] == 303
+        code, page, _ = _request(s.url("/seeds"), opener=opener)
+        assert code == 200 and "Recent seeds" in page
+        # a token is no CSRF token: posts still need the form's
+        assert _request(s.url("/refit"), {"next": "/"}, opener=opener)[0] == 403
