@@ -5,6 +5,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import os
+import signal
 import socket
 import sys
 from dataclasses import dataclass
@@ -119,9 +120,14 @@ def serve(settings: Settings, opts: ServeOptions) -> int:
     config = uvicorn.Config(app, log_level="warning", access_log=False, server_header=False,
                             limit_concurrency=64, timeout_keep_alive=5)
     server = uvicorn.Server(config)
+    # uvicorn handles SIGINT/SIGTERM (graceful shutdown), then raises the signal again for the handler that was
+    # installed before it: a no-op here, so that a stop on request ends the process with status 0
+    previous = {s: signal.signal(s, lambda _s, _f: None) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         server.run(sockets=[sock])
     finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
         reader.stop()
         writer.close()
         sock.close()
