@@ -207,14 +207,6 @@ def cmd_console(args: argparse.Namespace) -> int:
         max_entries=args.max_entries, max_mb=args.max_mb, backfill=args.backfill))
 
 
-def cmd_console(args: argparse.Namespace) -> int:
-    from streamsemi.console.server import ServeOptions, serve
-
-    return serve(_client_settings(args), ServeOptions(
-        host=args.host, port=args.port, auth_token=args.auth_token, worker_url=args.worker_url,
-        max_entries=args.max_entries, max_mb=args.max_mb, backfill=args.backfill))
-
-
 def cmd_demo(args: argparse.Namespace) -> int:
     from streamsemi.devtools.demo import run_demo
 
@@ -302,18 +294,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, default=10.0, help="stop after this many idle seconds")
     p.add_argument("--follow", action="store_true")
     p.set_defaults(func=cmd_tail)
-
-    p = sub.add_parser("console", help="web console: suggestions, clusters, seeds; writes control messages")
-    _add_client_flags(p)
-    p.add_argument("--host", default="127.0.0.1", help="bind address (anything but loopback needs --auth-token)")
-    p.add_argument("--port", type=int, default=8765, help="port (0 = any free port)")
-    p.add_argument("--auth-token", default=None, help="token every request needs (env STREAMSEMI_CONSOLE_TOKEN)")
-    p.add_argument("--worker-url", default=None, help="the worker's metrics server, e.g. http://127.0.0.1:9464")
-    p.add_argument("--max-entries", type=int, default=50_000, help="entries per in-memory table")
-    p.add_argument("--max-mb", type=float, default=32.0, help="MiB per in-memory table")
-    p.add_argument("--backfill", type=int, default=20_000,
-                   help="records per partition read back from the end of the documents/assignments/labels topics")
-    p.set_defaults(func=cmd_console)
 
     p = sub.add_parser("console", help="web console: suggestions, clusters, seeds; writes control messages")
     _add_client_flags(p)

@@ -38,7 +38,6 @@ ENV_NOT_SETTINGS: dict[str, str] = {
     "STREAMSEMI_DATA_DIR": "corpus cache directory (streamsemi.core.datasets)",
     "STREAMSEMI_TANSU": "path of the tansu binary (streamsemi.devtools.broker)",
     "STREAMSEMI_CONSOLE_TOKEN": "auth token of `streamsemi console` (streamsemi.console.server)",
-    "STREAMSEMI_CONSOLE_TOKEN": "auth token of `streamsemi console` (streamsemi.console.server)",
 }
 
 #: EngineConfig fields that are not worker settings (set in code, not by the operator).
