@@ -5,9 +5,11 @@ copy of the committed tree, then calls this script on that copy::
 
     python benchmarks/mutation_report.py /tmp/streamsemi-mutation
 
-Writes ``benchmarks/results/mutation.json`` (counts per module, survivor names) and
-``benchmarks/results/mutation_survivors.md`` (the diff of each survivor). Why the
-remaining survivors are equivalent or harmless is written by hand in
+Writes ``benchmarks/results/mutation.json`` (counts per module and per mutated function,
+survivor names) and ``benchmarks/results/mutation_survivors.md`` (the diff of each
+survivor). A run restricted to some functions (``MUTANTS=...``) replaces the figures of
+those functions only: the other functions of the module keep theirs from earlier runs.
+Why the remaining survivors are equivalent or harmless is written by hand in
 ``benchmarks/results/mutation.md``.
 """
 
@@ -43,16 +45,34 @@ def diff(root: Path, mutmut: str, name: str) -> str:
     return "\n".join(line for line in shown.stdout.splitlines() if line[:2] in ("- ", "+ ", "@@"))
 
 
-def _sections(path: Path) -> dict[str, list[str]]:
-    """``{module: lines}`` of the ``## module: ...`` sections of an earlier survivors file."""
+def function_of(mutant: str) -> str:
+    """The mutated function of a mutant name (``module.xǁClassǁmethod__mutmut_12`` -> ``module.xǁClassǁmethod``)."""
+    return mutant.rsplit("__mutmut_", 1)[0]
+
+
+def _diffs(path: Path) -> dict[str, list[str]]:
+    """``{survivor: lines}`` of the ``### name`` entries of an earlier survivors file."""
     out: dict[str, list[str]] = {}
     current: list[str] | None = None
     for line in path.read_text().splitlines() if path.exists() else []:
         if line.startswith("## "):
-            current = out.setdefault(line[3:].split(":", 1)[0], [])
-        if current is not None:
+            current = None
+        elif line.startswith("### "):
+            current = out.setdefault(line[4:].strip(), [])
+        elif current is not None:
             current.append(line)
     return out
+
+
+def _totals(functions: dict[str, dict], n_module: int) -> dict:
+    counts: Counter[str] = Counter()
+    for f in functions.values():
+        counts.update({k: v for k, v in f.items() if isinstance(v, int) and k != "mutants"})
+    checked = sum(f["mutants"] for f in functions.values())
+    survivors = sorted(n for f in functions.values() for n in f["survivors"])
+    return {"mutants": checked, **dict(sorted(counts.items())), "not checked": max(0, n_module - checked),
+            "survived_pct": round(100 * len(survivors) / checked, 1), "survivors": survivors,
+            "functions": dict(sorted(functions.items()))}
 
 
 def main() -> None:
@@ -61,35 +81,44 @@ def main() -> None:
     ap.add_argument("--mutmut", default=str(Path(sys.executable).with_name("mutmut")))
     a = ap.parse_args()
     modules = collect(a.root)
-    # modules not checked in this run keep their figures from earlier runs (MUTANTS=... runs)
     old = json.loads((OUT / "mutation.json").read_text()) if (OUT / "mutation.json").exists() else {}
-    summary = {m: s for m, s in old.items() if not any(v != "not checked" for v in modules.get(m, {}).values())}
-    old_sections = _sections(OUT / "mutation_survivors.md")
-    sections: dict[str, list[str]] = {m: text for m, text in old_sections.items() if m in summary}
+    old_diffs = _diffs(OUT / "mutation_survivors.md")
+    summary = dict(old)
+    diffs: dict[str, list[str]] = {}
     for module, statuses in modules.items():
-        counts = Counter(statuses.values())
-        checked = sum(v for k, v in counts.items() if k != "not checked")
+        checked = {n: s for n, s in statuses.items() if s != "not checked"}
         if not checked:
             continue
-        survived = sorted(n for n, s in statuses.items() if s == "survived")
-        summary[module] = {"mutants": checked, **dict(sorted(counts.items())),
-                           "survived_pct": round(100 * len(survived) / checked, 1), "survivors": survived}
-        text = [f"## {module}: {len(survived)} of {checked} survived ({summary[module]['survived_pct']}%)", ""]
-        for name in survived:
-            text += [f"### {name}", "", "```diff", diff(a.root, a.mutmut, name), "```", ""]
-        sections[module] = text
+        per_function: dict[str, Counter[str]] = {}
+        for name, status in checked.items():
+            per_function.setdefault(function_of(name), Counter())[status] += 1
+        functions = {f: {"mutants": sum(c.values()), **dict(sorted(c.items())),
+                         "survivors": sorted(n for n in checked if function_of(n) == f and checked[n] == "survived")}
+                     for f, c in per_function.items()}
+        # functions this run did not mutate keep their figures from earlier runs
+        functions.update({f: v for f, v in old.get(module, {}).get("functions", {}).items() if f not in functions})
+        summary[module] = _totals(functions, len(statuses))
+        for name in summary[module]["survivors"]:
+            if name in checked:
+                diffs[name] = ["```diff", diff(a.root, a.mutmut, name), "```"]
     OUT.mkdir(exist_ok=True)
     summary = dict(sorted(summary.items()))
     survivors_md = ["# Surviving mutants (generated by benchmarks/mutation_report.py)", "",
-                    "Diffs of each module's latest run (a module not checked in the latest run keeps its "
-                    "section from an earlier one, as mutation.json keeps its figures).", ""]
-    for module in summary:
-        survivors_md += sections.get(module, [])
+                    "Diffs of each survivor from the latest run that mutated its function (functions not "
+                    "mutated in the latest run keep their survivors from an earlier one, as mutation.json "
+                    "keeps their figures).", ""]
+    for module, s in summary.items():
+        survivors_md += [f"## {module}: {len(s['survivors'])} of {s['mutants']} survived ({s['survived_pct']}%)", ""]
+        for name in s["survivors"]:
+            body = (diffs.get(name) or [line for line in old_diffs.get(name, []) if line.strip()]
+                    or ["(no diff kept from the run that found it: `mutmut show` on that run's copy)"])
+            survivors_md += [f"### {name}", "", *body, ""]
     (OUT / "mutation.json").write_text(json.dumps(summary, indent=1) + "\n")
     (OUT / "mutation_survivors.md").write_text("\n".join(survivors_md).rstrip() + "\n")
     for module, s in summary.items():
         print(f"{module:<45} {s['mutants']:>5} mutants  {len(s['survivors']):>4} survived  ({s['survived_pct']}%)")
-
+        for f, v in s.get("functions", {}).items():
+            print(f"    {f.split('.')[-1]:<41} {v['mutants']:>5} mutants  {len(v['survivors']):>4} survived")
 
 if __name__ == "__main__":
     main()
