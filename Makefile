@@ -1,4 +1,4 @@
-# Quick start:  make demo   (install + embedded broker + worker + Reuters R8 streaming through)
+# Quick start:  make demo   (install + embedded broker + worker + web console + Reuters R8 streaming through)
 #               make test   (install the test extras + run the whole suite)
 PYTHON ?= python3
 VENV   ?= .venv
@@ -13,7 +13,7 @@ $(BIN)/python:
 	$(BIN)/python -m pip install -q --upgrade pip
 
 install-demo: $(BIN)/python
-	$(BIN)/python -m pip install -q -e '.[demo]'
+	$(BIN)/python -m pip install -q -e '.[demo,console]'
 
 install-test: $(BIN)/python
 	$(BIN)/python -m pip install -q -e '.[test,console]'

@@ -317,6 +317,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--refit-every-docs", type=int, default=500)
     p.add_argument("--port", type=int, default=None, help="broker port (default: a free one)")
     p.add_argument("--metrics-port", type=int, default=9464)
+    p.add_argument("--console-port", type=int, default=8765, help="port of the web console (-1 = no console)")
     p.add_argument("--bootstrap-servers", default=None, help="use this Kafka instead of the embedded broker")
     p.set_defaults(func=cmd_demo)
 

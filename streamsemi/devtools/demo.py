@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -42,6 +43,28 @@ def _print(line: str) -> None:
     sys.stdout.flush()
 
 
+def _start_console(args: argparse.Namespace, bootstrap: str, settings: Any, log_fh: Any) -> tuple[Any, str]:
+    """``streamsemi console`` beside the worker: (process or None, the line to print about it)."""
+    port = getattr(args, "console_port", 8765)
+    if port is None or port < 0:
+        return None, "  console: off (--console-port -1)"
+    cmd = [sys.executable, "-m", "streamsemi", "console", "--bootstrap-servers", bootstrap, "--port", str(port),
+           "--worker-url", f"http://127.0.0.1:{args.metrics_port}",
+           "--documents-topic", settings.documents_topic, "--control-topic", settings.control_topic,
+           "--assignments-topic", settings.assignments_topic, "--deadletter-topic", settings.deadletter_topic]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log_fh, start_new_session=True)
+    ready, _, _ = select.select([proc.stdout], [], [], 30.0)
+    line = proc.stdout.readline() if ready else b""
+    try:
+        url = json.loads(line)["url"]
+    except (ValueError, KeyError, TypeError):
+        proc.kill()
+        proc.wait()
+        return None, ("  console: did not start (pip install 'streamsemi[console]'; port "
+                      f"{port} free?); see the worker log")
+    return proc, f"  console: {url}   (suggestions, clusters, seeds; Ctrl-C stops it too)"
+
+
 def run_demo(args: argparse.Namespace) -> int:
     from streamsemi.devtools.broker import EmbeddedBroker
 
@@ -60,6 +83,7 @@ def run_demo(args: argparse.Namespace) -> int:
                         "assignments_topic": f"demo.{run_id}.assignments", "deadletter_topic": f"demo.{run_id}.deadletter"})
     log_path = os.path.join(tempfile.gettempdir(), f"streamsemi-demo-{run_id}.log")
     worker = None
+    console = None
     stop = threading.Event()
 
     def on_signal(_s: int, _f: Any) -> None:
@@ -80,6 +104,9 @@ def run_demo(args: argparse.Namespace) -> int:
         _print(f"streamsemi demo: broker {bootstrap}{' (embedded Tansu)' if broker else ''}, worker pid {worker.pid}, "
                f"corpus {ds.name} ({len(order)} documents, {len(seeds)} seeds, {args.rate:g} docs/s)")
         _print(f"  metrics: http://127.0.0.1:{args.metrics_port}/metrics   health: /healthz /readyz   worker log: {log_path}")
+        with open(log_path, "ab") as log_fh:
+            console, console_line = _start_console(args, bootstrap, settings, log_fh)
+        _print(console_line)
 
         sent = {"docs": 0}
 
@@ -167,6 +194,12 @@ def run_demo(args: argparse.Namespace) -> int:
         return 0
     finally:
         stop.set()
+        if console is not None and console.poll() is None:
+            console.send_signal(signal.SIGTERM)
+            try:
+                console.wait(15)
+            except subprocess.TimeoutExpired:
+                console.kill()
         if worker is not None and worker.poll() is None:
             worker.send_signal(signal.SIGTERM)
             try:
