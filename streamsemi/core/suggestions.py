@@ -49,6 +49,7 @@ DISAGREEMENT_SAMPLE = 2000   # documents the other algorithms are asked about (h
 POOL_FACTOR = 8              # candidates considered by the diversity pass per suggestion
 MAX_SIMILARITY = 0.8         # cosine of term counts above which two documents are near-duplicates
 RARE_BELOW = 5               # classes with fewer seeds than this are rare
+DENSITY_POWER = 1.0          # exponent of the typicality factor of the priority
 #: accounted bytes per published suggestion beyond its strings (dict, floats, bookkeeping)
 SUGGESTION_OVERHEAD_BYTES = 1024
 #: default byte budget per published suggestion (overhead, a 300-character snippet, id, labels)
@@ -260,7 +261,8 @@ def select_diverse(priority: np.ndarray, Xn: sp.csr_matrix, groups: np.ndarray, 
 def rank(ids: Sequence[str], X: sp.spmatrix, primary: ModelView, others: Sequence[ModelView],
          seed_counts: Mapping[str, int], top_n: int, model_version: int, *,
          max_similarity: float = MAX_SIMILARITY, rare_below: int = RARE_BELOW,
-         weights: Mapping[str, float] | None = None, density: bool = True) -> list[Suggestion]:
+         weights: Mapping[str, float] | None = None, density: bool = True,
+         density_power: float | None = None) -> list[Suggestion]:
     """Rank candidate documents for labelling.
 
     Parameters
@@ -280,6 +282,8 @@ def rank(ids: Sequence[str], X: sp.spmatrix, primary: ModelView, others: Sequenc
     weights : mapping reason -> weight (default :data:`WEIGHTS`)
     density : bool
         Multiply the priority by the typicality of the document in its predicted class.
+    density_power : float, optional
+        Exponent of the typicality factor (default :data:`DENSITY_POWER`).
 
     Returns
     -------
@@ -314,7 +318,8 @@ def rank(ids: Sequence[str], X: sp.spmatrix, primary: ModelView, others: Sequenc
             scores[3, rows[picked]] = 1.0
     weighted = scores * np.array([w[r] for r in REASONS])[:, None]
     # representatives are typical by construction: their weight is added after the density factor
-    priority = weighted[:3].sum(axis=0) * typical + weighted[3]
+    power = DENSITY_POWER if density_power is None else density_power
+    priority = weighted[:3].sum(axis=0) * typical ** power + weighted[3]
     order = select_diverse(priority, Xn, top, min(top_n, MAX_TOP_N), max_similarity)
     reason = weighted.argmax(axis=0)
     out = []

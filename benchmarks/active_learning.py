@@ -1,0 +1,345 @@
+"""Label efficiency of the suggestions (issue 15 part 4), and what ranking costs a refit round.
+
+``python benchmarks/active_learning.py curves`` (default): in process through
+:class:`streamsemi.engine.Engine` (``background_refit=False``, every refit trigger off,
+the whole corpus in the window). A simulated annotator (the corpus' true labels) starts
+from the same stratified seeds in both arms (``--initial`` per class) and after every
+refit labels ``--k`` more documents:
+
+* ``suggested``: the top ``k`` of the engine's suggestion list (rank order), as a person
+  working the console's queue would;
+* ``random``: ``k`` documents drawn uniformly from the unlabelled ones.
+
+After each refit the primary model's label of every non-seed document is scored
+against the corpus label (macro-F1 over the corpus' classes,
+:func:`streamsemi.evaluation.metrics.macro_f1_known`). The reference is one fit with a
+uniformly random 5% of the corpus as seeds (``--reference``). Every figure is the mean
+over ``--seeds`` random seeds (document order, initial seeds, random draws). The target
+of the issue: the ``suggested`` curve reaches the 5%-random macro-F1 with at most 2% of
+the documents labelled.
+
+``python benchmarks/active_learning.py cost``: a 10,000-document 20NG window with
+``--cost-seeds`` random seeds; per algorithm set, the refit round's time without and
+with the ranking (``Engine.last_suggestion_seconds``) and their ratio (target < 10%).
+
+Corpora: ``r8`` (Reuters R8, 7,674 documents) and ``20ng-comp`` (the five comp.* groups
+of 20 Newsgroups, 4,869 documents). Results: ``benchmarks/results/active_learning.json``,
+``.md`` and ``.png`` (matplotlib), ``active_learning_cost.json`` / ``.md``.
+
+    python benchmarks/active_learning.py curves --corpora r8,20ng-comp --seeds 0,1,2
+    python benchmarks/active_learning.py cost
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from streamsemi.core import suggestions as sg
+from streamsemi.core.datasets import load
+from streamsemi.core.messages import Document
+from streamsemi.core.store import rows_to_csr
+from streamsemi.engine import Engine, EngineConfig
+from streamsemi.evaluation.metrics import macro_f1_known
+
+RESULTS = Path(__file__).resolve().parent / "results"
+CORPORA = {"r8": ("reuters-r8", None), "20ng-comp": ("20newsgroups", "comp.")}
+SIX = ["constrained-kmeans", "semi-ldc", "cle", "d-lda", "fsl-ck", "pseudo-lsc"]
+
+
+def corpus(name: str) -> tuple[list[str], list[str]]:
+    """Texts and labels of a benchmark corpus."""
+    dataset, prefix = CORPORA[name]
+    ds = load(dataset)
+    keep = [i for i, lb in enumerate(ds.labels) if prefix is None or str(lb).startswith(prefix)]
+    return [ds.texts[i] for i in keep], [str(ds.labels[i]) for i in keep]
+
+
+def engine_config(algorithms: list[str], n_docs: int, top_n: int, **kw: Any) -> EngineConfig:
+    """In-process engine: whole corpus in the window, refits only on request, no revisions."""
+    base = dict(algorithms=algorithms, background_refit=False, window_max_docs=max(n_docs, 1),
+                max_buffered_docs=max(n_docs, 1), refit_every_docs=0, refit_growth=0, refit_idle_s=0,
+                drift_detection=False, revisions="off", min_docs_first_refit=1, min_seed_classes=2,
+                min_seeds_per_class=1, first_fit_stable_seeds=0, first_fit_max_wait_s=0, explain_words=0,
+                suggestions_top_n=top_n)
+    base.update(kw)
+    return EngineConfig(**base)
+
+
+def windowed(texts: list[str], order: np.ndarray, cfg: EngineConfig) -> tuple[Engine, list[str]]:
+    """An engine whose window holds the corpus (``order``); returns it and the ids in the window."""
+    eng = Engine(cfg)
+    ids = [f"d{i}" for i in order]
+    for lo in range(0, len(order), 2000):
+        eng.absorb([Document(id=ids[j], text=texts[order[j]]) for j in range(lo, min(lo + 2000, len(order)))])
+    return eng, [k for k in ids if k in eng.window]
+
+
+def score(eng: Engine, ids: list[str], truth: dict[str, str], classes: list[str]) -> float:
+    """Macro-F1 of the primary model's labels of the window's non-seed documents."""
+    rest = [k for k in ids if k not in eng.seeds]
+    slot = eng.models[eng.primary]
+    X = rows_to_csr([eng.window.get(k).row for k in rest], eng.config.n_features)
+    pred = np.asarray([str(c) for c in slot.classes])[np.asarray(slot.model.predict_proba(X)).argmax(axis=1)]
+    return macro_f1_known([truth[k] for k in rest], list(pred), classes)
+
+
+def stratified(ids: list[str], truth: dict[str, str], per_class: int, rng: np.random.Generator) -> list[str]:
+    out = []
+    for c in sorted(set(truth.values())):
+        members = [k for k in ids if truth[k] == c]
+        out.extend(rng.choice(members, size=min(per_class, len(members)), replace=False).tolist())
+    return out
+
+
+def run_arm(arm: str, texts: list[str], labels: list[str], seed: int, args: argparse.Namespace) -> list[dict]:
+    """One learning curve: (labels, fraction, macro-F1, suggestion reasons) after each refit."""
+    rng = np.random.default_rng(seed)
+    order = rng.permutation(len(texts))
+    cfg = engine_config([a.strip() for a in args.algorithms.split(",")], len(texts), max(args.k, 1),
+                        random_state=seed)
+    eng, ids = windowed(texts, order, cfg)
+    truth = {f"d{i}": labels[i] for i in order}
+    classes = sorted(set(labels))
+    for k in stratified(ids, truth, args.initial, np.random.default_rng(seed + 1000)):
+        eng.label(k, [truth[k]])
+    budget = int(round(args.max_fraction * len(ids)))
+    draw = np.random.default_rng(seed + 2000)
+    curve = []
+    while True:
+        t0 = time.perf_counter()
+        eng.request_refit("request")
+        fit_s = time.perf_counter() - t0
+        eng.suggestion_updates()
+        n_labels = len(eng.seeds)
+        reasons: dict[str, int] = {}
+        curve.append({"labels": n_labels, "fraction": n_labels / len(ids), "macro_f1": score(eng, ids, truth, classes),
+                      "refit_s": round(fit_s, 3), "suggest_s": round(eng.last_suggestion_seconds, 3)})
+        if n_labels >= budget:
+            break
+        k = min(args.k, budget - n_labels)
+        if arm == "suggested":
+            picked = [m["id"] for m in eng.suggestions()][:k]
+            for m in eng.suggestions()[:k]:
+                reasons[m["reason"]] = reasons.get(m["reason"], 0) + 1
+        else:
+            open_ids = [x for x in ids if x not in eng.seeds]
+            picked = draw.choice(open_ids, size=k, replace=False).tolist()
+        curve[-1]["next_reasons"] = reasons
+        if not picked:
+            break
+        for doc_id in picked:
+            eng.label(doc_id, [truth[doc_id]])
+    return curve
+
+
+def reference(texts: list[str], labels: list[str], seed: int, fraction: float, algorithms: list[str]) -> float:
+    """Macro-F1 of one fit with a uniformly random ``fraction`` of the corpus as seeds."""
+    rng = np.random.default_rng(seed)
+    order = rng.permutation(len(texts))
+    eng, ids = windowed(texts, order, engine_config(algorithms, len(texts), 0, random_state=seed))
+    truth = {f"d{i}": labels[i] for i in order}
+    n = int(round(fraction * len(ids)))
+    for k in np.random.default_rng(seed + 3000).choice(ids, size=n, replace=False):
+        eng.label(str(k), [truth[str(k)]])
+    eng.request_refit("request")
+    return score(eng, ids, truth, sorted(set(labels)))
+
+
+def at_fraction(curve: list[dict], fraction: float) -> float:
+    """Macro-F1 of the last point with at most ``fraction`` of the documents labelled."""
+    ok = [p for p in curve if p["fraction"] <= fraction + 1e-9]
+    return ok[-1]["macro_f1"] if ok else float("nan")
+
+
+def first_reaching(curve: list[dict], target: float) -> float | None:
+    """The smallest labelled fraction whose macro-F1 reaches ``target`` (None: never)."""
+    return next((p["fraction"] for p in curve if p["macro_f1"] >= target), None)
+
+
+def mean_curve(curves: list[list[dict]]) -> list[dict]:
+    """Point-wise mean over seeds (curves of the same length: the same label counts)."""
+    n = min(len(c) for c in curves)
+    return [{"labels": float(np.mean([c[i]["labels"] for c in curves])),
+             "fraction": float(np.mean([c[i]["fraction"] for c in curves])),
+             "macro_f1": float(np.mean([c[i]["macro_f1"] for c in curves])),
+             "sd": float(np.std([c[i]["macro_f1"] for c in curves]))} for i in range(n)]
+
+
+def cmd_curves(args: argparse.Namespace) -> dict:
+    seeds = [int(s) for s in args.seeds.split(",")]
+    algorithms = [a.strip() for a in args.algorithms.split(",")]
+    out: dict[str, Any] = {"settings": {k: v for k, v in vars(args).items() if k != "func"}, "corpora": {}}
+    for name in args.corpora.split(","):
+        texts, labels = corpus(name)
+        t0 = time.perf_counter()
+        res: dict[str, Any] = {"documents": len(texts), "classes": len(set(labels)), "arms": {}}
+        for arm in args.arms.split(","):
+            res["arms"][arm] = {"per_seed": [run_arm(arm, texts, labels, s, args) for s in seeds]}
+            res["arms"][arm]["mean"] = mean_curve(res["arms"][arm]["per_seed"])
+        refs = [reference(texts, labels, s, args.reference, algorithms) for s in seeds]
+        res["reference"] = {"fraction": args.reference, "per_seed": refs, "mean": float(np.mean(refs))}
+        empty = {"mean": [{"labels": 0, "fraction": 0.0, "macro_f1": float("nan"), "sd": 0.0}]}
+        sug, rnd = res["arms"].get("suggested", empty)["mean"], res["arms"].get("random", empty)["mean"]
+        target = res["reference"]["mean"]
+        res["target"] = {
+            "reference_macro_f1": target,
+            "suggested_at_2pct": at_fraction(sug, 0.02), "random_at_2pct": at_fraction(rnd, 0.02),
+            "suggested_reaches_reference_at": first_reaching(sug, target),
+            "random_reaches_reference_at": first_reaching(rnd, target),
+            "met": at_fraction(sug, 0.02) >= target,
+        }
+        res["seconds"] = round(time.perf_counter() - t0, 1)
+        out["corpora"][name] = res
+        print(json.dumps({"corpus": name, **res["target"], "seconds": res["seconds"]}), flush=True)
+    return out
+
+
+def curves_markdown(out: dict) -> str:
+    s = out["settings"]
+    lines = ["# Label efficiency of the suggestions", "",
+             f"`python benchmarks/active_learning.py curves --corpora {s['corpora']} --seeds {s['seeds']} "
+             f"--k {s['k']} --initial {s['initial']} --algorithms {s['algorithms']}`", "",
+             "Macro-F1 of the primary model on the non-seed documents after each refit, mean (sd) over the seeds; "
+             f"both arms start from {s['initial']} stratified seeds per class and label {s['k']} documents per refit.", ""]
+    for name, res in out["corpora"].items():
+        t = res["target"]
+        lines += [f"## {name} ({res['documents']} documents, {res['classes']} classes)", "",
+                  f"Reference: {s['reference']:.0%} uniformly random seeds give macro-F1 "
+                  f"{t['reference_macro_f1']:.3f} (per seed: "
+                  + ", ".join(f"{v:.3f}" for v in res["reference"]["per_seed"]) + ").", "",
+                  "| labels | % of corpus | suggested | random |", "|---:|---:|---:|---:|"]
+        none = {"mean": [{"macro_f1": float("nan"), "sd": 0.0}] * len(res["arms"].get("suggested", {"mean": []})["mean"])}
+        for a, b in zip(res["arms"].get("suggested", none)["mean"], res["arms"].get("random", none)["mean"],
+                        strict=False):
+            lines.append(f"| {a['labels']:.0f} | {100 * a['fraction']:.2f} | {a['macro_f1']:.3f} ({a['sd']:.3f}) | "
+                         f"{b['macro_f1']:.3f} ({b['sd']:.3f}) |")
+        reach = t["suggested_reaches_reference_at"]
+        rreach = t["random_reaches_reference_at"]
+        lines += ["", f"At 2% labels: suggested {t['suggested_at_2pct']:.3f}, random {t['random_at_2pct']:.3f}; "
+                  f"the reference is reached with suggestions at "
+                  + (f"{100 * reach:.2f}%" if reach is not None else "no point of the curve")
+                  + ", with random labels at " + (f"{100 * rreach:.2f}%" if rreach is not None else "no point of the curve")
+                  + f". Target (suggested at 2% >= reference): **{'met' if t['met'] else 'missed'}**.", ""]
+    return "\n".join(lines) + "\n"
+
+
+def plot(out: dict, path: Path) -> bool:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    names = list(out["corpora"])
+    fig, axes = plt.subplots(1, len(names), figsize=(6 * len(names), 4.2), squeeze=False)
+    for ax, name in zip(axes[0], names, strict=True):
+        res = out["corpora"][name]
+        for arm, style in (("suggested", "-o"), ("random", "--s")):
+            m = res["arms"][arm]["mean"]
+            x = [100 * p["fraction"] for p in m]
+            y = np.array([p["macro_f1"] for p in m])
+            sd = np.array([p["sd"] for p in m])
+            ax.plot(x, y, style, ms=3, label=arm)
+            ax.fill_between(x, y - sd, y + sd, alpha=0.15)
+        ax.axhline(res["reference"]["mean"], color="grey", lw=1, ls=":",
+                   label=f"{100 * res['reference']['fraction']:.0f}% random seeds")
+        ax.axvline(2.0, color="red", lw=0.8, ls=":")
+        ax.set_title(f"{name}: {res['documents']} documents")
+        ax.set_xlabel("labelled documents (% of corpus)")
+        ax.set_ylabel("macro-F1 (non-seed documents)")
+        ax.legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    return True
+
+
+def cmd_cost(args: argparse.Namespace) -> dict:
+    """Refit round time without and with ranking on a 10,000-document window."""
+    ds = load("20newsgroups")
+    rng = np.random.default_rng(0)
+    order = rng.permutation(len(ds))[: args.cost_docs]
+    texts = [ds.texts[i] for i in range(len(ds))]
+    truth = {f"d{i}": str(ds.labels[i]) for i in order}
+    out: dict[str, Any] = {"documents": int(order.size), "seeds": args.cost_seeds, "runs": []}
+    for algs in args.cost_algorithms.split(";"):
+        algorithms = [a.strip() for a in algs.split(",")]
+        row: dict[str, Any] = {"algorithms": algorithms, "rounds": []}
+        eng, ids = windowed(texts, order, engine_config(algorithms, int(order.size), args.cost_top_n))
+        for k in np.random.default_rng(1).choice(ids, size=args.cost_seeds, replace=False):
+            eng.label(str(k), [truth[str(k)]])
+        for _ in range(args.cost_rounds):
+            t0 = time.perf_counter()
+            eng.request_refit("request")
+            total = time.perf_counter() - t0
+            rank_s = eng.last_suggestion_seconds
+            row["rounds"].append({"round_s": round(total - rank_s, 3), "ranking_s": round(rank_s, 4),
+                                  "ratio": round(rank_s / max(total - rank_s, 1e-9), 4)})
+        row["median_ratio"] = float(np.median([r["ratio"] for r in row["rounds"]]))
+        out["runs"].append(row)
+        print(json.dumps(row), flush=True)
+    return out
+
+
+def cost_markdown(out: dict, argv: str) -> str:
+    lines = ["# What ranking the suggestions adds to a refit round", "", f"`python benchmarks/active_learning.py {argv}`",
+             "", f"20 Newsgroups, {out['documents']} documents in the window, {out['seeds']} random seeds; "
+             "round = every algorithm's fit (and the engine's own extras: agreement, k-fold probes), "
+             "ranking = `Engine._rank_suggestions` (primary model on the whole window, the others on a 2,000-document "
+             "sample, diversity pass).", "", "| algorithms | refit round (s) | ranking (s) | ratio (median) |",
+             "|---|---:|---:|---:|"]
+    for r in out["runs"]:
+        rounds = r["rounds"]
+        lines.append(f"| {', '.join(r['algorithms'])} | {np.median([x['round_s'] for x in rounds]):.2f} | "
+                     f"{np.median([x['ranking_s'] for x in rounds]):.3f} | {100 * r['median_ratio']:.1f}% |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("mode", nargs="?", default="curves", choices=("curves", "cost"))
+    p.add_argument("--corpora", default="r8,20ng-comp")
+    p.add_argument("--seeds", default="0,1,2")
+    p.add_argument("--algorithms", default="constrained-kmeans")
+    p.add_argument("--k", type=int, default=10, help="documents labelled per refit")
+    p.add_argument("--initial", type=int, default=2, help="stratified seeds per class to start from")
+    p.add_argument("--max-fraction", type=float, default=0.03, help="label budget (fraction of the corpus)")
+    p.add_argument("--reference", type=float, default=0.05, help="random seed fraction of the reference")
+    p.add_argument("--out", default="active_learning")
+    p.add_argument("--arms", default="suggested,random")
+    p.add_argument("--weights", default="", help="ranking variant: JSON of reason weights (development runs)")
+    p.add_argument("--density-power", type=float, default=None, help="ranking variant (development runs)")
+    p.add_argument("--cost-docs", type=int, default=10000)
+    p.add_argument("--cost-seeds", type=int, default=200)
+    p.add_argument("--cost-rounds", type=int, default=3)
+    p.add_argument("--cost-top-n", type=int, default=50)
+    p.add_argument("--cost-algorithms", default="constrained-kmeans;constrained-kmeans,seeded-kmeans,semi-ldc")
+    args = p.parse_args(argv)
+    if args.weights:
+        sg.WEIGHTS.update(json.loads(args.weights))
+    if args.density_power is not None:
+        sg.DENSITY_POWER = args.density_power
+    RESULTS.mkdir(exist_ok=True)
+    raw = " ".join(sys.argv[1:] if argv is None else argv)
+    if args.mode == "cost":
+        out = cmd_cost(args)
+        (RESULTS / f"{args.out}_cost.json").write_text(json.dumps(out, indent=1))
+        (RESULTS / f"{args.out}_cost.md").write_text(cost_markdown(out, raw))
+        return 0
+    out = cmd_curves(args)
+    (RESULTS / f"{args.out}.json").write_text(json.dumps(out, indent=1))
+    (RESULTS / f"{args.out}.md").write_text(curves_markdown(out))
+    if plot(out, RESULTS / f"{args.out}.png"):
+        print(f"plot: {RESULTS / (args.out + '.png')}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
