@@ -1,0 +1,514 @@
+"""Throughput and fresh-document latency of the worker against the bare Kafka loop (issue 16).
+
+One run (``python benchmarks/throughput.py``) on one embedded broker (Tansu):
+
+``bare`` loop
+    A separate process (``throughput.py bare ...``) that consumes the documents with
+    the worker's consumer settings (group consumer, ``max_poll_records``), parses the
+    JSON, hashes each poll's texts with scikit-learn's ``HashingVectorizer`` (the
+    worker's parameters) and produces one small message per document with the
+    worker's producer settings (acks=all, idempotent); one flush at the end. What the
+    stack allows: no window, no model, no at-least-once bookkeeping.
+``worker``
+    ``streamsemi run`` as a process with its defaults (only ``--algorithms``), warmed
+    up with ``--warmup`` documents (5% stratified seeds on the control topic just
+    before their documents) until every warm-up document has its first primary
+    assignment and no refit or revision pass runs; then the measured documents.
+
+Both are measured the same way, on the same ``--docs`` 20 Newsgroups documents
+(cycled with unique ids past the corpus' end), encoded before the clock starts and
+sent at full speed by this process (the bare loop runs before and after the worker, the
+reference is their mean: the machine's load drifts): docs/s = documents / (timestamp of the last
+output record - timestamp of the first document record). The worker's outputs are
+read on its labels topic (one record per emission of the primary assignment: key =
+document id, header ``revision``); a document is done at its first (revision 0)
+record. The sender's own rate is written too (it must be well above both).
+
+``latency``
+    All six algorithms, the default 10,000-document window: after a warm-up of
+    ``--latency-warmup`` documents (window full, models fitted, settled) documents
+    arrive at ``--latency-rate`` (1,000) docs/s for ``--latency-seconds``, with the
+    default refit cadence (a refit round every 2,000 documents): refits of the full
+    window run throughout. Latency of a fresh document = its first primary output
+    record's timestamp - its document record's timestamp (both CreateTime, stamped by
+    the producers); p50 / p99 / max, and the refit rounds that ran during the phase.
+
+The worker's resident memory (VmRSS of the worker process and of its children, e.g.
+a fit process) is sampled every 0.5 s in every worker phase; the maximum is written.
+
+Results: ``benchmarks/results/throughput[_TAG].json`` and ``.md`` (the command at the top).
+
+Examples::
+
+    python benchmarks/throughput.py                          # everything (~6 minutes on 2 cores)
+    python benchmarks/throughput.py --phases ck --docs 5000  # a quick check
+    python benchmarks/throughput.py --phases latency --tag after
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+RESULTS = Path(__file__).parent / "results"
+SIX = "constrained-kmeans,semi-ldc,cle,d-lda,fsl-ck,pseudo-lsc"
+CORPUS = "20newsgroups"
+
+
+# ---------------------------------------------------------------- the bare loop (a separate process)
+def bare_main(args: argparse.Namespace) -> int:
+    """Consume -> parse -> hash -> produce ``args.n`` records, then flush and exit (prints JSON lines)."""
+    from streamsemi.core.features import make_vectorizer
+    from streamsemi.service.config import resolve
+    from streamsemi.service.kafka_io import make_document_consumer, make_producer
+
+    settings = resolve({"bootstrap_servers": args.bootstrap, "group_id": args.group})
+    consumer = make_document_consumer(settings)
+    consumer.subscribe([args.input])
+    producer = make_producer(settings)
+    vec = make_vectorizer()
+    while not consumer.assignment():
+        consumer.poll(timeout_ms=200)
+    print(json.dumps({"ready": True}), flush=True)
+    done = 0
+    t_first = None
+    while done < args.n:
+        polled = consumer.poll(timeout_ms=500, max_records=settings.max_poll_records)
+        records = [r for rs in polled.values() for r in rs]
+        if not records:
+            continue
+        if t_first is None:
+            t_first = time.time()
+        docs = [json.loads(r.value) for r in records]
+        X = vec.transform([d["text"] for d in docs])
+        nnz = np.diff(X.indptr)
+        for d, k in zip(docs, nnz, strict=True):
+            producer.send(args.output, key=d["id"].encode(), value=json.dumps({"id": d["id"], "terms": int(k)}).encode())
+        done += len(records)
+    producer.flush()
+    print(json.dumps({"done": done, "seconds": time.time() - (t_first or time.time())}), flush=True)
+    producer.close()
+    consumer.close()
+    return 0
+
+
+# ---------------------------------------------------------------- helpers
+def rss_kib(pid: int) -> int:
+    """VmRSS of ``pid`` plus its children's (KiB; 0 once gone)."""
+    total = 0
+    pids = [pid]
+    try:
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            kids = (task / "children").read_text().split()
+            pids.extend(int(k) for k in kids)
+    except OSError:
+        pass
+    for p in pids:
+        try:
+            for line in Path(f"/proc/{p}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1])
+        except OSError:
+            continue
+    return total
+
+
+class Corpus:
+    """20NG texts in a seeded order with their labels; ``messages(prefix, n)`` cycles them with unique ids."""
+
+    def __init__(self, seed: int) -> None:
+        from streamsemi.core import datasets
+        from streamsemi.core.features import make_vectorizer
+        from streamsemi.devtools.replay import primary_label, replay_order
+
+        ds = datasets.load(CORPUS)
+        self.texts = ds.texts
+        self.labels = [primary_label(x) for x in ds.labels]
+        # only documents with indexable terms (the others are dead-lettered as no_terms: no output to wait for)
+        terms = np.diff(make_vectorizer().transform(ds.texts).indptr)
+        self.order = [int(i) for i in replay_order(ds, "random", seed) if terms[int(i)] > 0]
+        self.rng = np.random.default_rng(seed + 1)
+
+    def messages(self, prefix: str, n: int, start: int, seed_fraction: float) -> list[tuple[bytes, bytes, bytes | None]]:
+        """(key, document value, seed control value or None) for ``n`` documents from position ``start``."""
+        out = []
+        for j in range(n):
+            i = self.order[(start + j) % len(self.order)]
+            doc_id = f"{prefix}-{start + j}"
+            value = json.dumps({"id": doc_id, "text": self.texts[i]}).encode()
+            seed = None
+            if seed_fraction and self.labels[i] is not None and self.rng.random() < seed_fraction:
+                seed = json.dumps({"op": "label", "id": doc_id, "labels": [self.labels[i]]}).encode()
+            out.append((doc_id.encode(), value, seed))
+        return out
+
+
+class OutputReader:
+    """Reads a topic from the beginning on a thread: per key, the timestamp of its first record with revision 0."""
+
+    def __init__(self, settings: Any, topic: str) -> None:
+        from streamsemi.service.kafka_io import assign_all, make_reader
+
+        self.first: dict[bytes, int] = {}
+        self.records = 0
+        self.stop_event = threading.Event()
+        self.reader = make_reader(settings)
+        assign_all(self.reader, topic)
+        self.thread = threading.Thread(target=self._run, name=f"read-{topic}", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while not self.stop_event.is_set():
+            for batch in self.reader.poll(timeout_ms=200, max_records=5000).values():
+                for r in batch:
+                    self.records += 1
+                    rev = dict(r.headers or []).get("revision", b"0")
+                    if rev == b"0" and r.key not in self.first:
+                        self.first[r.key] = int(r.timestamp)
+        self.reader.close()
+
+    def wait_for(self, keys: list[bytes], timeout: float, alive: Any = None) -> bool:
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < timeout:
+            if all(k in self.first for k in keys):
+                return True
+            if alive is not None and not alive():
+                raise RuntimeError("the process under test exited")
+            time.sleep(0.2)
+        return False
+
+    def close(self) -> None:
+        self.stop_event.set()
+        self.thread.join(5)
+
+
+def send(producer: Any, topics: dict[str, str], msgs: list[tuple[bytes, bytes, bytes | None]],
+         rate: float = 0.0) -> dict[bytes, int]:
+    """Send documents (and their seeds just before them) at ``rate`` docs/s (0: full speed); key -> CreateTime ms."""
+    sent: dict[bytes, int] = {}
+    t0 = time.monotonic()
+    for j, (key, value, seed) in enumerate(msgs):
+        if rate:
+            delay = t0 + j / rate - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+        if seed is not None and "control" in topics:
+            producer.send(topics["control"], key=key, value=seed)
+        ms = int(time.time() * 1000)
+        producer.send(topics["documents"], key=key, value=value, timestamp_ms=ms)
+        sent[key] = ms
+    producer.flush()
+    return sent
+
+
+def rate_of(sent: dict[bytes, int], first: dict[bytes, int]) -> dict[str, Any]:
+    """docs/s from the first document record to the last first-output record."""
+    start = min(sent.values())
+    end = max(first[k] for k in sent)
+    return {"documents": len(sent), "seconds": round((end - start) / 1000, 3),
+            "docs_per_s": round(len(sent) / max(1e-3, (end - start) / 1000), 1),
+            "send_seconds": round((max(sent.values()) - start) / 1000, 3),
+            "send_docs_per_s": round(len(sent) / max(1e-3, (max(sent.values()) - start) / 1000), 1)}
+
+
+def _http_json(port: int, path: str) -> Any:
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=2) as r:
+            return r.read().decode()
+    except urllib.error.HTTPError as e:  # /readyz answers 503 before the first model
+        return e.read().decode()
+
+
+def worker_settled(port: int) -> bool:
+    try:
+        body = _http_json(port, "/metrics")
+    except OSError:
+        return False
+    busy = 0.0
+    for line in body.splitlines():
+        if line.startswith(("streamsemi_refit_in_progress ", "streamsemi_revisions_pending ",
+                            "streamsemi_buffered_documents ")):
+            busy += float(line.rpartition(" ")[2])
+    return busy == 0.0
+
+
+def worker_events(path: Path) -> list[dict]:
+    out = []
+    for line in path.read_text(errors="replace").splitlines():
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(rec, dict) and "event" in rec:
+            out.append(rec)
+    return out
+
+
+# ---------------------------------------------------------------- phases
+class Bench:
+    def __init__(self, args: argparse.Namespace, work: Path) -> None:
+        from streamsemi.devtools.broker import EmbeddedBroker
+
+        self.args = args
+        self.work = work
+        self.corpus = Corpus(args.seed)
+        self.broker = EmbeddedBroker(log_file=work / "tansu.log").start()
+        self.position = 0  # documents of the corpus order used so far (each phase reads new ones)
+
+    def settings(self, topics: dict[str, str]) -> Any:
+        from streamsemi.service.config import resolve
+
+        return resolve({"bootstrap_servers": self.broker.bootstrap_servers,
+                        **{f"{k}_topic": v for k, v in topics.items()}})
+
+    def take(self, prefix: str, n: int, seed_fraction: float) -> list[tuple[bytes, bytes, bytes | None]]:
+        msgs = self.corpus.messages(prefix, n, self.position, seed_fraction)
+        self.position += n
+        return msgs
+
+    def producer(self, settings: Any) -> Any:
+        from streamsemi.service.kafka_io import make_producer
+
+        return make_producer(settings, acks=1, enable_idempotence=False, linger_ms=20, batch_size=1024 * 1024,
+                             client_id="throughput-sender")
+
+    def bare(self, n: int) -> dict[str, Any]:
+        from streamsemi.service.kafka_io import ensure_topics
+
+        p = "bare" + uuid.uuid4().hex[:6]
+        topics = {"documents": f"{p}.in", "assignments": f"{p}.out"}
+        settings = self.settings(topics)
+        ensure_topics(settings, [topics["documents"], topics["assignments"]])
+        msgs = self.take(p, n, 0.0)
+        cmd = [sys.executable, __file__, "bare", "--bootstrap", self.broker.bootstrap_servers, "--group", f"{p}-g",
+               "--input", topics["documents"], "--output", topics["assignments"], "--n", str(n)]
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+        reader = OutputReader(settings, topics["assignments"])
+        try:
+            line = proc.stdout.readline()
+            if not line or not json.loads(line).get("ready"):
+                raise RuntimeError("the bare loop did not start")
+            producer = self.producer(settings)
+            sent = send(producer, topics, msgs)
+            producer.close()
+            if not reader.wait_for(list(sent), 300, lambda: proc.poll() in (None, 0)):
+                raise RuntimeError("the bare loop did not finish in time")
+            proc.wait(60)
+        finally:
+            reader.close()
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        return rate_of(sent, reader.first)
+
+    def start_worker(self, algorithms: str, extra: list[str]) -> tuple[Any, dict[str, str], int, Path]:
+        from streamsemi.devtools.broker import free_port
+        from streamsemi.service.kafka_io import ensure_topics
+
+        p = "w" + uuid.uuid4().hex[:6]
+        topics = {k: f"{p}.{k}" for k in ("documents", "control", "assignments", "deadletter", "labels")}
+        ensure_topics(self.settings(topics))
+        port = free_port()
+        log_path = self.work / f"worker-{p}.log"
+        cmd = [sys.executable, "-m", "streamsemi", "run", "--bootstrap-servers", self.broker.bootstrap_servers,
+               "--algorithms", algorithms, "--group-id", f"{p}-group", "--metrics-port", str(port),
+               *[x for k, v in topics.items() for x in (f"--{k}-topic", v)], *extra]
+        with open(log_path, "ab") as fh:
+            proc = subprocess.Popen(cmd, stdout=fh, stderr=fh)
+        t0 = time.monotonic()
+        try:
+            while True:
+                if proc.poll() is not None:
+                    raise RuntimeError(f"the worker exited with {proc.returncode}: {log_path}")
+                try:
+                    if json.loads(_http_json(port, "/readyz")).get("partitions_assigned"):
+                        break
+                except (OSError, ValueError):
+                    pass
+                if time.monotonic() - t0 > 90:
+                    raise RuntimeError("the worker did not get its partitions")
+                time.sleep(0.3)
+        except BaseException:
+            proc.kill()
+            proc.wait()
+            raise
+        return proc, topics, port, log_path
+
+    def worker_phase(self, name: str, algorithms: str, warmup: int, n: int, rate: float,
+                     extra: list[str] | None = None) -> dict[str, Any]:
+        proc, topics, port, log_path = self.start_worker(algorithms, extra or [])
+        settings = self.settings(topics)
+        reader = OutputReader(settings, topics["labels"])
+        rss: list[int] = []
+        stop = threading.Event()
+
+        def sample() -> None:
+            while not stop.is_set():
+                rss.append(rss_kib(proc.pid))
+                stop.wait(0.5)
+
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        try:
+            producer = self.producer(settings)
+            t0 = time.monotonic()
+            warm = send(producer, topics, self.take(name + "-warm", warmup, self.args.seed_fraction))
+            if not reader.wait_for(list(warm), 900, lambda: proc.poll() is None):
+                raise RuntimeError("warm-up documents were not assigned in time")
+            while not worker_settled(port):
+                if time.monotonic() - t0 > 1200:
+                    raise RuntimeError("the worker did not settle after the warm-up")
+                time.sleep(0.5)
+            warm_s = time.monotonic() - t0
+            msgs = self.take(name, n, self.args.seed_fraction)
+            events_before = len(worker_events(log_path))
+            sent = send(producer, topics, msgs, rate)
+            producer.close()
+            if not reader.wait_for(list(sent), 900, lambda: proc.poll() is None):
+                raise RuntimeError("measured documents were not assigned in time")
+            out = rate_of(sent, reader.first)
+            lat = np.array([reader.first[k] - sent[k] for k in sent], dtype=float) / 1000
+            events = worker_events(log_path)[events_before:]
+            out.update({
+                "algorithms": algorithms.split(","), "warmup_documents": warmup, "warmup_seconds": round(warm_s, 1),
+                "rate": rate or "full speed",
+                "latency_s": {"p50": round(float(np.percentile(lat, 50)), 3),
+                              "p90": round(float(np.percentile(lat, 90)), 3),
+                              "p99": round(float(np.percentile(lat, 99)), 3), "max": round(float(lat.max()), 3)},
+                "refit_rounds_during": sum(1 for e in events if e.get("event") == "refit_round_done"),
+                "refit_seconds_during": [e.get("seconds") for e in events if e.get("event") == "refit_round_done"],
+                "revisions_records": reader.records - len(reader.first),
+                "worker_log": str(log_path),
+            })
+        finally:
+            stop.set()
+            sampler.join(2)
+            reader.close()
+            if proc.poll() is None:
+                proc.terminate()
+                try:
+                    proc.wait(60)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+        out["rss_max_mib"] = round(max(rss) / 1024, 1) if rss else None
+        return out
+
+
+def markdown(result: dict[str, Any]) -> str:
+    lines = [f"# Throughput (issue 16), {result['when']}", "", f"`{result['command']}`", "",
+             f"Load average at the start: {result['environment']['load']}.", "",
+             f"Host: {result['environment']['cpus']} CPUs, Python {result['environment']['python']}, "
+             f"commit {result['environment']['commit']}. 20 Newsgroups, {result['args']['seed_fraction']:.0%} seeds.", ""]
+    rows = result["phases"]
+    if any(k in rows for k in ("ck", "six")):
+        lines += ["| algorithms | worker docs/s | bare loop docs/s | ratio | target | worker p99 (s) | refit rounds | "
+                  "max RSS (MiB) | sender docs/s |", "|---|---|---|---|---|---|---|---|---|"]
+        for key, target in (("ck", 0.8), ("six", 0.5)):
+            if key not in rows:
+                continue
+            w, b = rows[key]["worker"], rows[key]["bare"]
+            lines.append(f"| {', '.join(w['algorithms'])} | {w['docs_per_s']:,} | {b['docs_per_s']:,} | "
+                         f"{rows[key]['ratio']:.2f} | >= {target} | {w['latency_s']['p99']} | {w['refit_rounds_during']} | "
+                         f"{w['rss_max_mib']} | {w['send_docs_per_s']:,} |")
+        lines.append("")
+    if "latency" in rows:
+        w = rows["latency"]
+        lat = w["latency_s"]
+        lines += [f"Fresh documents at {w['rate']} docs/s, six algorithms, {w['documents']:,} documents after a "
+                  f"{w['warmup_documents']:,}-document warm-up (window full): p50 {lat['p50']} s, p90 {lat['p90']} s, "
+                  f"p99 {lat['p99']} s (target < 0.5 s), max {lat['max']} s; {w['refit_rounds_during']} refit rounds "
+                  f"ended during the phase ({w['refit_seconds_during']} s); max RSS {w['rss_max_mib']} MiB "
+                  "(worker + children; target < 2,048).", ""]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="mode")
+    b = sub.add_parser("bare", help="(internal) the bare consume -> hash -> produce loop")
+    b.add_argument("--bootstrap", required=True)
+    b.add_argument("--group", required=True)
+    b.add_argument("--input", required=True)
+    b.add_argument("--output", required=True)
+    b.add_argument("--n", type=int, required=True)
+    ap.add_argument("--phases", default="ck,six,latency", help="any of ck, six, latency")
+    ap.add_argument("--docs", type=int, default=20000, help="measured documents per throughput phase")
+    ap.add_argument("--warmup", type=int, default=2000)
+    ap.add_argument("--seed-fraction", type=float, default=0.05)
+    ap.add_argument("--latency-warmup", type=int, default=10000)
+    ap.add_argument("--latency-rate", type=float, default=1000.0)
+    ap.add_argument("--latency-seconds", type=float, default=30.0)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--tag", default="")
+    args = ap.parse_args(argv)
+    if args.mode == "bare":
+        return bare_main(args)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # run the cleanup (worker, broker) when terminated
+    phases = [p.strip() for p in args.phases.split(",") if p.strip()]
+    work = Path(tempfile.mkdtemp(prefix="streamsemi-throughput-"))
+    bench = Bench(args, work)
+    result: dict[str, Any] = {"when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                              "command": "python " + " ".join([os.path.relpath(__file__), *(argv or sys.argv[1:])]),
+                              "args": vars(args), "environment": _environment(), "phases": {}}
+    try:
+        for phase in phases:
+            if phase in ("ck", "six"):
+                algorithms = "constrained-kmeans" if phase == "ck" else SIX
+                # the bare loop before and after the worker (the machine's load drifts): their mean is the reference
+                runs = [bench.bare(args.docs)]
+                print(f"{phase} bare: {runs[0]['docs_per_s']} docs/s", flush=True)
+                worker = bench.worker_phase(phase, algorithms, args.warmup, args.docs, 0.0)
+                print(f"{phase} worker: {worker['docs_per_s']} docs/s", flush=True)
+                runs.append(bench.bare(args.docs))
+                print(f"{phase} bare: {runs[1]['docs_per_s']} docs/s", flush=True)
+                bare = {"docs_per_s": round(float(np.mean([r["docs_per_s"] for r in runs])), 1), "runs": runs}
+                result["phases"][phase] = {"bare": bare, "worker": worker,
+                                           "ratio": round(worker["docs_per_s"] / bare["docs_per_s"], 3)}
+            elif phase == "latency":
+                n = int(args.latency_rate * args.latency_seconds)
+                lat = bench.worker_phase("lat", SIX, args.latency_warmup, n, args.latency_rate)
+                print(f"latency: {lat['latency_s']}", flush=True)
+                result["phases"]["latency"] = lat
+            else:
+                raise SystemExit(f"unknown phase {phase!r}")
+    finally:
+        bench.broker.stop()
+    RESULTS.mkdir(exist_ok=True)
+    stem = "throughput" + (f"_{args.tag}" if args.tag else "")
+    (RESULTS / f"{stem}.json").write_text(json.dumps(result, indent=2) + "\n")
+    (RESULTS / f"{stem}.md").write_text(markdown(result) + "\n")
+    print(markdown(result))
+    return 0
+
+
+def _environment() -> dict[str, Any]:
+    def git(*a: str) -> str:
+        try:
+            return subprocess.run(["git", *a], capture_output=True, text=True, cwd=Path(__file__).parent,
+                                  check=False).stdout.strip()
+        except OSError:
+            return ""
+
+    return {"python": platform.python_version(), "cpus": os.cpu_count(), "commit": git("rev-parse", "--short", "HEAD"),
+            "dirty": bool(git("status", "--porcelain", "--", "streamsemi")), "load": list(os.getloadavg())}
+
+
+if __name__ == "__main__":
+    sys.exit(main())
