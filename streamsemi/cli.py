@@ -66,9 +66,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(json.dumps({"settings": settings.redacted(), "sources": settings.sources}, indent=2, default=str))
         return 0
     logs.setup(settings.log_level)
-    from streamsemi.service.worker import Worker
+    from streamsemi.service.roles import make_worker
 
-    worker = Worker(settings)
+    worker = make_worker(settings)  # --role all (Worker), refit or assign (docs/scaling.md)
     worker.install_signal_handlers()
     return worker.run()
 

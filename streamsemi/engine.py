@@ -382,6 +382,7 @@ class Engine:
         # label suggestions (core/suggestions.py): ranked on the refit thread, published by the polling thread
         self.suggestion_board = sg.SuggestionBoard(config.suggestions_top_n)
         self.last_suggestion_seconds = 0.0
+        self.refits_enabled = True  # False: no refit starts (a standby refitter, streamsemi.service.roles)
         self._publish_primary()
 
     # ------------------------------------------------------------------ state
@@ -971,6 +972,8 @@ class Engine:
                          len(in_window), trigger, provisional=not self.seed_policy_met())
 
     def _start_refit(self, trigger: str, quiet: bool = False) -> None:
+        if not self.refits_enabled:
+            return
         with self._refit_lock:
             if self.refitting:
                 if self._refit_queued is not None:
@@ -1243,7 +1246,7 @@ class Engine:
         return sorted(self.suggestion_board.published.values(), key=lambda m: m["rank"])
 
     # ------------------------------------------------------------------ recovery (used by streamsemi.service.worker)
-    def absorb(self, docs: Sequence[Document]) -> int:
+    def absorb(self, docs: Sequence[Document], update_sketch: bool = False) -> int:
         """Put documents that were already assigned back into the window (no assignment, no refit).
 
         After a checkpoint restore the worker re-reads the documents committed after
@@ -1253,7 +1256,7 @@ class Engine:
         if not docs:
             return 0
         with self.sketch_lock:
-            X = self.featurizer.transform([d.text for d in docs], update_sketch=False)
+            X = self.featurizer.transform([d.text for d in docs], update_sketch=update_sketch)
         nnz = np.diff(X.indptr)
         n = 0
         for i, doc in enumerate(docs):
@@ -1267,6 +1270,64 @@ class Engine:
             n += 1
         self.telemetry.pending.set(len(self.pending))
         return n
+
+    # ------------------------------------------------------------------ roles (used by streamsemi.service.roles)
+    def learn(self, docs: Sequence[Document]) -> int:
+        """Window ``docs`` without assigning them, then run the refit triggers (the ``refit`` role).
+
+        Returns the number of documents windowed (those without indexable terms are skipped).
+        """
+        n = self.absorb(docs, update_sketch=True)
+        if n:
+            self.docs_since_refit += n
+            self._last_doc_at = self.clock()
+            if self._first_doc_at is None:
+                self._first_doc_at = self._last_doc_at
+        self._run_seed_checks()
+        self.tick()
+        return n
+
+    def serve(self, docs: Sequence[Document]) -> ProcessResult:
+        """Assign ``docs`` with the current models; no window, no refit (the ``assign`` role).
+
+        The models come from elsewhere (:meth:`adopt_models`); documents that arrive
+        before the first model are buffered as in :meth:`process` (bounded; the worker
+        pauses consumption when the buffer is full).
+        """
+        rejected: list[tuple[Document, Rejected]] = []
+        good: list[tuple[Document, Row]] = []
+        if docs:
+            with self.sketch_lock:
+                X = self.featurizer.transform([d.text for d in docs], update_sketch=False)
+            nnz = np.diff(X.indptr)
+            for i, doc in enumerate(docs):
+                if nnz[i] == 0:
+                    rejected.append((doc, Rejected("no_terms", "the text has no indexable terms (only stop words, digits or punctuation)")))
+                else:
+                    good.append((doc, Row.from_csr(X, i)))
+        assignments: list[Assignment] = []
+        if self.ready and not self.buffer:
+            assignments = self._assign(good)
+        else:
+            self._buffer(good)
+        assignments.extend(self.flush(FLUSH_CHUNK))
+        return ProcessResult(assignments, rejected)
+
+    def adopt_models(self, models: dict[str, ModelSlot], version: int, primary: str | None = None) -> None:
+        """Serve ``models`` fitted elsewhere (the models topic) from now on, in one atomic swap.
+
+        ``version`` (the publication's global version) becomes the engine's version when
+        higher, so that a refit here continues the numbering; ``primary`` is the
+        publisher's primary algorithm (when enabled here).
+        """
+        self.models = dict(models)
+        self.version = max(self.version, int(version))
+        if primary is not None and primary in self._alg_index and primary != self.primary:
+            self.primary = primary
+            self._publish_primary()
+        for name, slot in models.items():
+            self.telemetry.model_version.labels(name).set(slot.version)
+            self.telemetry.new_clusters.labels(name).set(len(slot.new_clusters))
 
     def _new_stores(self) -> tuple[Window, SeedStore, PendingLabels]:
         """Empty window, seed store and held labels with the configured bounds."""

@@ -354,8 +354,6 @@ def encode(g: EngineState, offsets: list[list[Any]] | None = None) -> Capture:
     ``offsets`` (``[topic, partition, next offset]``) tell a restore which documents
     the window already holds: those after them are read back into the window at start.
     """
-    from streamsemi.engine import FALLBACK_ALGORITHM
-
     files: dict[str, bytes] = {}
     win_ids = [w[0] for w in g.window]
     ids_blob, ids_off, _ = _strings_to_arrays(win_ids)
@@ -378,10 +376,34 @@ def encode(g: EngineState, offsets: list[list[Any]] | None = None) -> Capture:
     sketch = g.sketch_dict()
     files["sketch.json"] = _json_bytes(sketch)
     n_sketch = len(sketch["slots"])
+    model_files, models_meta, skipped = encode_models(g.models)
+    files.update(model_files)
+    manifest = {
+        "format": FORMAT, "format_version": FORMAT_VERSION, "created": time.time(),
+        "streamsemi_version": __version__, "n_features": g.n_features, "stop_words": g.stop_words,
+        "model_version": g.version,
+        "counts": {"window": len(win_ids), "seeds": len(seed_ids), "pending_labels": len(pending),
+                   "control_ops": len(last_ops), "sketch_features": n_sketch,
+                   "models": len(models_meta)},
+        "models": models_meta, "skipped_models": skipped,
+    }
+    return Capture(files, manifest, skipped)
+
+
+def encode_models(models: dict[str, Any]) -> tuple[dict[str, bytes], list[dict[str, Any]], list[dict[str, str]]]:
+    """Files (``model-<k>.json`` + ``.npz``), manifest entries and skipped models of a dict of model slots.
+
+    The safe encoding of checkpoints (:func:`estimator_state`), also used by the models
+    topic (:mod:`streamsemi.service.models_topic`); a model shared by several
+    algorithms (the fallback) is stored once.
+    """
+    from streamsemi.engine import FALLBACK_ALGORITHM
+
+    files: dict[str, bytes] = {}
     models_meta: list[dict[str, Any]] = []
     skipped: list[dict[str, str]] = []
     stored: dict[int, str] = {}
-    for name, slot in g.models.items():
+    for name, slot in models.items():
         registry = FALLBACK_ALGORITHM if slot.fallback else name
         key = stored.get(id(slot.model))
         if key is None:
@@ -404,16 +426,7 @@ def encode(g: EngineState, offsets: list[list[Any]] | None = None) -> Capture:
             "new_clusters": sorted(slot.new_clusters), "explain": slot.explain,
             "classes": [str(c) for c in slot.classes],
         })
-    manifest = {
-        "format": FORMAT, "format_version": FORMAT_VERSION, "created": time.time(),
-        "streamsemi_version": __version__, "n_features": g.n_features, "stop_words": g.stop_words,
-        "model_version": g.version,
-        "counts": {"window": len(win_ids), "seeds": len(seed_ids), "pending_labels": len(pending),
-                   "control_ops": len(last_ops), "sketch_features": n_sketch,
-                   "models": len(models_meta)},
-        "models": models_meta, "skipped_models": skipped,
-    }
-    return Capture(files, manifest, skipped)
+    return files, models_meta, skipped
 
 
 def _next_sequence(state_dir: Path) -> int:
@@ -727,6 +740,17 @@ def _decode_models(config: Any, loaded: Loaded, report: RestoreReport) -> dict[s
             continue
         out[name] = slot
     return out
+
+
+def decode_models(config: Any, manifest: dict[str, Any], files: dict[str, bytes]) -> tuple[dict[str, Any], dict[str, str]]:
+    """Model slots of a verified manifest's ``models`` (enabled algorithms only) and the skipped ones with the reason.
+
+    The models topic (:mod:`streamsemi.service.models_topic`) carries a manifest of
+    this format with the model files only.
+    """
+    report = RestoreReport("restored")
+    models = _decode_models(config, Loaded(Path("."), manifest, files), report)
+    return models, dict(report.skipped_models)
 
 
 def _engine_json(state: Any) -> dict[str, Any]:

@@ -167,6 +167,19 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("clusters_topic", str, "streamsemi.clusters",
             "compacted topic of cluster lifecycle events (key = algorithm/cluster, docs/clusters.md)", topic_problem),
     Setting("group_id", str, "streamsemi", "consumer group of the documents topic", _non_empty),
+    Setting("models_topic", str, "streamsemi.models",
+            "roles: compacted topic the refitter publishes every model version to (chunked)", topic_problem),
+    Setting("refit_leader_topic", str, "streamsemi.refit-leader",
+            "roles: single-partition topic whose consumer group elects the one active refitter", topic_problem),
+    Setting("role", str, "all", "all = one process does everything; refit = window, seeds, fits, publishes models "
+            "(one active, elected; others stand by); assign = serves the latest published model",
+            choices=("all", "refit", "assign")),
+    Setting("instance_id", str, "", "this process's name in outputs ('worker') and metrics (empty = host-pid)"),
+    Setting("model_chunk_bytes", int, 900_000,
+            "roles: models are published in chunks of at most this many bytes (below the broker's max.message.bytes)",
+            lambda v: None if 1024 <= v <= 100_000_000 else "must be in 1024..100000000"),
+    Setting("max_model_bytes", int, 1_000_000_000,
+            "roles: larger model publications are refused by the reader (bounds its memory)", _positive),
     Setting("topic_partitions", int, 3, "partitions of topics created at start", _positive),
     Setting("replication_factor", int, 1, "replication factor of topics created at start", _positive),
     Setting("security_protocol", str, "PLAINTEXT", "Kafka security protocol",
@@ -249,7 +262,7 @@ del E
 
 _BY_NAME = {s.name: s for s in SETTINGS}
 TOPIC_SETTINGS = ("documents_topic", "control_topic", "assignments_topic", "deadletter_topic", "labels_topic",
-                  "clusters_topic", "suggestions_topic")
+                  "models_topic", "refit_leader_topic", "clusters_topic", "suggestions_topic")
 ENGINE_SETTINGS = tuple(ENGINE_DEFAULTS)
 _TOML_ONLY = ("algorithm_params",)
 
@@ -636,6 +649,11 @@ def flags_from_args(args: argparse.Namespace) -> dict[str, Any]:
     return {s.name: getattr(args, s.name) for s in SETTINGS if getattr(args, s.name, None) is not None}
 
 
+def instance_name(settings: Settings) -> str:
+    """This process's name in outputs and metrics: ``instance_id``, else ``<host>-<pid>`` (the pod name on Kubernetes)."""
+    return settings.values.get("instance_id") or f"{socket.gethostname()}-{os.getpid()}"
+
+
 def kafka_security(settings: Settings) -> dict[str, Any]:
     """kafka-python keyword arguments for TLS/SASL."""
     out: dict[str, Any] = {"security_protocol": settings.security_protocol}
@@ -649,4 +667,4 @@ def kafka_security(settings: Settings) -> dict[str, Any]:
 
 
 __all__ = ["ENGINE_DEFAULTS", "ENV_NOT_SETTINGS", "SETTINGS", "ConfigError", "Setting", "Settings", "add_flags",
-           "flags_from_args", "host_problem", "kafka_security", "load_toml", "resolve", "topic_problem"]
+           "flags_from_args", "host_problem", "instance_name", "kafka_security", "load_toml", "resolve", "topic_problem"]

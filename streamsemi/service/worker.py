@@ -54,7 +54,7 @@ from streamsemi.core.telemetry import Telemetry
 from streamsemi.engine import Assignment, Engine, EngineConfig
 from streamsemi.service import checkpoint, kafka_io
 from streamsemi.service.broker_reset import BrokerResetGuard
-from streamsemi.service.config import Settings
+from streamsemi.service.config import Settings, instance_name
 from streamsemi.service.httpserver import StatusServer
 from streamsemi.service.inflight import InFlightMarker
 from streamsemi.service.kafka_io import (
@@ -117,6 +117,7 @@ class Worker:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
+        self.instance_id = instance_name(settings)  # the 'worker' field of every output
         self.limits = Limits(settings.max_message_bytes, settings.max_text_chars,
                              max_labels_per_doc=settings.max_labels_per_doc)
         self.telemetry = t = Telemetry(max_class_labels=min(settings.max_classes, 100))
@@ -366,7 +367,7 @@ class Worker:
         revision pass); rejected documents become dead letters on the way (``no_terms``).
         """
         try:
-            result = self.engine.process(docs)
+            result = self._engine_process(docs)
         except Exception as exc:  # noqa: BLE001 - a record that breaks processing is dead-lettered, not fatal
             if len(docs) == 1:
                 event(log, "processing_failed", logging.WARNING, error=_error(exc), id=docs[0].id,
@@ -391,6 +392,10 @@ class Worker:
         if dead:
             self._emit([], dead)
         return result.assignments, [], result.revisions
+
+    def _engine_process(self, docs: list[Document]) -> Any:
+        """``engine.process`` (the ``assign`` role serves without a window: streamsemi.service.roles)."""
+        return self.engine.process(docs)
 
     def _dead_letter_poison(self, tp: TopicPartition, r: Any) -> None:
         """A record that killed the process every time it was processed alone: dead-letter it, unprocessed."""
@@ -458,7 +463,7 @@ class Worker:
         s = self.settings
         now = time.time()
         for a in assignments:
-            key, value = encode_key(a.id), encode_json(a.to_message())
+            key, value = encode_key(a.id), encode_json({**a.to_message(), "worker": self.instance_id})
             headers = [("model_version", str(a.model_version).encode()), ("revision", str(a.revision).encode())]
             self.ledger.send(Output(s.assignments_topic, key, value, headers))
             if a.primary:  # the labels topic: the latest primary assignment per document (compacted)

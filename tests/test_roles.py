@@ -1,0 +1,311 @@
+"""Roles (issue 17): one refitter per stream, many assigners, the same model everywhere.
+
+The publication format is checked without Kafka (encode -> chunks -> assembler ->
+decode); the roles run as real ``streamsemi run --role ...`` processes against the
+embedded broker.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+from kafka_utils import Topics, WorkerProcess, producer, read_topic, send_json, wait_until
+
+from streamsemi.core.messages import Document
+from streamsemi.engine import Engine, EngineConfig
+from streamsemi.service.config import resolve
+from streamsemi.service.kafka_io import ensure_topics
+from streamsemi.service.models_topic import (
+    ModelAssembler,
+    ModelsTopicError,
+    chunk_records,
+    decode_publication,
+    encode_publication,
+)
+
+CLASSES = ("grain", "crude", "money", "ships")
+
+
+def _vocab(cls: str) -> list[str]:
+    return [f"{cls}{w}" for w in ("alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india",
+                                  "juliet", "kilo", "lima", "mike", "november", "oscar", "papa")]
+
+
+COMMON = ["market", "report", "today", "company", "price", "week", "said", "year"]
+
+
+def _text(rng: random.Random, cls: str) -> str:
+    return " ".join(rng.choices(_vocab(cls), k=12) + rng.choices(COMMON, k=6))
+
+
+def _fitted_engine(n: int = 240, algorithms: tuple[str, ...] = ("constrained-kmeans",)) -> Engine:
+    rng = random.Random(3)
+    eng = Engine(EngineConfig(algorithms=list(algorithms), background_refit=False, min_docs_first_refit=20,
+                              min_seed_classes=2, first_fit_stable_seeds=0, refit_growth=0, n_features=2**12))
+    docs = [Document(id=f"d{i}", text=_text(rng, CLASSES[i % 4])) for i in range(n)]
+    for i in range(16):
+        eng.label(f"s{i}", [CLASSES[i % 4]], _text(rng, CLASSES[i % 4]))
+    eng.process(docs)
+    eng.request_refit()
+    assert eng.ready
+    return eng
+
+
+@dataclass
+class _Record:
+    key: bytes
+    value: bytes | None
+    headers: list
+    offset: int = 0
+
+
+def _records(payload: bytes, version: int, pub: str, chunk: int) -> list[_Record]:
+    return [_Record(k, v, h) for k, v, h in chunk_records(payload, stream="default", version=version,
+                                                          publication_id=pub, chunk_bytes=chunk)]
+
+
+def _publish(eng: Engine, version: int, parent: int | None = None) -> bytes:
+    payload, _ = encode_publication(eng.models, version=version, parent_version=parent, writer="w1",
+                                    primary=eng.primary, n_features=eng.config.n_features,
+                                    stop_words=eng.config.stop_words, window={"documents": len(eng.window)},
+                                    seeds=len(eng.seeds))
+    return payload
+
+
+def test_publication_round_trip_through_chunks_predicts_the_same():
+    eng = _fitted_engine(algorithms=("constrained-kmeans", "seeded-kmeans"))
+    payload = _publish(eng, 7, parent=6)
+    records = _records(payload, 7, "p1", chunk=4096)
+    assert len(records) == -(-len(payload) // 4096) >= 2
+    asm = ModelAssembler(eng.config, max_bytes=10**9)
+    done = [asm.feed(r) for r in records]
+    assert all(d is None for d in done[:-1]) and done[-1] is not None
+    pub = done[-1]
+    assert (pub.version, pub.parent_version, pub.writer, pub.chunks) == (7, 6, "w1", len(records))
+    assert set(pub.models) == {"constrained-kmeans", "seeded-kmeans"}
+    header = pub.header["publication"]
+    assert header["algorithms"] == ["constrained-kmeans", "seeded-kmeans"] and header["seeds"] == 16
+    # the decoded models label every window document exactly as the originals
+    X = eng.window.rows()
+    from streamsemi.core.store import rows_to_csr
+    Xm = rows_to_csr(X, eng.config.n_features)
+    for name, slot in eng.models.items():
+        np.testing.assert_allclose(pub.models[name].model.predict_proba(Xm), slot.model.predict_proba(Xm))
+        assert pub.models[name].version == slot.version
+    # serving it from another engine: same labels, global version in the outputs
+    other = Engine(EngineConfig(algorithms=["constrained-kmeans", "seeded-kmeans"], n_features=2**12,
+                                revisions="off", drift_detection=False))
+    other.adopt_models(pub.models, pub.version, pub.primary)
+    rng = random.Random(9)
+    probe = [Document(id=f"p{i}", text=_text(rng, CLASSES[i % 4])) for i in range(40)]
+    served = {(a.id, a.algorithm): (a.label, a.model_version) for a in other.serve(probe).assignments}
+    own = {(a.id, a.algorithm): (a.label, a.model_version) for a in eng.process(probe).assignments}
+    assert served == own and len(served) == 80
+    assert other.window.ids() == [] and other.version == 7
+
+
+def test_assembler_rejects_corruption_keeps_the_newest_and_bounds_memory():
+    eng = _fitted_engine()
+    payload = _publish(eng, 3)
+    asm = ModelAssembler(eng.config, max_bytes=10**9)
+    bad = _records(payload, 3, "bad", chunk=2048)
+    bad[1].value = bytes([bad[1].value[0] ^ 1]) + bad[1].value[1:]  # corrupted chunk
+    assert all(asm.feed(r) is None for r in bad)
+    assert asm.latest is None and ("bad" not in [k[1] for k in asm.partial])
+    good = _records(payload, 3, "good", chunk=2048)
+    assert [asm.feed(r) for r in good][-1].publication_id == "good"
+    # an older version arriving later is ignored; a newer one replaces
+    old = _records(_publish(eng, 2), 2, "old", chunk=2048)
+    assert all(asm.feed(r) is None for r in old) and asm.latest.version == 3
+    newer = _records(_publish(eng, 5, parent=3), 5, "new", chunk=2048)
+    assert [asm.feed(r) for r in newer][-1].version == 5 and asm.max_seen == 5
+    # same version published twice (a deposed leader): the later one in the log wins
+    again = _records(_publish(eng, 5, parent=3), 5, "again", chunk=2048)
+    assert [asm.feed(r) for r in again][-1].publication_id == "again"
+    # too large for max_model_bytes: refused before buffering
+    small = ModelAssembler(eng.config, max_bytes=1000)
+    assert all(small.feed(r) is None for r in good) and not small.partial and small.latest is None
+    # obsolete versions for tombstones, and a tombstone removes one
+    assert [v for v, _ in asm.obsolete(keep=1)] == [3]
+    asm.feed(_Record(b"default/000000000003/00000", None, []))
+    assert asm.obsolete(keep=1) == []
+    # other settings: refused with the reason
+    with pytest.raises(ModelsTopicError, match="n_features"):
+        decode_publication(payload, EngineConfig(n_features=2**13))
+
+
+# ---------------------------------------------------------------- real broker, real processes
+ROLE_ARGS = ["--algorithms", "constrained-kmeans", "--min-docs-first-refit", "60", "--min-seed-classes", "4",
+             "--min-seeds-per-class", "3", "--first-fit-stable-seeds", "0", "--refit-growth", "0",
+             "--refit-idle-s", "0", "--refit-every-docs", "100000", "--n-features", "4096",
+             "--model-chunk-bytes", "20000"]
+
+
+def _setup(broker, partitions: int = 6) -> Topics:
+    topics = Topics()
+    base = {"bootstrap_servers": broker.bootstrap, "documents_topic": topics.documents,
+            "control_topic": topics.control, "assignments_topic": topics.assignments,
+            "deadletter_topic": topics.deadletter, "labels_topic": topics.labels}
+    ensure_topics(resolve({**base, "topic_partitions": partitions}), [topics.documents])
+    ensure_topics(resolve({**base, "topic_partitions": 3}))
+    return topics
+
+
+def _role(broker, topics: Topics, role: str, tmp_path, name: str) -> WorkerProcess:
+    extra = ["--role", role, "--instance-id", name, "--models-topic", f"{topics.prefix}.models",
+             "--refit-leader-topic", f"{topics.prefix}.leader", *ROLE_ARGS]
+    return WorkerProcess(broker.bootstrap, topics, extra, log_dir=tmp_path)
+
+
+def _seed(p, topics: Topics, rng: random.Random) -> None:
+    for i in range(20):
+        cls = CLASSES[i % 4]
+        send_json(p, topics.control, {"op": "label", "id": f"seed{i}", "labels": [cls], "text": _text(rng, cls)},
+                  key=f"seed{i}")
+
+
+def _docs(p, topics: Topics, rng: random.Random, prefix: str, n: int) -> list[str]:
+    ids = []
+    for i in range(n):
+        doc_id = f"{prefix}{i}"
+        send_json(p, topics.documents, {"id": doc_id, "text": _text(rng, CLASSES[i % 4])}, key=doc_id)
+        ids.append(doc_id)
+    p.flush()
+    return ids
+
+
+def _outputs(broker, topics: Topics) -> list[dict]:
+    return [json.loads(r.value) for r in read_topic(broker.bootstrap, topics.assignments, idle=2.0)]
+
+
+def _wait_outputs(broker, topics: Topics, ids: list[str], timeout: float) -> list[dict]:
+    want = set(ids)
+    got: list[dict] = []
+
+    def done() -> bool:
+        nonlocal got
+        got = _outputs(broker, topics)
+        return want <= {o["id"] for o in got}
+
+    wait_until(done, timeout, interval=2.0)
+    return got
+
+
+def _events(w: WorkerProcess, name: str) -> list[dict]:
+    return [e for e in w.logs() if e.get("event") == name]
+
+
+def _stop(*workers: WorkerProcess) -> None:
+    for w in workers:
+        try:
+            w.terminate(timeout=20)
+        except Exception:  # noqa: BLE001
+            w.kill()
+
+
+@pytest.mark.slow
+def test_one_refitter_three_assigners_same_labels_and_a_rebalance_without_loss(broker, tmp_path):
+    """Every document gets its output; per model version every worker gives one document the same label.
+
+    Then an assigner joins and one leaves (SIGTERM) while documents flow: none is lost.
+    """
+    topics = _setup(broker)
+    rng = random.Random(1)
+    refit = _role(broker, topics, "refit", tmp_path, "refit-a").start()
+    assigners = [_role(broker, topics, "assign", tmp_path, f"assign-{k}").start() for k in range(3)]
+    workers = [refit, *assigners]
+    try:
+        assert all(w.wait_assigned(60) for w in assigners)
+        p = producer(broker.bootstrap)
+        _seed(p, topics, rng)
+        ids = _docs(p, topics, rng, "a", 300)
+        out = _wait_outputs(broker, topics, ids, 90)
+        assert {o["id"] for o in out} >= set(ids), "documents without outputs"
+        version = max(o["model_version"] for o in out)
+        assert all(o["worker"] in {"assign-0", "assign-1", "assign-2"} for o in out)
+        assert len({o["worker"] for o in out}) == 3  # six partitions over three assigners
+        # the same documents through every partition: every assigner labels each of them
+        probes = [(f"probe{i}", _text(rng, CLASSES[i % 4])) for i in range(20)]
+        for part in range(6):
+            for doc_id, text in probes:
+                p.send(topics.documents, key=doc_id.encode(), value=json.dumps({"id": doc_id, "text": text}).encode(),
+                       partition=part)
+        p.flush()
+        out = _wait_outputs(broker, topics, [d for d, _ in probes], 60)
+        assert wait_until(lambda: sum(1 for o in _outputs(broker, topics) if o["id"].startswith("probe")) >= 120, 60)
+        out = _outputs(broker, topics)
+        labels: dict[tuple[str, int], set[str]] = defaultdict(set)
+        workers_of: dict[tuple[str, int], set[str]] = defaultdict(set)
+        for o in out:
+            labels[(o["id"], o["model_version"])].add(o["label"])
+            workers_of[(o["id"], o["model_version"])].add(o["worker"])
+        assert all(len(v) == 1 for v in labels.values()), {k: v for k, v in labels.items() if len(v) > 1}
+        shared = [k for k, ws in workers_of.items() if k[0].startswith("probe") and len(ws) == 3]
+        assert len(shared) >= 10, "the probes were not labelled by every assigner with one model version"
+        served = [a.metric("streamsemi_serving_model_version", {"role": "assign"}) for a in assigners]
+        assert served == [float(version)] * 3
+        assert refit.metric("streamsemi_serving_model_version", {"role": "refit"}) == version
+        assert refit.metric("streamsemi_refit_leader") == 1
+
+        # rebalance: one joins, one leaves, documents keep flowing
+        late = _role(broker, topics, "assign", tmp_path, "assign-3").start()
+        workers.append(late)
+        more = _docs(p, topics, rng, "b", 200)
+        assert late.wait_assigned(60)
+        assert assigners[0].terminate(timeout=30) == 0
+        more += _docs(p, topics, rng, "c", 200)
+        out = _wait_outputs(broker, topics, more, 90)
+        missing = set(more) - {o["id"] for o in out}
+        assert not missing, f"{len(missing)} documents lost in the rebalance"
+        assert any(o["worker"] == "assign-3" for o in out if o["id"] in set(more))
+    finally:
+        _stop(*workers)
+
+
+@pytest.mark.slow
+def test_refitter_kill9_failover_continues_from_the_latest_published_model(broker, tmp_path):
+    topics = _setup(broker, partitions=2)
+    rng = random.Random(2)
+    first = _role(broker, topics, "refit", tmp_path, "refit-a").start()
+    assigner = _role(broker, topics, "assign", tmp_path, "assign-0").start()
+    workers = [first, assigner]
+    try:
+        assert first.wait_metric("streamsemi_refit_leader", 1, timeout=60) == 1
+        second = _role(broker, topics, "refit", tmp_path, "refit-b").start()
+        workers.append(second)
+        p = producer(broker.bootstrap)
+        _seed(p, topics, rng)
+        ids = _docs(p, topics, rng, "a", 150)
+        out = _wait_outputs(broker, topics, ids, 90)
+        assert {o["id"] for o in out} >= set(ids)
+        v1 = max(o["model_version"] for o in out)
+        # the standby adopts what the leader publishes
+        assert second.wait_metric("streamsemi_serving_model_version", v1, timeout=30) == v1
+        assert second.metric("streamsemi_refit_leader") == 0
+        first.kill()  # kill -9 mid-stream
+        t_kill = time.monotonic()
+        ids2 = _docs(p, topics, rng, "b", 100)   # the assigner keeps serving the last model meanwhile
+        assert second.wait_metric("streamsemi_refit_leader", 1, timeout=30) == 1
+        took = time.monotonic() - t_kill
+        assert took < 30, f"no new refitter after {took:.1f} s"
+        send_json(p, topics.control, {"op": "refit"})
+        p.flush()
+        assert wait_until(lambda: (second.metric("streamsemi_models_published_total") or 0) >= 1, 60)
+        elected = _events(second, "refit_leader_elected")[-1]
+        assert elected["latest_published"] == v1 and elected["next_version"] == v1 + 1
+        published = _events(second, "model_published")[0]
+        assert published["version"] == v1 + 1 and published["parent_version"] == v1
+        assert published["window"] >= 250  # it kept the window the dead leader had, plus what came since
+        assert assigner.wait_metric("streamsemi_serving_model_version", v1 + 1, timeout=30) == v1 + 1
+        ids3 = _docs(p, topics, rng, "c", 50)
+        out = _wait_outputs(broker, topics, ids + ids2 + ids3, 60)
+        assert {o["id"] for o in out} >= set(ids + ids2 + ids3), "documents lost in the failover"
+        assert {o["model_version"] for o in out if o["id"] in set(ids3)} == {v1 + 1}
+    finally:
+        _stop(*workers)
