@@ -47,6 +47,8 @@ class Lab:
         self.fits: list[tuple[str, int, int]] = []   # (algorithm, rows, seeds)
         self.on_fit = None
         self.wrong: set[str] = set()                 # algorithms whose verdicts are always a wrong class
+        self.probe_gate: threading.Event | None = None  # blocks fits with fewer than all_seeds seeds (probes)
+        self.all_seeds = 0
 
     def build(self, name, params=None, n_new_clusters=0, random_state=None):
         return Centroid(self, name)
@@ -67,6 +69,8 @@ class Centroid:
             lab.on_fit(self.name)
         if lab.gate is not None:
             assert lab.gate.wait(20)
+        if lab.probe_gate is not None and sum(1 for c in y if c is not None) < lab.all_seeds:
+            assert lab.probe_gate.wait(20)
         if self.name in lab.fail:
             raise ValueError(f"{self.name} cannot fit")
         self.classes_ = np.array(sorted({c for c in y if c is not None}), dtype=object)
@@ -129,6 +133,16 @@ def sample(metric, **labels) -> float:
             if all(s.labels.get(k) == v for k, v in labels.items()):
                 return s.value
     return 0.0
+
+
+def observed(hist, **labels) -> tuple[float, float]:
+    """(count, sum) of a histogram's observations."""
+    values = {}
+    for fam in hist.collect():
+        for s in fam.samples:
+            if all(s.labels.get(k) == v for k, v in labels.items()):
+                values[s.name.rsplit("_", 1)[-1]] = s.value
+    return values["count"], values["sum"]
 
 
 def triggers(eng: Engine) -> dict[str, float]:
@@ -423,6 +437,11 @@ def test_a_resolved_label_never_undoes_a_newer_unlabel(lab) -> None:
     eng.label("w", ["food"], text=text("food", 1), origin="resolved", offset=30, label_offset=None)
     assert eng.seeds.get("w").labels == ("food",) and "w" not in {k for k, _, _ in eng.export_state().last_ops}
     assert sample(eng.telemetry.control, op="label") == 5
+    eng.label("v", ["food"], text=text("food", 1), origin="resolved", label_offset=None)
+    assert eng.seeds.get("v").labels == ("food",), "no offset to compare: the label applies"
+    eng.unlabel("u", offset=40)
+    eng.label("u", ["food"], text=text("food", 1), origin="resolved", label_offset=None)
+    assert eng.seeds.get("u").labels == ("food",)
 
 
 def test_a_resolved_label_does_not_replace_a_seed_and_takes_the_held_labels(lab) -> None:
@@ -447,6 +466,7 @@ def test_labels_with_text_for_held_or_seeded_documents(lab) -> None:
     assert eng.refit_count == 1
     assert eng.label("sfood0", ["space", "food"]) == []
     assert eng.seeds.get("sfood0").labels == ("space", "food") and eng.drain_resolved() == []
+    assert sample(eng.telemetry.seeds, **{"class": "space"}) == 2 and sample(eng.telemetry.seeds, **{"class": "food"}) == 2
     clock.t = 1010.0
     eng.tick()
     assert eng.refit_count == 2, "a relabelled seed changes the seeds (idle refit)"
@@ -484,6 +504,7 @@ def test_a_refit_while_one_runs_is_queued_once_and_further_ones_counted(lab) -> 
     eng.process(docs(6))
     try:
         assert eng.refitting and sample(eng.telemetry.refit_in_progress) == 1
+        assert eng._refit_thread.name == "refit-1" and eng._refit_thread.daemon, "never holds the process at exit"
         assert eng.version == 1 and eng.docs_since_refit == 0
         eng.request_refit()
         eng.request_refit("drift")
@@ -524,7 +545,8 @@ def test_refit_round_publishes_telemetry_and_events(lab, caplog) -> None:
         assert sample(eng.telemetry.model_version, algorithm=alg) == 1
         assert sample(eng.telemetry.last_refit, algorithm=alg) == 1234.0
         assert sample(eng.telemetry.new_clusters, algorithm=alg) == 0
-        assert sample(eng.telemetry.refit_duration, algorithm=alg) >= 0
+        count, total = observed(eng.telemetry.refit_duration, algorithm=alg)
+        assert count == 1 and 0 <= total < 5
     done = events(caplog, "refit_done", logging.INFO)
     assert [(e["algorithm"], e["version"], e["documents"], e["seeds"], e["trigger"], e["new_clusters"]) for e in done] \
         == [(CK, 1, 9, 3, "docs", 0), (SK, 1, 9, 3, "docs", 0)]
@@ -765,3 +787,136 @@ def test_no_probes_in_a_round_that_a_growth_refit_follows(lab) -> None:
     assert eng.wait_for_refit(20) and eng.version == 2, "22 < 2 x 12"
     eng.process(docs(1, 23))
     assert eng.wait_for_refit(20) and eng.version == 3 and triggers(eng) == {"docs": 1, "growth": 2}
+
+
+def test_a_probe_that_fails_is_logged_and_a_failed_algorithm_is_not_probed(lab, caplog) -> None:
+    caplog.set_level(logging.INFO, logger="streamsemi.engine")
+    lab.fail = {SK}
+    eng = make(primary=None)
+    seed_topics(eng, per_topic=2)
+    eng.process(docs(6))
+    assert probe_fits(lab, 6) == [CK] and events(caplog, "holdout_failed") == []
+    assert eng.held_out_accuracy() == {CK: 1.0}
+    lab.fail = set()
+    lab.on_fit = lambda name: (_ for _ in ()).throw(RuntimeError("probe broke")) if lab.fits[-1][2] < 6 else None
+    eng.request_refit()
+    assert [e["algorithm"] for e in events(caplog, "holdout_failed", logging.WARNING)] == [CK, SK]
+    assert events(caplog, "holdout_failed")[0]["error"] == "probe broke"
+    assert eng.held_out_accuracy() == {CK: 1.0} and eng.models[SK].version == 2, "the round itself succeeded"
+
+
+def test_too_few_seeds_for_a_fold_leave_the_estimate_alone(lab) -> None:
+    eng = make(primary=None)
+    seed_topics(eng)
+    eng.label("x", ["food"], text=text("food", 4))
+    eng.label("y", ["food"], text=text("food", 5))
+    eng.process(docs(6))                                         # 5 seeds < 2 x PRIMARY_KFOLD
+    assert eng.ready and probe_fits(lab, 5) == [] and eng.held_out_accuracy() == {}
+
+
+def test_a_failing_agreement_is_logged_and_the_new_model_serves(lab, caplog) -> None:
+    caplog.set_level(logging.INFO, logger="streamsemi.engine")
+    eng = make(algorithms=[CK], primary=CK)
+    seed_topics(eng)
+    eng.process(docs(6))
+
+    def breaks_predictions(name):
+        lab.fail_predict = True
+
+    lab.on_fit = breaks_predictions
+    eng.request_refit()
+    assert events(caplog, "agreement_failed", logging.WARNING) == [{"algorithm": CK, "error": "predict failed"}]
+    assert eng.models[CK].version == 2 and sample(eng.telemetry.agreement, algorithm=CK) == 0
+
+
+def test_a_backlog_waits_for_the_growth_refit_fitted_on_it(lab) -> None:
+    clock = Clock()
+    lab.gate = threading.Event()
+    eng = make(clock, background_refit=True, refit_growth=2.0, max_buffered_docs=100, window_max_docs=100)
+    seed_topics(eng)
+    eng.process(docs(6))                                          # round 1 on 6 documents, blocked
+    eng.process(docs(12, 6))                                      # a backlog of 12 arrives: 18 >= 2 x (6 + 3 seeds)
+    lab.gate.set()
+    assert eng.wait_for_refit(20) and eng.version == 1
+    lab.gate = threading.Event()
+    try:
+        out = eng.process([]).assignments                         # the growth round (18 documents) starts
+        assert eng.version == 2 and eng.refitting and eng.holding_backlog
+        assert out == [] and len(eng.buffer) == 18, "the backlog waits for the model fitted on it"
+        clock.t += 30.0
+        assert eng.holding_backlog, "30 s: still waiting"
+        clock.t += 0.001
+        assert not eng.holding_backlog, "never longer than BACKLOG_HOLD_MAX_S"
+        clock.t -= 30.001
+    finally:
+        lab.gate.set()
+    assert eng.wait_for_refit(20)
+    out = eng.process([]).assignments
+    assert len(out) == 2 * 18 and {a.model_version for a in out} == {2}
+
+
+def test_a_backlog_does_not_wait_for_a_refit_on_a_window_that_did_not_grow_enough(lab) -> None:
+    lab.gate = threading.Event()
+    eng = make(background_refit=True, refit_growth=2.0, max_buffered_docs=100, window_max_docs=100)
+    seed_topics(eng)
+    eng.process(docs(6))
+    eng.process(docs(4, 6))
+    lab.gate.set()
+    assert eng.wait_for_refit(20)
+    lab.gate = threading.Event()
+    try:
+        eng.request_refit()                                       # on 10 documents: < 2 x (6 + 3 seeds)
+        assert eng.refitting and not eng.holding_backlog
+        out = eng.process([]).assignments
+        assert len(out) == 2 * 10 and {a.model_version for a in out} == {1}
+    finally:
+        lab.gate.set()
+    assert eng.wait_for_refit(20)
+
+
+def test_a_provisional_flag_change_alone_is_revised(lab) -> None:
+    eng = make(min_seeds_per_class=2, max_buffered_docs=6, revision_chunk=100)
+    seed_topics(eng)                                              # 1 seed per class: policy not met
+    first = eng.process(docs(6)).assignments
+    assert triggers(eng) == {"buffer_full": 1} and all(a.provisional for a in first)
+    seed_topics(eng, per_topic=2)                                 # the same classes, 2 seeds each
+    eng.request_refit()
+    (chunk,) = drain(eng)
+    assert sorted({a.id for a in chunk}) == [f"d{i}" for i in range(6)] and len(chunk) == 12
+    assert not any(a.provisional for a in chunk) and all(a.label == topic_of(a.id) for a in chunk)
+
+
+def test_a_primary_change_alone_re_emits_the_new_primary_verdicts(lab) -> None:
+    eng = make(primary=None, algorithms=[SK, CK], revision_chunk=100)
+    seed_topics(eng, per_topic=2)
+    eng.process(docs(6))
+    assert eng.primary == SK, "equal held-out accuracy: the first algorithm stays"
+    eng._seed_checks[SK].extend([True, False] * 50)
+    eng._seed_checks[CK].extend([True] * 100)
+    eng.request_refit()
+    (chunk,) = drain(eng)
+    assert eng.primary == CK
+    assert sorted((a.id, a.algorithm, a.primary) for a in chunk) == [(f"d{i}", CK, True) for i in range(6)]
+
+
+def test_the_primary_chosen_after_the_probes_is_re_emitted_without_a_new_version(lab) -> None:
+    lab.wrong = {SK}
+    lab.probe_gate, lab.all_seeds = threading.Event(), 6
+    eng = make(primary=None, algorithms=[SK, CK], background_refit=True, revision_chunk=100)
+    seed_topics(eng, per_topic=2)
+    try:
+        out = eng.process(docs(6)).assignments
+        for _ in range(2000):
+            if eng.ready:
+                break
+            threading.Event().wait(0.01)
+        out += eng.process([]).assignments                         # the first models serve during the probes
+        assert eng.ready and eng.refitting and len(out) == 12 and {a.algorithm for a in out if a.primary} == {SK}
+        assert eng.process([]).revisions == []
+    finally:
+        lab.probe_gate.set()
+    assert eng.wait_for_refit(20) and eng.version == 1
+    (chunk,) = drain(eng)
+    assert eng.primary == CK
+    assert sorted((a.id, a.algorithm, a.primary, a.model_version) for a in chunk) == \
+        [(f"d{i}", CK, True, 1) for i in range(6)]
