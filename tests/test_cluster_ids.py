@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
+import jsonschema
 import numpy as np
 import pytest
 
@@ -14,6 +18,10 @@ from streamsemi.core.clusters import (
     match,
     match_rounds,
 )
+from streamsemi.core.datasets import load
+from streamsemi.core.messages import Document
+from streamsemi.engine import Engine, EngineConfig
+from streamsemi.service import checkpoint
 
 
 def membership(groups: dict[str, list[int]], prefix: str = "d") -> Membership:
@@ -120,6 +128,16 @@ def test_below_min_jaccard_no_match():
     assert m.renames["new-3"] == "new-0"  # 40 of 100 documents: Jaccard 0.4
 
 
+def test_jaccard_counts_every_document_of_both_clusters_not_only_those_in_discovered_clusters():
+    # new-3 had 35 documents; 34 of them went to a seeded class, 1 stays with 68 others in the new round's new-0:
+    # inside the discovered block the pair looks like the only candidate, its Jaccard is 1/103
+    prev = membership({"acq": range(0, 100), "new-3": range(100, 135)})
+    new = membership({"acq": [*range(0, 100), *range(100, 134)], "new-0": [134, *range(200, 268)]})
+    m = match_rounds(prev, new, next_id=4)
+    assert m.renames == {"new-0": "new-4"}
+    assert events(m)["new-3"] == ("merged_into", "acq")
+
+
 def test_the_counter_never_goes_below_an_id_in_use():
     prev = membership({"new-9": range(0, 10)})
     m = match_rounds(prev, membership({"new-0": range(50, 60)}), next_id=0)
@@ -151,3 +169,94 @@ def test_membership_members_are_most_central_first_and_bounded():
 def test_cluster_number_and_transition():
     assert cluster_number("new-12") == 12 and cluster_number("acq") is None and cluster_number("new-x") is None
     assert Transition("new-1", "born").target is None
+
+
+# ---------------------------------------------------------------- through the engine (ids in outputs, events, restarts)
+SEEDED = ("earn", "acq", "crude", "trade", "money-fx")
+SCHEMA = Path(__file__).resolve().parent.parent / "docs" / "schemas" / "cluster-event.schema.json"
+
+
+@pytest.fixture(scope="module")
+def r8():
+    ds = load("reuters-r8")
+    return ds, [int(i) for i in np.random.default_rng(0).permutation(len(ds))[:2400]]
+
+
+def engine_cfg(**kw) -> EngineConfig:
+    base = dict(algorithms=["constrained-kmeans"], n_new_clusters=3, background_refit=False, n_features=2**16,
+                window_max_docs=800, refit_every_docs=200, refit_growth=0, refit_idle_s=0, drift_detection=False,
+                min_docs_first_refit=200, min_seed_classes=5, min_seeds_per_class=1, first_fit_stable_seeds=0,
+                first_fit_max_wait_s=0, revisions="changed")
+    base.update(kw)
+    return EngineConfig(**base)
+
+
+def stream(eng: Engine, ds, idx, rounds: list, emitted: list) -> None:
+    """Process ``idx`` in batches of 50 with seeds for 1 in 3 documents of the seeded classes; record each round."""
+    for start in range(0, len(idx), 50):
+        batch = idx[start:start + 50]
+        res = eng.process([Document(id=f"r{i}", text=ds.texts[i]) for i in batch])
+        for i in batch:
+            if ds.labels[i] in SEEDED and i % 3 == 0:
+                eng.label(f"r{i}", [ds.labels[i]])
+        slot = eng.models.get("constrained-kmeans")
+        emitted.extend((slot.version if slot else 0, a) for a in res.assignments + res.revisions)
+        if slot is not None and (not rounds or rounds[-1][0] != slot.version):
+            rounds.append((slot.version, slot, eng.drain_cluster_events()))
+
+
+def test_engine_outputs_carry_stable_public_ids_and_events_follow_the_schema(r8, tmp_path):
+    ds, order = r8
+    eng = Engine(engine_cfg())
+    rounds: list = []
+    emitted: list = []
+    stream(eng, ds, order[:1600], rounds, emitted)
+    assert len(rounds) >= 5
+    validator = jsonschema.Draft202012Validator(json.loads(SCHEMA.read_text()))
+    gone: set[str] = set()
+    for k, (version, slot, evs) in enumerate(rounds):
+        public = {str(c) for c in slot.classes}
+        assert slot.new_clusters <= public and set(slot.explain) <= public
+        assert all(raw != pub for raw, pub in slot.renamed.items())
+        for ev in evs:
+            validator.validate(ev)
+            assert ev["model_version"] == version and ev["algorithm"] == "constrained-kmeans"
+        current = {ev["cluster"] for ev in evs if ev["event"] not in ("merged_into", "retired")}
+        assert current == public, "one event per cluster and class of the round"
+        assert not (current & gone), f"round {version}: an id came back after it was retired: {current & gone}"
+        gone |= {ev["cluster"] for ev in evs if ev["event"] in ("merged_into", "retired")}
+        for ev in evs:
+            if ev["event"] == "continued" and k:
+                assert ev["cluster"] in {str(c) for c in rounds[k - 1][1].classes}
+        if k == 0:
+            assert {ev["event"] for ev in evs} == {"born"}
+    last = eng._memberships["constrained-kmeans"]
+    sizes = dict(zip(last.names, last.sizes().tolist(), strict=True))
+    for ev in rounds[-1][2]:
+        assert ev["size"] == (0 if ev["event"] in ("merged_into", "retired") else sizes[ev["cluster"]])
+        assert all(ex["id"] in set(last.ids) for ex in ev["examples"])
+    assert sum(ev["size"] for ev in rounds[-1][2]) == len(last.ids) == 800
+    for _, a in emitted:  # every output names the public ids of the model that assigned it
+        slot = next(s for v, s, _ in rounds if v == a.model_version)
+        assert a.cluster in {str(c) for c in slot.classes} and a.new_cluster == a.cluster.startswith("new-")
+        assert a.explain == slot.explain.get(a.cluster, [])
+    used = {int(c[4:]) for _, s, _ in rounds for c in s.new_clusters}
+    assert used and eng.export_state().cluster_ids["constrained-kmeans"] == max(used | {int(g[4:]) for g in gone}) + 1
+
+    # a restart from a checkpoint keeps the counter and matches the next round against the restored model
+    checkpoint.save(eng, tmp_path)
+    again = Engine(engine_cfg())
+    checkpoint.restore(again, tmp_path)
+    restored = again.models["constrained-kmeans"]
+    assert [str(c) for c in restored.classes] == [str(c) for c in eng.models["constrained-kmeans"].classes]
+    assert again.export_state().cluster_ids == eng.export_state().cluster_ids
+    counter = eng.export_state().cluster_ids["constrained-kmeans"]
+    before = set(restored.new_clusters)
+    more: list = []
+    stream(again, ds, order[1600:1800], more, [])
+    after = set(more[-1][1].new_clusters)
+    assert all(int(c[4:]) >= counter for c in after - before), "ids never reused"
+    # the same round without the restart names the same clusters the same way
+    same: list = []
+    stream(eng, ds, order[1600:1800], same, [])
+    assert more[-1][0] == same[-1][0] and after == set(same[-1][1].new_clusters)

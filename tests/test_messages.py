@@ -161,7 +161,7 @@ def test_parsers_never_raise_on_arbitrary_json_objects(obj):
         assert doc.reason in REASONS
     ctl = parse_control(raw)
     if isinstance(ctl, ControlMessage):
-        assert obj["op"] in ("label", "unlabel", "refit")
+        assert obj["op"] in ("label", "unlabel", "refit", "name")
     else:
         assert ctl.reason in REASONS
 

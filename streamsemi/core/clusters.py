@@ -130,12 +130,17 @@ def jaccard(counts: np.ndarray) -> np.ndarray:
     return np.divide(counts, union, out=np.zeros_like(counts), where=union > 0)
 
 
-def match(counts: np.ndarray, min_jaccard: float) -> list[tuple[int, int]]:
-    """One-to-one (row, column) pairs maximising the shared documents among pairs with Jaccard >= ``min_jaccard``."""
+def match(counts: np.ndarray, min_jaccard: float, similarity: np.ndarray | None = None) -> list[tuple[int, int]]:
+    """One-to-one (row, column) pairs maximising the shared documents among pairs with Jaccard >= ``min_jaccard``.
+
+    ``similarity``: the pairs' Jaccard similarity when ``counts`` is a block of a larger
+    table (whose row and column sums are the clusters' sizes); default ``jaccard(counts)``.
+    """
     counts = np.asarray(counts)
     if counts.size == 0:
         return []
-    weight = np.where(jaccard(counts) >= min_jaccard, counts, 0)
+    sim = jaccard(counts) if similarity is None else np.asarray(similarity)
+    weight = np.where(sim >= min_jaccard, counts, 0)
     rows, cols = linear_sum_assignment(weight, maximize=True)
     return [(int(r), int(c)) for r, c in zip(rows, cols, strict=True) if weight[r, c] > 0]
 
@@ -209,7 +214,8 @@ def match_rounds(prev: Membership | None, new: Membership, next_id: int, min_jac
     counts = contingency(prev.codes[pi], new.codes[ni], len(prev.names), len(names))
     prev_sizes, new_sizes = counts.sum(axis=1), counts.sum(axis=0)
     prev_k = [i for i, n in enumerate(prev.names) if is_new(n)]
-    pairs = match(counts[np.ix_(prev_k, new_k)], min_jaccard) if prev_k and new_k else []
+    block = np.ix_(prev_k, new_k)
+    pairs = match(counts[block], min_jaccard, jaccard(counts)[block]) if prev_k and new_k else []
     matched_new = {new_k[c]: prev_k[r] for r, c in pairs}
     matched_prev = set(matched_new.values())
     for k in new_k:

@@ -20,6 +20,7 @@ from typing import Any
 REASONS = (
     "invalid_json", "invalid_utf8", "missing_field", "wrong_type", "empty_text", "oversize",
     "no_terms", "unknown_op", "invalid_label", "label_expired", "pending_overflow", "processing_error",
+    "unknown_cluster", "retired_cluster",
 )
 
 DEFAULT_LABEL_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_ .:/&+-]{0,63}$"
@@ -57,11 +58,13 @@ class Document:
 
 @dataclass
 class ControlMessage:
-    """``label`` / ``unlabel`` / ``refit`` operations from the control topic.
+    """``label`` / ``unlabel`` / ``refit`` / ``name`` operations from the control topic.
 
     ``label_offset`` is set on seed messages re-emitted by a worker once the
     labeled document's text was known (``origin == "resolved"``): it is the
-    control-topic offset of the label operation they complete.
+    control-topic offset of the label operation they complete (of the ``name``
+    operation for ``origin == "cluster"``). ``name`` carries ``cluster``, the label in
+    ``labels`` (one) and an optional ``algorithm``.
     """
 
     op: str
@@ -71,6 +74,8 @@ class ControlMessage:
     origin: str | None = None
     label_offset: int | None = None
     source: Any = None
+    cluster: str | None = None
+    algorithm: str | None = None
 
 
 @dataclass
@@ -240,8 +245,10 @@ def parse_control(raw: bytes | str | None, limits: Limits = Limits()) -> Control
         return Rejected("wrong_type", "'op' must be a string")
     if op == "refit":
         return ControlMessage(op="refit")
+    if op == "name":
+        return _parse_name(obj, limits)
     if op not in ("label", "unlabel"):
-        return Rejected("unknown_op", f"unknown op {op[:40]!r}; expected label, unlabel or refit")
+        return Rejected("unknown_op", f"unknown op {op[:40]!r}; expected label, unlabel, refit or name")
     doc_id = _check_id(obj, limits)
     if isinstance(doc_id, Rejected):
         return doc_id
@@ -269,6 +276,25 @@ def parse_control(raw: bytes | str | None, limits: Limits = Limits()) -> Control
         return Rejected("wrong_type", "'label_offset' must be a Kafka offset (an integer 0..2**63-1)")
     return ControlMessage(op="label", id=doc_id, labels=labels, text=text, origin=origin,
                           label_offset=label_offset)
+
+
+def _parse_name(obj: dict, limits: Limits) -> ControlMessage | Rejected:
+    """``{"op": "name", "cluster": "new-N", "label": str, "algorithm"?: str}``: a discovered cluster becomes a class."""
+    for key in ("cluster", "label"):
+        if key not in obj:
+            return Rejected("missing_field", f"'{key}' is required for op 'name'")
+        if not isinstance(obj[key], str):
+            return Rejected("wrong_type", f"'{key}' must be a string, got {type(obj[key]).__name__}")
+    cluster = obj["cluster"]
+    if not re.fullmatch(r"new-\d{1,9}", cluster):
+        return Rejected("unknown_cluster", f"'cluster' must be a discovered cluster id new-N, got {cluster[:80]!r}")
+    labels = validate_labels([obj["label"]], limits)
+    if isinstance(labels, Rejected):
+        return labels
+    algorithm = obj.get("algorithm")
+    if algorithm is not None and (not isinstance(algorithm, str) or not 0 < len(algorithm) <= 100):
+        return Rejected("wrong_type", "'algorithm' must be an algorithm name (a string of 1..100 characters)")
+    return ControlMessage(op="name", labels=labels, cluster=cluster, algorithm=algorithm)
 
 
 def _raw_bytes(raw: Any) -> bytes | None:

@@ -369,7 +369,7 @@ def encode(g: EngineState, offsets: list[list[Any]] | None = None) -> Capture:
     pending = [[k, list(labels), expires, off] for k, labels, expires, off in g.pending]
     last_ops = [[k, off, op] for k, off, op in g.last_ops]
     files["engine.json"] = _json_bytes({"version": g.version, "refit_count": g.refit_count,
-                                        "docs_since_refit": g.docs_since_refit,
+                                        "docs_since_refit": g.docs_since_refit, "cluster_ids": g.cluster_ids,
                                         "seed_labels": [list(lb) for _, lb, _ in g.seeds],
                                         "pending": pending, "last_ops": last_ops,
                                         "offsets": [list(o) for o in offsets or []]})
@@ -424,7 +424,7 @@ def encode_models(models: dict[str, Any]) -> tuple[dict[str, bytes], list[dict[s
             "version": slot.version, "fitted_at": slot.fitted_at, "fallback": slot.fallback,
             "n_train": slot.n_train, "multilabel": slot.multilabel,
             "new_clusters": sorted(slot.new_clusters), "explain": slot.explain,
-            "classes": [str(c) for c in slot.classes],
+            "classes": [str(c) for c in slot.classes], "renamed": slot.renamed,
         })
     return files, models_meta, skipped
 
@@ -728,10 +728,15 @@ def _decode_models(config: Any, loaded: Loaded, report: RestoreReport) -> dict[s
                 arrays = _load_npz(loaded.files[f"{key}.npz"])
                 cache[key] = restore_estimator(_json(loaded.files, f"{key}.json"), arrays, meta["registry"])
             est = cache[key]
-            slot = ModelSlot(est, meta["version"], float(meta["fitted_at"]), np.asarray(est.classes_),
+            renamed = meta.get("renamed") or {}  # raw cluster name -> public id (streamsemi.core.clusters)
+            if not (isinstance(renamed, dict) and all(isinstance(v, str) for v in renamed.values())):
+                raise CheckpointError("'renamed' must map cluster names to ids")
+            classes = (np.asarray([renamed.get(str(c), str(c)) for c in est.classes_], dtype=object) if renamed
+                       else np.asarray(est.classes_))
+            slot = ModelSlot(est, meta["version"], float(meta["fitted_at"]), classes,
                              frozenset(meta.get("new_clusters", [])), meta["multilabel"],
                              {k: list(v) for k, v in (meta.get("explain") or {}).items()},
-                             fallback=meta.get("fallback", False), n_train=meta.get("n_train", 0))
+                             fallback=meta.get("fallback", False), n_train=meta.get("n_train", 0), renamed=renamed)
             if [str(c) for c in slot.classes] != meta.get("classes", []):
                 raise CheckpointError("restored classes differ from the manifest")
         except Exception as exc:  # noqa: BLE001 - one unrestorable model is rebuilt by the next refit
@@ -771,6 +776,9 @@ def _engine_json(state: Any) -> dict[str, Any]:
     _require(isinstance(last_ops, list) and all(
         isinstance(x, list) and len(x) == 3 and isinstance(x[0], str) and _is_int(x[1]) and x[2] in ("label", "unlabel")
         for x in last_ops), w, "'last_ops' must be a list of [id, offset, 'label' | 'unlabel']", last_ops)
+    cluster_ids = state.get("cluster_ids", {})
+    _require(isinstance(cluster_ids, dict) and all(_is_int(v) and v >= 0 for v in cluster_ids.values()), w,
+             "'cluster_ids' must map algorithms to non-negative integers", cluster_ids)
     offsets = state.get("offsets", [])
     _require(isinstance(offsets, list) and all(
         isinstance(x, list) and len(x) == 3 and isinstance(x[0], str) and _is_int(x[1]) and _is_int(x[2])
@@ -826,6 +834,7 @@ def decode(config: Any, loaded: Loaded, report: RestoreReport) -> EngineState:
         last_ops=[(k, off, op) for k, off, op in state["last_ops"]],
         version=state["version"], refit_count=state["refit_count"], docs_since_refit=state.get("docs_since_refit", 0),
         models=models, n_features=config.n_features, stop_words=config.stop_words, sketch=sketch,
+        cluster_ids=dict(state.get("cluster_ids", {})),
     )
 
 

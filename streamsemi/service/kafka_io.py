@@ -152,6 +152,7 @@ class ControlReader(threading.Thread):
         self.on_error = on_error
         self.on_reset = on_reset
         self.consumer: KafkaConsumer | None = None
+        self.replay_end: dict[int, int] | None = None  # end offsets at start: records below were there before it
         self.lag = 0  # control records known to wait unread on the broker (after the last poll)
 
     def run(self) -> None:
@@ -159,6 +160,8 @@ class ControlReader(threading.Thread):
             try:
                 self.consumer = make_reader(self.settings, client_id="streamsemi-control", allow_auto_create_topics=False)
                 tps = assign_all(self.consumer, self.settings.control_topic)
+                if self.replay_end is None:
+                    self.replay_end = {tp.partition: int(off) for tp, off in self.consumer.end_offsets(tps).items()}
                 high: dict[TopicPartition, int] = {}
                 while not self.stop_event.is_set():
                     batch = self.consumer.poll(timeout_ms=500, max_records=2000)
@@ -198,6 +201,11 @@ class ControlReader(threading.Thread):
     def backlog(self) -> int:
         """Control records not applied yet: unread on the broker plus read and queued."""
         return self.lag + self.queue.qsize()
+
+    def replayed(self, partition: int, offset: int) -> bool:
+        """The record was on the control topic before this reader started (history read again at start)."""
+        ends = self.replay_end
+        return ends is not None and offset < ends.get(partition, 0)
 
     def _lost_log(self, tps: list[TopicPartition], high: dict[TopicPartition, int]) -> bool:
         """Detect a broker that lost the topic's log (restarted empty) and replay it from the beginning.
