@@ -264,3 +264,47 @@ def test_with_a_token_every_request_needs_it_and_login_sets_a_strict_cookie(cons
         assert code == 200 and "Recent seeds" in page
         # a token is no CSRF token: posts still need the form's
         assert _request(s.url("/refit"), {"next": "/"}, opener=opener)[0] == 403
+
+
+# ---------------------------------------------------------------- the reader thread on the real broker
+def test_reader_backfills_the_streams_and_adopts_a_topic_created_later(broker):
+    from kafka_utils import producer, send_json, wait_until
+
+    from streamsemi.console.reader import TopicReader
+    from streamsemi.service.config import resolve
+    from streamsemi.service.kafka_io import ensure_topics
+
+    topics = Topics()
+    topics.create(broker.bootstrap)
+    settings = resolve({"bootstrap_servers": broker.bootstrap, "documents_topic": topics.documents,
+                        "control_topic": topics.control, "assignments_topic": topics.assignments,
+                        "deadletter_topic": topics.deadletter, "labels_topic": topics.labels,
+                        "suggestions_topic": f"{topics.prefix}.suggestions",
+                        "clusters_topic": f"{topics.prefix}.clusters"})
+    p = producer(broker.bootstrap)
+    for i in range(60):  # before the console starts: only the last `backfill` per partition are read
+        send_json(p, topics.documents, {"id": f"old{i}", "text": f"old text {i}"}, key=f"old{i}")
+    send_json(p, topics.control, {"op": "label", "id": "old0", "labels": ["grain"]}, key="old0")
+    p.flush()
+    state = ConsoleState()
+    reader = TopicReader(settings, state, backfill=4, rescan_s=0.5)
+    reader.start()
+    try:
+        assert wait_until(lambda: state.counts.read["control"] == 1, 30), "tables are read from the beginning"
+        assert wait_until(lambda: len(state.texts) == 4 * settings.topic_partitions, 30), len(state.texts)
+        assert all(str(k).startswith("old") for k, _ in state.texts.items())
+        assert settings.suggestions_topic not in reader.assigned
+        # the suggestions topic appears (a worker that publishes them starts): it is adopted and read
+        ensure_topics(settings, [settings.suggestions_topic])
+        send_json(p, settings.suggestions_topic, {"id": "old7", "snippet": "<b>x</b>", "label": "grain",
+                                                  "scores": {"grain": 0.5}, "reason": "uncertain", "priority": 0.5,
+                                                  "rank": 0}, key="old7")
+        send_json(p, topics.documents, {"id": "new1", "text": "fresh"}, key="new1")
+        p.flush()
+        assert wait_until(lambda: "old7" in state.suggestions and "new1" in state.texts, 30)
+        assert state.queue()[1] == "suggestions" and state.queue()[0][0]["snippet"] == "<b>x</b>"
+        assert state.counts.read["documents"] == 4 * settings.topic_partitions + 1, "no record read twice"
+    finally:
+        reader.stop()
+        reader.join(10)
+    assert not reader.is_alive() and reader.errors == 0

@@ -65,6 +65,10 @@ class TopicReader(threading.Thread):
         self.caught_up = threading.Event()
         self.assigned: set[str] = set()
         self.errors = 0
+        # stream partitions whose first fetch is checked against the high watermark: a broker whose
+        # ListOffsets answer is behind its log (the embedded Tansu reports one past the last batch's
+        # base) would otherwise make the console replay the whole stream
+        self._check_backfill: set[TopicPartition] = set()
 
     def _assign_new(self, consumer: Any) -> None:
         present = consumer.topics()
@@ -85,6 +89,7 @@ class TopicReader(threading.Thread):
                 consumer.seek(tp, starts[tp])
             else:
                 consumer.seek(tp, max(starts[tp], ends[tp] - self.backfill))
+                self._check_backfill.add(tp)
         self.assigned.update(new)
         event(log, "console_topics_assigned", topics=sorted(new))
 
@@ -94,6 +99,7 @@ class TopicReader(threading.Thread):
             try:
                 consumer = make_reader(self.settings, client_id="streamsemi-console", allow_auto_create_topics=False)
                 self.assigned.clear()
+                self._check_backfill.clear()
                 last_scan = 0.0
                 while not self.stop_event.is_set():
                     if time.monotonic() - last_scan >= self.rescan_s and len(self.assigned) < len(self.kinds):
@@ -105,6 +111,12 @@ class TopicReader(threading.Thread):
                     batch = consumer.poll(timeout_ms=300, max_records=5000)
                     for tp, records in batch.items():
                         kind = self.kinds[tp.topic]
+                        if tp in self._check_backfill:
+                            self._check_backfill.discard(tp)
+                            hw = consumer.highwater(tp)
+                            if hw is not None and records and records[0].offset < hw - self.backfill:
+                                consumer.seek(tp, hw - self.backfill)
+                                continue
                         for r in records:
                             self.state.ingest(kind, r.key, r.value, tp.partition, r.offset, r.timestamp)
                     if not batch and not self.caught_up.is_set():

@@ -27,6 +27,9 @@ SNIPPET_CHARS = 400
 ENTRY_OVERHEAD = 200
 #: documents/s is measured over this many seconds of assignment timestamps
 RATE_WINDOW_S = 30.0
+#: algorithms tracked by name (the topics are untrusted: a flood of made-up names stays bounded)
+MAX_ALGORITHMS = 64
+MAX_NAME_CHARS = 100
 
 
 class BoundedTable:
@@ -231,8 +234,9 @@ class ConsoleState:
         if m is None or not isinstance(m.get("id"), str) or not isinstance(m.get("algorithm"), str):
             return False
         s = self._summary(m)
-        alg = s["algorithm"]
-        self.model_version[alg] = max(self.model_version.get(alg, 0), s["model_version"])
+        alg = s["algorithm"][:MAX_NAME_CHARS]
+        if alg in self.model_version or len(self.model_version) < MAX_ALGORITHMS:
+            self.model_version[alg] = max(self.model_version.get(alg, 0), s["model_version"])
         if s["primary"]:
             self.primary_algorithm = alg
             if s["revision"] == 0:
