@@ -83,6 +83,25 @@ class Telemetry:
         self.last_checkpoint = Gauge("streamsemi_last_checkpoint_timestamp_seconds", "Time of the last checkpoint written",
                                      registry=r)
         self.checkpoint_bytes = Gauge("streamsemi_checkpoint_bytes", "Size of the last checkpoint written", registry=r)
+        # roles (streamsemi.service.roles, docs/scaling.md); set only by refit- and assign-role processes
+        self.serving_model_version = Gauge(
+            "streamsemi_serving_model_version",
+            "Model version served (assign), last published (refit leader) or adopted (refit standby)",
+            ["role", "worker", "stream"], registry=r)
+        self.refit_leader = Gauge("streamsemi_refit_leader", "1 on the refitter elected to fit and publish, else 0",
+                                  ["worker"], registry=r)
+        self.models_published = Counter("streamsemi_models_published", "Model versions published to the models topic",
+                                        ["stream"], registry=r)
+        self.model_publication_bytes = Gauge("streamsemi_model_publication_bytes", "Size of the last model publication",
+                                             ["stream"], registry=r)
+        self.model_publication_seconds = Gauge("streamsemi_model_publication_seconds",
+                                               "Time to encode and send the last model publication", ["stream"],
+                                               registry=r)
+        self.model_swaps = Counter("streamsemi_model_swaps", "Newer published models taken into use", ["stream"],
+                                   registry=r)
+        self.model_publications_rejected = Counter("streamsemi_model_publications_rejected",
+                                                   "Model publications refused by the reader, by reason", ["reason"],
+                                                   registry=r)
 
     def class_label(self, name: str | None, new_cluster: bool = False) -> str:
         """Bounded label value for a class name."""

@@ -31,7 +31,6 @@ from typing import Any
 from kafka import ConsumerRebalanceListener, KafkaAdminClient, KafkaConsumer, TopicPartition
 from kafka.admin import NewTopic
 from kafka.errors import KafkaError, TopicAlreadyExistsError
-from prometheus_client import Counter, Gauge
 
 from streamsemi.core.logs import event
 from streamsemi.core.messages import (
@@ -110,7 +109,7 @@ def ensure_role_topics(settings: Settings, timeout_s: float = 30.0) -> list[str]
 
 
 class RoleMetrics:
-    """Metrics of the roles, on the process's registry.
+    """The role metrics of :class:`~streamsemi.core.telemetry.Telemetry` for one process (role, worker name).
 
     ``streamsemi_serving_model_version{role, worker, stream}``: the model version an
     assigner serves, or the version a refitter published last (standbys: adopted);
@@ -118,22 +117,15 @@ class RoleMetrics:
     """
 
     def __init__(self, telemetry: Telemetry, role: str, worker: str) -> None:
-        r = telemetry.registry
+        t = telemetry
         self.role, self.worker = role, worker
-        self.version = Gauge("streamsemi_serving_model_version",
-                             "Model version served (assign) or last published (refit leader) / adopted (standby)",
-                             ["role", "worker", "stream"], registry=r)
-        self.leader = Gauge("streamsemi_refit_leader", "1 on the refitter elected to fit and publish, else 0",
-                            ["worker"], registry=r)
-        self.published = Counter("streamsemi_models_published", "Model versions published to the models topic",
-                                 ["stream"], registry=r)
-        self.publish_bytes = Gauge("streamsemi_model_publication_bytes", "Size of the last model publication",
-                                   ["stream"], registry=r)
-        self.publish_seconds = Gauge("streamsemi_model_publication_seconds",
-                                     "Time to encode and send the last model publication", ["stream"], registry=r)
-        self.swaps = Counter("streamsemi_model_swaps", "Newer published models taken into use", ["stream"], registry=r)
-        self.rejected = Counter("streamsemi_model_publications_rejected",
-                                "Model publications refused by the reader, by reason", ["reason"], registry=r)
+        self.version = t.serving_model_version
+        self.leader = t.refit_leader
+        self.published = t.models_published
+        self.publish_bytes = t.model_publication_bytes
+        self.publish_seconds = t.model_publication_seconds
+        self.swaps = t.model_swaps
+        self.rejected = t.model_publications_rejected
         self.version.labels(role, worker, DEFAULT_STREAM).set(0)
         if role == "refit":
             self.leader.labels(worker).set(0)
