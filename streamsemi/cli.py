@@ -168,6 +168,14 @@ def cmd_refit(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_name(args: argparse.Namespace) -> int:
+    msg = {"op": "name", "cluster": args.cluster, "label": args.label}
+    if args.algorithm:
+        msg["algorithm"] = args.algorithm
+    _send_control(_client_settings(args), [msg])
+    return 0
+
+
 def cmd_tail(args: argparse.Namespace) -> int:
     from streamsemi.service.kafka_io import assign_all, make_reader
 
@@ -286,6 +294,13 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("refit", help="ask the workers to refit now")
     _add_client_flags(p)
     p.set_defaults(func=cmd_refit)
+
+    p = sub.add_parser("name", help="turn a discovered cluster into a class: its most central documents become seeds")
+    _add_client_flags(p)
+    p.add_argument("cluster", help="a discovered cluster id, new-N (see the clusters topic)")
+    p.add_argument("label", help="the class name (an existing class gets the documents added)")
+    p.add_argument("--algorithm", default=None, help="whose cluster (default: the primary algorithm)")
+    p.set_defaults(func=cmd_name)
 
     p = sub.add_parser("tail", help="print the output topic from the beginning, one JSON object per line")
     _add_client_flags(p)

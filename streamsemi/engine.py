@@ -47,6 +47,7 @@ from river.drift import ADWIN
 
 from streamsemi.algorithms import MULTILABEL, build_estimator
 from streamsemi.core import suggestions as sg
+from streamsemi.core.clusters import Membership, Transition, cluster_number, match_rounds
 from streamsemi.core.features import TextFeaturizer
 from streamsemi.core.logs import event
 from streamsemi.core.messages import Document, Rejected
@@ -90,6 +91,9 @@ PRIMARY_HYSTERESIS = 0.02    # a challenger must beat the primary's held-out see
 PRIMARY_KFOLD = 3            # folds over the seeds while prequential checks are too few
 PRIMARY_KFOLD_MAX_DOCS = 5000  # k-fold only on snapshots up to this size (early rounds; cost k extra fits)
 FLUSH_CHUNK = 1000           # buffered documents assigned per process() call (the polling thread stays responsive)
+CLUSTER_EXAMPLES = 5          # lifecycle events: examples per cluster
+CLUSTER_TOP_WORDS = 10        # lifecycle events: top words per cluster
+SNIPPET_CHARS = 160           # lifecycle events: characters of an example's text
 BACKLOG_HOLD_MAX_S = 30.0    # longest a backlog waits for the refit fitted on it (see Engine.holding_backlog)
 
 
@@ -131,6 +135,8 @@ class EngineConfig:
     drift_detection: bool = True
     drift_delta: float = 0.002
     explain_words: int = 8
+    cluster_match_min_jaccard: float = 0.3
+    name_max_seeds: int = 20
     suggestions_top_n: int = 50
     random_state: int = 0
     background_refit: bool = True
@@ -166,6 +172,7 @@ class EngineConfig:
             revision_chunk=s.revision_chunk,
             min_refit_interval_s=s.min_refit_interval_s, drift_detection=s.drift_detection,
             drift_delta=s.drift_delta, explain_words=s.explain_words, random_state=s.random_state,
+            cluster_match_min_jaccard=s.cluster_match_min_jaccard, name_max_seeds=s.name_max_seeds,
             suggestions_top_n=s.suggestions_top_n,
             background_refit=True,
         )
@@ -218,6 +225,7 @@ class ModelSlot:
     fallback: bool = False
     n_train: int = 0
     provisional: bool = False
+    renamed: dict[str, str] = field(default_factory=dict)  # raw cluster name -> public id (core/clusters.py)
 
 
 @dataclass
@@ -228,6 +236,7 @@ class ResolvedSeed:
     labels: tuple[str, ...]
     text: str
     label_offset: int | None
+    origin: str = "resolved"  # "cluster": a member of a cluster named by op 'name'
 
 
 @dataclass
@@ -282,6 +291,7 @@ class EngineState:
     stop_words : str or None
     sketch : WordSketch
     sketch_lock : lock guarding ``sketch`` while the engine runs (None for a restored state)
+    cluster_ids : dict of algorithm name -> the first discovered-cluster id never used (``new-N``)
     """
 
     window: list[tuple[str, float, Row, str | None]]
@@ -296,6 +306,7 @@ class EngineState:
     stop_words: str | None
     sketch: Any
     sketch_lock: Any = None
+    cluster_ids: dict[str, int] = field(default_factory=dict)
 
     def sketch_dict(self) -> dict[str, Any]:
         """The word sketch as JSON-able data (:meth:`WordSketch.to_dict`), read under its lock."""
@@ -303,6 +314,18 @@ class EngineState:
             return self.sketch.to_dict()
         with self.sketch_lock:
             return self.sketch.to_dict()
+
+
+@dataclass
+class _ClusterRound:
+    """One algorithm's refit round as seen by the cluster tracker (turned into lifecycle events on the polling thread)."""
+
+    algorithm: str
+    version: int
+    transitions: list[Transition]
+    membership: Membership
+    explain: dict[str, list[str]]
+    prev_explain: dict[str, list[str]]
 
 
 @dataclass
@@ -379,6 +402,11 @@ class Engine:
         self._judged_models: dict[str, ModelSlot] | None = None
         self._pass_ids: deque[str] = deque()
         self.revisions_sent = 0
+        # stable cluster ids (core/clusters.py): per algorithm, the latest round's membership of the window
+        # (bounded by window_max_docs), the id counter, and rounds whose lifecycle events are not drained yet
+        self._memberships: dict[str, Membership] = {}
+        self._next_cluster_id: dict[str, int] = {}
+        self._cluster_rounds: deque[_ClusterRound] = deque(maxlen=2 * len(config.algorithms))
         # label suggestions (core/suggestions.py): ranked on the refit thread, published by the polling thread
         self.suggestion_board = sg.SuggestionBoard(config.suggestions_top_n)
         self.last_suggestion_seconds = 0.0
@@ -483,6 +511,9 @@ class Engine:
                 labels = held.labels
         else:
             self._note_op(doc_id, offset, "label")
+            seed = self.seeds.get(doc_id) if origin == "cluster" else None
+            if seed is not None and tuple(seed.labels) == labels:
+                return []  # a named cluster's seed this worker made already, read back from the control topic
         row = self._vectorize_one(text) if text else None
         if text and row is None:
             return [({"op": "label", "id": doc_id, "labels": list(labels)},
@@ -1126,6 +1157,7 @@ class Engine:
             self.telemetry.new_clusters.labels(name).set(len(slot.new_clusters))
             self.last_refit_error.pop(name, None)
             old = new_models.get(name)
+            slot = self._track_clusters(name, slot, snap, old)
             if old is not None:
                 try:
                     agree = self._agreement(old, slot, snap)
@@ -1245,6 +1277,120 @@ class Engine:
         """The suggestions published last, rank 0 first (for the worker's ``/suggestions``)."""
         return sorted(self.suggestion_board.published.values(), key=lambda m: m["rank"])
 
+    # ------------------------------------------------------------------ clusters (core/clusters.py, docs/clusters.md)
+    def _track_clusters(self, name: str, slot: ModelSlot, snap: _Snapshot, old: ModelSlot | None) -> ModelSlot:
+        """The new model with public cluster ids, matched to the previous round's on the window; the round recorded.
+
+        The new model's verdicts on the snapshot's window documents are matched to the
+        previous round's (:func:`streamsemi.core.clusters.match_rounds`; after a restart,
+        to the restored model's verdicts on the same documents); the returned slot's
+        classes, discovered clusters and explanations carry the public ids, so every
+        assignment, revision and explanation uses them. Best effort: a failure is logged
+        and the model keeps its raw names.
+        """
+        try:
+            n = snap.n_window
+            ids, X = snap.doc_ids[:n], snap.X[:n]
+            new = Membership.from_proba(ids, slot.model.predict_proba(X), [str(c) for c in slot.classes])
+            prev = self._memberships.get(name)
+            if prev is None and old is not None and not old.fallback and n:
+                prev = Membership.from_proba(ids, old.model.predict_proba(X), [str(c) for c in old.classes])
+            m = match_rounds(prev, new, self._next_cluster_id.get(name, 0), self.config.cluster_match_min_jaccard)
+        except Exception as exc:  # noqa: BLE001 - ids are bookkeeping: never break a refit
+            event(log, "cluster_tracking_failed", logging.WARNING, algorithm=name, version=snap.version,
+                  error=f"{type(exc).__name__}: {exc}")
+            return slot
+        renames = {raw: public for raw, public in m.renames.items() if raw != public}
+        if renames:
+            slot = replace(slot, classes=np.asarray([renames.get(str(c), str(c)) for c in slot.classes], dtype=object),
+                           new_clusters=frozenset(renames.get(c, c) for c in slot.new_clusters),
+                           explain={renames.get(k, k): v for k, v in slot.explain.items()}, renamed=renames)
+        membership = new.renamed(m.renames)
+        self._memberships = {**self._memberships, name: membership}
+        self._next_cluster_id = {**self._next_cluster_id, name: m.next_id}
+        self._cluster_rounds.append(_ClusterRound(name, snap.version, m.transitions, membership, slot.explain,
+                                                  old.explain if old is not None else {}))
+        changed = [t for t in m.transitions if t.event != "continued"]
+        if changed:
+            event(log, "clusters_changed", algorithm=name, version=snap.version,
+                  transitions=[[t.cluster, t.event, t.target] for t in changed[:50]])
+        return slot
+
+    def drain_cluster_events(self) -> list[dict[str, Any]]:
+        """Lifecycle events of the refit rounds since the last call (docs/schemas/cluster-event.schema.json).
+
+        One per algorithm and cluster or class of each round, and per cluster that is
+        gone; examples are the most central members still in the window with text.
+        """
+        out: list[dict[str, Any]] = []
+        now = self.clock()
+        while self._cluster_rounds:
+            r = self._cluster_rounds.popleft()
+            sizes = r.membership.sizes()
+            index = {c: k for k, c in enumerate(r.membership.names)}
+            for t in r.transitions:
+                gone = t.event in ("merged_into", "retired")
+                examples: list[dict[str, str]] = []
+                if not gone:
+                    for doc_id, _ in r.membership.members(t.cluster, limit=4 * CLUSTER_EXAMPLES):
+                        entry = self.window.get(doc_id)
+                        if entry is not None and entry.text:
+                            examples.append({"id": doc_id, "snippet": " ".join(entry.text[:4 * SNIPPET_CHARS].split())[:SNIPPET_CHARS]})
+                            if len(examples) == CLUSTER_EXAMPLES:
+                                break
+                k = index.get(t.cluster)
+                out.append({"algorithm": r.algorithm, "cluster": t.cluster, "event": t.event, "target": t.target,
+                            "model_version": r.version, "size": 0 if gone or k is None else int(sizes[k]),
+                            "top_words": list((r.prev_explain if gone else r.explain).get(t.cluster, []))[:CLUSTER_TOP_WORDS],
+                            "examples": examples, "ts": now})
+        return out
+
+    def name_cluster(self, cluster: str, label: str, algorithm: str | None = None,
+                     offset: int | None = None) -> list[tuple[dict, Rejected]]:
+        """Turn a discovered cluster into the class ``label``: its most central members become seeds.
+
+        At most ``name_max_seeds`` members still in the window (not seeds already), most
+        central first, become seeds of ``label`` (an existing class gets them added); they
+        are re-emitted on the control topic with their texts (``origin: "cluster"``,
+        :meth:`drain_resolved`) so that restarted and other workers rebuild the same
+        seeds, and a refit is requested. ``algorithm`` defaults to the primary. Returns
+        ``(op, rejection)`` pairs for the dead-letter topic: ``unknown_cluster`` (no such
+        algorithm, model or cluster), ``retired_cluster`` (an id that was merged or
+        retired), ``invalid_label`` (over ``max_classes``).
+        """
+        self.telemetry.control.labels("name").inc()
+        name = algorithm or self.primary
+        op = {"op": "name", "algorithm": name, "cluster": cluster, "label": label}
+        if name not in self._alg_index:
+            return [(op, Rejected("unknown_cluster", f"algorithm {name[:80]!r} is not enabled "
+                                                     f"(enabled: {', '.join(self.config.algorithms)})"))]
+        slot, membership = self.models.get(name), self._memberships.get(name)
+        if slot is None or membership is None:
+            return [(op, Rejected("unknown_cluster", f"{name} has no model with clusters yet"))]
+        if cluster not in slot.new_clusters:
+            number = cluster_number(cluster)
+            if number is not None and number < self._next_cluster_id.get(name, 0):
+                return [(op, Rejected("retired_cluster", f"{cluster} of {name} was merged or retired "
+                                                         "(see the clusters topic); name one of its current clusters"))]
+            current = ", ".join(sorted(slot.new_clusters)[:20]) or "none"
+            return [(op, Rejected("unknown_cluster", f"{name} has no discovered cluster {cluster[:80]!r} "
+                                                     f"(current: {current})"))]
+        over = self._over_max_classes(cluster, (label,), self.pending.class_counts())
+        if over:
+            return [(op, over[0][1])]
+        members = [doc_id for doc_id, _ in membership.members(cluster)
+                   if doc_id not in self.seeds and self.window.get(doc_id) is not None][:self.config.name_max_seeds]
+        if not members:
+            return [(op, Rejected("unknown_cluster", f"{cluster} of {name} has no document left in the window"))]
+        for doc_id in members:
+            entry = self.window.get(doc_id)
+            self._make_seed(doc_id, (label,), entry.row)
+            if entry.text and offset is not None:
+                self.resolved.append(ResolvedSeed(doc_id, (label,), entry.text, offset, origin="cluster"))
+        event(log, "cluster_named", algorithm=name, cluster=cluster, label=label, seeds=len(members))
+        self._start_refit("name")
+        return []
+
     # ------------------------------------------------------------------ recovery (used by streamsemi.service.worker)
     def absorb(self, docs: Sequence[Document], update_sketch: bool = False) -> int:
         """Put documents that were already assigned back into the window (no assignment, no refit).
@@ -1348,7 +1494,7 @@ class Engine:
             last_ops=[(k, off, op) for k, (off, op) in self._last_op.items()],
             version=self.version, refit_count=self.refit_count, docs_since_refit=self.docs_since_refit,
             models=dict(self.models), n_features=self.config.n_features, stop_words=self.config.stop_words,
-            sketch=self.featurizer.sketch, sketch_lock=self.sketch_lock,
+            sketch=self.featurizer.sketch, sketch_lock=self.sketch_lock, cluster_ids=dict(self._next_cluster_id),
         )
 
     def restore_state(self, state: EngineState) -> None:
@@ -1390,6 +1536,8 @@ class Engine:
         self.models = models
         self.version = version
         self.refit_count = int(state.refit_count)
+        self._next_cluster_id = {str(k): int(v) for k, v in state.cluster_ids.items()}
+        self._memberships = {}  # the next round matches against the restored models' predictions
         self.docs_since_refit = int(state.docs_since_refit)
         self.last_refit_start = self.clock()
         tel = self.telemetry

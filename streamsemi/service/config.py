@@ -252,6 +252,11 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("max_text_chars", int, 500_000, "longer texts are dead-lettered", _positive),
     Setting("max_labels_per_doc", int, 20, "labels per control message", _positive),
     Setting("explain_words", int, E["explain_words"], "top words per cluster in outputs", _non_negative),
+    Setting("cluster_match_min_jaccard", float, E["cluster_match_min_jaccard"],
+            "a discovered cluster keeps its id across refits when its window documents overlap the previous "
+            "cluster's with at least this Jaccard similarity (docs/clusters.md)", _fraction),
+    Setting("name_max_seeds", int, E["name_max_seeds"],
+            "op 'name': the cluster's most central documents that become seeds of the class", _positive),
     Setting("suggestions_top_n", int, E["suggestions_top_n"],
             "documents suggested for labelling after each refit round (0 = off)",
             lambda v: None if 0 <= v <= 1000 else "must be in 0..1000"),

@@ -339,6 +339,7 @@ class Worker:
         self._emit(assignments, dead)
         self._emit(revisions, [])  # after the fresh ones; they belong to no consumed record
         self._reemit_resolved()
+        self._emit_cluster_events()
         self.ledger.advance(positions)  # every record has its outputs sent (or is buffered: _held)
         self.inflight.end()
 
@@ -445,6 +446,8 @@ class Worker:
             if isinstance(msg, Rejected):
                 dead.append((dead_letter(raw, msg.reason, msg.detail, self.settings.control_topic, partition, offset, key), msg))
                 continue
+            if msg.op == "name" and self.control.replayed(partition, offset):
+                continue  # applied before this start: the seeds it made are on the control topic (origin "cluster")
             for op, rej in self._apply(msg, offset):
                 dead.append((dead_letter(encode_json(op), rej.reason, rej.detail, self.settings.control_topic, partition, offset), rej))
         if dead:
@@ -457,6 +460,8 @@ class Worker:
         if msg.op == "unlabel":
             self.engine.unlabel(msg.id, offset)
             return []
+        if msg.op == "name":
+            return self.engine.name_cluster(msg.cluster, msg.labels[0], msg.algorithm, offset)
         return self.engine.label(msg.id, msg.labels, msg.text, offset, msg.origin, msg.label_offset)
 
     def _emit(self, assignments: list[Assignment], dead: list[tuple[dict, Rejected]]) -> None:
@@ -487,8 +492,14 @@ class Worker:
             if seed.label_offset is None:
                 continue
             msg = {"op": "label", "id": seed.id, "labels": list(seed.labels), "text": seed.text,
-                   "origin": "resolved", "label_offset": seed.label_offset}
+                   "origin": seed.origin, "label_offset": seed.label_offset}
             self.ledger.send(Output(self.settings.control_topic, encode_key(seed.id), encode_json(msg), None))
+
+    def _emit_cluster_events(self) -> None:
+        """Cluster lifecycle events of the refit rounds since the last call (compacted, key = algorithm/cluster)."""
+        for ev in self.engine.drain_cluster_events():
+            key = encode_key(f"{ev['algorithm']}/{ev['cluster']}")
+            self.ledger.send(Output(self.settings.clusters_topic, key, encode_json(ev), None))
 
     # ------------------------------------------------------------------ partitions
     def on_revoked(self, revoked: set[TopicPartition]) -> None:
