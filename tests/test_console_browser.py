@@ -178,6 +178,18 @@ def test_console_in_chromium_label_undo_name_and_escaping(broker, tmp_path):
                 page.click("#refit")
                 assert wait_until(lambda: any(e["version"] > version_labelled and e["seeds"] == n_seeds
                                               for e in _refits(worker)), 90), "the next model no longer has it"
+                # the keyboard: "n" opens "new class..." on the highlighted suggestion, Enter sends it
+                page.goto(base + "/queue")
+                current = page.locator("#queue li.suggestion.current")
+                new_id = current.get_attribute("data-id")
+                page.keyboard.press("n")
+                assert page.evaluate("document.activeElement.name") == "new_label"
+                page.keyboard.type("Widgets")
+                page.keyboard.press("Enter")
+                page.wait_for_url("**/queue?msg=labelled*")
+                assert page.inner_text("#flash").startswith(f"labelled {new_id} as Widgets")
+                assert wait_until(lambda: any(m["op"] == "label" and m["id"] == new_id and m["labels"] == ["Widgets"]
+                                              for m in _control(broker.bootstrap, topics.control)), 20)
                 # name a discovered cluster
                 _reload_until(page, base + "/clusters/new", "section.newcluster", timeout=60)
                 page.screenshot(path=str(shots / "new_clusters.png"))
