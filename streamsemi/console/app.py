@@ -29,6 +29,7 @@ from typing import Any
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
 from starlette.middleware import Middleware
 from starlette.middleware.base import BaseHTTPMiddleware
 from starlette.requests import Request
@@ -178,18 +179,18 @@ def create_app(state: ConsoleState, writer: ControlWriter, options: ConsoleOptio
 
     # ------------------------------------------------------------ pages
     async def overview(request: Request) -> Response:
-        return render(request, "overview.html", o=state.overview(), worker=metrics.read(),
+        return render(request, "overview.html", o=state.overview(), worker=await run_in_threadpool(metrics.read),
                       bootstrap=options.bootstrap_servers, control_topic=options.control_topic)
 
     async def clusters(request: Request) -> Response:
-        return render(request, "clusters.html", views=state.clusters_view())
+        return render(request, "clusters.html", views=await run_in_threadpool(state.clusters_view))
 
     async def new_clusters(request: Request) -> Response:
-        return render(request, "new_clusters.html", rows=state.new_clusters(), can_name=can_name)
+        return render(request, "new_clusters.html", rows=await run_in_threadpool(state.new_clusters), can_name=can_name)
 
     async def queue(request: Request) -> Response:
-        items, source = state.queue()
-        classes = state.classes()
+        items, source = await run_in_threadpool(state.queue)
+        classes = await run_in_threadpool(state.classes)
         return render(request, "queue.html", items=items, source=source, classes=classes,
                       shortcuts=min(SHORTCUT_CLASSES, len(classes)), o=state.overview())
 
@@ -205,7 +206,7 @@ def create_app(state: ConsoleState, writer: ControlWriter, options: ConsoleOptio
     # ------------------------------------------------------------ writes
     async def _send(request: Request, form: Any, message: dict[str, Any], done: str) -> Response:
         try:
-            partition, offset = writer.send(message)
+            partition, offset = await run_in_threadpool(writer.send, message)
         except ValueError as exc:
             return back(request, form, err=f"refused: {exc}")
         except Exception as exc:  # noqa: BLE001 - Kafka trouble: tell the person, keep serving
@@ -256,7 +257,7 @@ def create_app(state: ConsoleState, writer: ControlWriter, options: ConsoleOptio
                 msg["algorithm"] = algorithm
             return await _send(request, form, msg, f"named {cluster} {lab}")
         # no name op in this streamsemi: seed the cluster's example documents with the name
-        examples = next((r["examples"] for r in state.new_clusters()
+        examples = next((r["examples"] for r in await run_in_threadpool(state.new_clusters)
                          if r["cluster"] == cluster and (not algorithm or r["algorithm"] == algorithm)), [])
         if not examples:
             return back(request, form, err=f"no example documents of {cluster} to seed")
@@ -266,7 +267,7 @@ def create_app(state: ConsoleState, writer: ControlWriter, options: ConsoleOptio
         sent = 0
         for ex in examples:
             try:
-                writer.send({"op": "label", "id": ex["id"], "labels": [lab]})
+                await run_in_threadpool(writer.send, {"op": "label", "id": ex["id"], "labels": [lab]})
                 state.hide(ex["id"], "labeled")
                 sent += 1
             except Exception as exc:  # noqa: BLE001

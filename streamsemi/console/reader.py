@@ -69,6 +69,8 @@ class TopicReader(threading.Thread):
         # ListOffsets answer is behind its log (the embedded Tansu reports one past the last batch's
         # base) would otherwise make the console replay the whole stream
         self._check_backfill: set[TopicPartition] = set()
+        #: the next offset to read per partition (a reconnect goes on from there: nothing read twice)
+        self._next: dict[TopicPartition, int] = {}
 
     def _assign_new(self, consumer: Any) -> None:
         present = consumer.topics()
@@ -85,7 +87,9 @@ class TopicReader(threading.Thread):
         starts = consumer.beginning_offsets(tps_new)
         ends = consumer.end_offsets(tps_new)
         for tp in tps_new:
-            if self.kinds[tp.topic] in FROM_BEGINNING:
+            if tp in self._next:  # assigned again after a reconnect: go on where this reader was
+                consumer.seek(tp, self._next[tp])
+            elif self.kinds[tp.topic] in FROM_BEGINNING:
                 consumer.seek(tp, starts[tp])
             else:
                 consumer.seek(tp, max(starts[tp], ends[tp] - self.backfill))
@@ -119,6 +123,8 @@ class TopicReader(threading.Thread):
                                 continue
                         for r in records:
                             self.state.ingest(kind, r.key, r.value, tp.partition, r.offset, r.timestamp)
+                        if records:
+                            self._next[tp] = records[-1].offset + 1
                     if not batch and not self.caught_up.is_set():
                         self.caught_up.set()
             except Exception as exc:  # noqa: BLE001 - keep reading after broker trouble
