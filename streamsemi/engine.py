@@ -36,7 +36,7 @@ import logging
 import sys
 import threading
 import time
-from collections import OrderedDict, deque
+from collections import Counter, OrderedDict, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -95,6 +95,17 @@ CLUSTER_EXAMPLES = 5          # lifecycle events: examples per cluster
 CLUSTER_TOP_WORDS = 10        # lifecycle events: top words per cluster
 SNIPPET_CHARS = 160           # lifecycle events: characters of an example's text
 BACKLOG_HOLD_MAX_S = 30.0    # longest a backlog waits for the refit fitted on it (see Engine.holding_backlog)
+SKETCH_EVERY = 4             # every 4th document's words go to the word sketch (it names frequent words; issue 16)
+
+
+def fit_estimator(est: Any, X: sp.csr_matrix, y: Sequence[Any], doc_ids: Sequence[str],
+                  warm_start_from: Any = None) -> Any:
+    """``est.fit`` as the engine calls it: document ids and the previous model for warm-starting estimators."""
+    if getattr(type(est), "supports_warm_start", False):
+        if warm_start_from is not None:
+            return est.fit(X, y, doc_ids=doc_ids, warm_start_from=warm_start_from)
+        return est.fit(X, y, doc_ids=doc_ids)
+    return est.fit(X, y)
 
 
 @dataclass
@@ -356,7 +367,7 @@ class Engine:
         self.config = config
         self.telemetry = telemetry or Telemetry()
         self.clock = clock
-        self.featurizer = TextFeaturizer(config.n_features, config.stop_words)
+        self.featurizer = TextFeaturizer(config.n_features, config.stop_words, sketch_every=SKETCH_EVERY)
         self.sketch_lock = threading.Lock()
         self.window, self.seeds, self.pending = self._new_stores()
         self.models: dict[str, ModelSlot] = {}
@@ -378,6 +389,9 @@ class Engine:
         self._refit_queued: str | None = None
         self._refit_version = 0   # version and window size of the refit started last (holding_backlog)
         self._refit_window = 0
+        # fit(name, unfitted estimator, X, y, doc_ids, warm_start_from) -> fitted estimator, in another process
+        # (streamsemi.service.fitter.FitProcess, set by the worker); None: fit in this process
+        self.fitter: Callable[..., Any] | None = None
         self._adwin = ADWIN(delta=config.drift_delta) if config.drift_detection else None
         self.last_refit_error: dict[str, str] = {}
         # the primary algorithm ("auto": chosen at every refit round, see _choose_primary)
@@ -772,7 +786,9 @@ class Engine:
                                       0, slot.provisional))
                 if track:
                     served[doc.id].verdicts[k] = (sys.intern(cluster), slot.provisional, is_primary, slot.version)
-                self.telemetry.assignments.labels(name, self.telemetry.class_label(label, new)).inc()
+            # metrics once per batch (first-seen order, as class_label registers classes in that order)
+            for (label, new), count in Counter((a, e) for a, _, _, _, e in per_doc).items():
+                self.telemetry.assignments.labels(name, self.telemetry.class_label(label, new)).inc(count)
             self.telemetry.assigned.labels(name).inc(len(items))
             if is_primary:
                 primary_scores = [s for _, s, _, _, _ in per_doc]
@@ -940,28 +956,37 @@ class Engine:
 
     @staticmethod
     def _assign_with(slot: ModelSlot, X: sp.csr_matrix) -> list[tuple[str | None, float, dict[str, float], str, bool]]:
+        # vectorised over the batch (argmax, row-wise argsort, masks); the per-document loop only builds the
+        # small label dicts, from Python floats (round() as before: the messages are unchanged)
         P = np.asarray(slot.model.predict_proba(X), dtype=np.float64)
         classes = [str(c) for c in slot.classes]
-        out = []
+        n = P.shape[0]
+        if n == 0:
+            return []
+        top = P.argmax(axis=1)
+        scores = P[np.arange(n), top].tolist()
         if slot.multilabel:
             indicator = np.asarray(slot.model.predict(X))
             if sp.issparse(indicator):
                 indicator = indicator.toarray()
-            for i in range(P.shape[0]):
-                top = int(np.argmax(P[i]))
-                chosen = np.flatnonzero(indicator[i]) if indicator[i].any() else np.array([top])
-                labels = {classes[k]: round(float(P[i, k]), 6) for k in chosen}
-                out.append((classes[top], float(P[i, top]), labels, classes[top], False))
-            return out
-        top = P.argmax(axis=1)
-        for i in range(P.shape[0]):
-            k = int(top[i])
-            row = P[i]
-            keep = np.argsort(-row)[:LABELS_IN_OUTPUT]
-            labels = {classes[j]: round(float(row[j]), 6) for j in keep if row[j] >= LABEL_PROB_MIN or j == k}
+            chosen = indicator.astype(bool)  # a copy
+            empty = ~chosen.any(axis=1)
+            chosen[empty, top[empty]] = True  # no label chosen: the most probable one
+            rows, cols = np.nonzero(chosen)
+            per_row = np.split(cols, np.searchsorted(rows, np.arange(1, n)))
+            return [(classes[k], sc, {classes[j]: round(x, 6) for j, x in zip(js.tolist(), P[i, js].tolist(), strict=True)},
+                     classes[k], False)
+                    for i, (k, sc, js) in enumerate(zip(top.tolist(), scores, per_row, strict=True))]
+        order = np.argsort(-P, axis=1)[:, :LABELS_IN_OUTPUT]
+        vals = np.take_along_axis(P, order, axis=1)
+        keep = (vals >= LABEL_PROB_MIN) | (order == top[:, None])
+        new_class = [c in slot.new_clusters for c in classes]
+        out = []
+        for k, sc, js, xs, ms in zip(top.tolist(), scores, order.tolist(), vals.tolist(), keep.tolist(), strict=True):
             name = classes[k]
-            new = name in slot.new_clusters
-            out.append((None if new else name, float(row[k]), labels, name, new))
+            new = new_class[k]
+            out.append((None if new else name, sc,
+                        {classes[j]: round(x, 6) for j, x, m in zip(js, xs, ms, strict=True) if m}, name, new))
         return out
 
     def _run_seed_checks(self) -> None:
@@ -1066,12 +1091,11 @@ class Engine:
         prev = None if probe else self.models.get(name)
         if prev is not None and not self._warm_start_useful(prev, snap):
             prev = None
-        if getattr(cls, "supports_warm_start", False) and prev is not None and not prev.fallback:
-            est.fit(snap.X, y, doc_ids=snap.doc_ids, warm_start_from=prev.model)
-        elif getattr(cls, "supports_warm_start", False):
-            est.fit(snap.X, y, doc_ids=snap.doc_ids)
+        warm = prev.model if getattr(cls, "supports_warm_start", False) and prev is not None and not prev.fallback else None
+        if self.fitter is not None:  # in another process (streamsemi.service.fitter): returns the fitted copy
+            est = self.fitter(name, est, snap.X, y, snap.doc_ids, warm)
         else:
-            est.fit(snap.X, y)
+            fit_estimator(est, snap.X, y, snap.doc_ids, warm)
         multilabel = multilabel or bool(getattr(est, "multilabel_", False))
         try:
             with self.sketch_lock:

@@ -22,6 +22,7 @@ from streamsemi.algorithms.base import (
     StreamsemiEstimator,
     TransformerMixin,
     new_cluster_names,
+    sparse_dot_t,
 )
 from streamsemi.core.features import idf_weights, l2_normalize_rows, tfidf
 
@@ -144,7 +145,7 @@ class ConstrainedKMeans(ScoresClassifierMixin, TransformerMixin, StreamsemiEstim
 
     def _scores(self, X: Any) -> np.ndarray:
         X = self._validate_counts(X, reset=False)
-        return np.asarray(tfidf(X, self.idf_) @ self.cluster_centers_.T)
+        return sparse_dot_t(tfidf(X, self.idf_), self.cluster_centers_)
 
     def _softmax_temperature(self) -> float:
         return float(self.temperature)

@@ -12,10 +12,12 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Sequence
+from itertools import chain
 from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
+from sklearn.feature_extraction import FeatureHasher
 from sklearn.feature_extraction.text import HashingVectorizer
 from sklearn.utils import murmurhash3_32
 
@@ -109,7 +111,9 @@ class WordSketch:
     def update_tokens(self, tokens: Iterable[str]) -> None:
         """Count ``tokens`` (already analysed words) into the sketch; words over ``max_word_chars`` are skipped."""
         limit = self.max_word_chars
-        for word, count in Counter(t for t in tokens if len(t) <= limit).items():
+        for word, count in Counter(tokens).items():
+            if len(word) > limit:
+                continue
             slot = self._slots.setdefault(self._index_of(word), {})
             if word in slot:
                 slot[word] += count
@@ -187,12 +191,24 @@ class TextFeaturizer:
         Stop words removed before hashing.
     sketch : WordSketch, optional
         Sketch to update; a new one is created when omitted.
+    sketch_every : int
+        Count every ``sketch_every``-th document into the sketch (1: all). The sketch
+        only has to name the frequent words of the features that explain a cluster, and
+        counting the words was the costliest per-document step of the worker (issue 16).
     """
 
     def __init__(self, n_features: int = DEFAULT_N_FEATURES, stop_words: str | None = "english",
-                 sketch: WordSketch | None = None) -> None:
+                 sketch: WordSketch | None = None, sketch_every: int = 1) -> None:
+        if sketch_every < 1:
+            raise ValueError("sketch_every must be >= 1")
+        self.sketch_every = int(sketch_every)
+        self._sketch_phase = 0  # documents seen modulo sketch_every
         self.vectorizer = make_vectorizer(n_features, stop_words)
         self.analyzer = self.vectorizer.build_analyzer()
+        # the vectorizer's own hasher: hashing the analysed tokens gives exactly HashingVectorizer.transform's
+        # counts (binary=False, norm=None), so every text is tokenised once for the counts and the sketch
+        self.hasher = FeatureHasher(n_features=self.vectorizer.n_features, input_type="string",
+                                    dtype=self.vectorizer.dtype, alternate_sign=self.vectorizer.alternate_sign)
         self.sketch = sketch if sketch is not None else WordSketch(n_features)
 
     @property
@@ -200,11 +216,22 @@ class TextFeaturizer:
         return int(self.vectorizer.n_features)
 
     def transform(self, texts: Sequence[str], update_sketch: bool = True) -> sp.csr_matrix:
-        """Hashed term counts (``len(texts)`` x ``n_features``, CSR, float64)."""
-        if update_sketch:
-            for text in texts:
-                self.sketch.update_tokens(self.analyzer(text))
-        X = self.vectorizer.transform(texts)
+        """Hashed term counts (``len(texts)`` x ``n_features``, CSR, float64).
+
+        Each text is analysed once; its tokens are hashed (identical to
+        ``make_vectorizer(...).transform(texts)``) and, with ``update_sketch``, those of
+        every ``sketch_every``-th document are counted into the word sketch as one batch
+        (:meth:`WordSketch.update_tokens`).
+        """
+        if isinstance(texts, str):
+            raise ValueError("Iterable over raw text documents expected, string object received.")
+        tokens = [self.analyzer(text) for text in texts]
+        if update_sketch and tokens:
+            every = self.sketch_every
+            sampled = tokens if every == 1 else tokens[(-self._sketch_phase) % every::every]
+            self._sketch_phase = (self._sketch_phase + len(tokens)) % every
+            self.sketch.update_tokens(chain.from_iterable(sampled))
+        X = self.hasher.transform(tokens)
         return sp.csr_matrix(X, dtype=np.float64)
 
 
