@@ -309,3 +309,59 @@ def test_refitter_kill9_failover_continues_from_the_latest_published_model(broke
         assert {o["model_version"] for o in out if o["id"] in set(ids3)} == {v1 + 1}
     finally:
         _stop(*workers)
+
+
+# ---------------------------------------------------------------- Kubernetes: the roles overlay
+def test_kubernetes_roles_overlay_refitters_and_lag_scaled_assigners():
+    import shutil
+    import subprocess
+    from pathlib import Path
+
+    import yaml
+
+    from streamsemi.service.config import SETTINGS
+
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        pytest.skip("kubectl not installed (kustomize patches need it)")
+    root = Path(__file__).resolve().parent.parent / "deploy" / "kubernetes" / "overlays" / "roles"
+    out = subprocess.run([kubectl, "kustomize", str(root)], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    docs = [d for d in yaml.safe_load_all(out.stdout) if d]
+    kinds = sorted(d["kind"] for d in docs)
+    assert kinds == sorted(["Namespace", "ServiceAccount", "ConfigMap", "Service", "Service", "Deployment",
+                            "StatefulSet", "PodDisruptionBudget", "PodDisruptionBudget", "ScaledObject",
+                            "PrometheusRule", "ServiceMonitor"])
+    by = {(d["kind"], d["metadata"]["name"]): d for d in docs}
+    settings = next(d for d in docs if d["kind"] == "ConfigMap")["data"]
+    names = {s.name for s in SETTINGS}
+    assert all(k.startswith("STREAMSEMI_") and k[11:].lower() in names for k in settings)
+
+    def env(workload: dict) -> dict[str, str]:
+        (c,) = workload["spec"]["template"]["spec"]["containers"]
+        assert c["envFrom"][0]["configMapRef"]["name"] == next(d for d in docs if d["kind"] == "ConfigMap")["metadata"]["name"]
+        return {e["name"]: e.get("value") for e in c["env"]}
+
+    refit = by[("StatefulSet", "streamsemi")]
+    assign = by[("Deployment", "streamsemi-assign")]
+    assert refit["spec"]["replicas"] == 2 and env(refit)["STREAMSEMI_ROLE"] == "refit"
+    assert env(assign)["STREAMSEMI_ROLE"] == "assign" and env(assign)["STREAMSEMI_STATE_DIR"] == ""
+    # distinct pods: neither controller selects the other's pods
+    refit_labels = refit["spec"]["template"]["metadata"]["labels"]
+    assign_labels = assign["spec"]["template"]["metadata"]["labels"]
+    assert not refit["spec"]["selector"]["matchLabels"].items() <= assign_labels.items()
+    assert not assign["spec"]["selector"]["matchLabels"].items() <= refit_labels.items()
+    # both are scraped by the one ServiceMonitor (job="streamsemi")
+    sm = next(d for d in docs if d["kind"] == "ServiceMonitor")
+    services = [d for d in docs if d["kind"] == "Service"]
+    assert all(sm["spec"]["selector"]["matchLabels"].items() <= s["metadata"]["labels"].items() for s in services)
+    assert sorted(any(s["spec"]["selector"].items() <= lab.items() for s in services)
+                  for lab in (refit_labels, assign_labels)) == [True, True]
+    # KEDA scales the assigners on the documents lag, never beyond the partitions
+    so = next(d for d in docs if d["kind"] == "ScaledObject")
+    assert so["spec"]["scaleTargetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment", "name": "streamsemi-assign"}
+    (trigger,) = so["spec"]["triggers"]
+    assert trigger["metadata"]["consumerGroup"] == settings["STREAMSEMI_GROUP_ID"]
+    assert trigger["metadata"]["topic"] == settings["STREAMSEMI_DOCUMENTS_TOPIC"]
+    assert 1 <= so["spec"]["minReplicaCount"] <= so["spec"]["maxReplicaCount"] <= int(settings["STREAMSEMI_TOPIC_PARTITIONS"])
+    assert int(settings["STREAMSEMI_MODEL_CHUNK_BYTES"]) < 1_048_588  # Kafka's default max.message.bytes
