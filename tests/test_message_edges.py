@@ -332,7 +332,7 @@ def test_document_rejections_have_their_exact_detail(raw, reason, detail) -> Non
 @pytest.mark.parametrize(("raw", "reason", "detail"), [
     (json.dumps({"id": "a"}), "missing_field", "'op' is required"),
     (json.dumps({"op": ["label"]}), "wrong_type", "'op' must be a string"),
-    (json.dumps({"op": LONG}), "unknown_op", f"unknown op {'z' * 40!r}; expected label, unlabel or refit"),
+    (json.dumps({"op": LONG}), "unknown_op", f"unknown op {'z' * 40!r}; expected label, unlabel, refit or name"),
     (json.dumps({"op": "unlabel"}), "missing_field", "'id' is required"),
     (json.dumps({"op": "label", "id": "a"}), "missing_field", "'labels' is required for op 'label'"),
     (_label(labels="x"), "wrong_type", "'labels' must be a list of strings"),
