@@ -58,6 +58,27 @@ def test_state_tables_stay_bounded_under_a_flood():
                                                                       "seeds": 0, "new": False}
 
 
+def test_counts_kept_incrementally_equal_a_recount_through_replacements_and_evictions():
+    from collections import Counter
+
+    st = ConsoleState(Bounds(max_entries=50, max_bytes=200_000))
+    for i in range(400):
+        doc = f"d{(i * 7) % 90}"  # ids come back: replacements as well as evictions
+        cluster = ["a", "b", "new-0"][(i * 5) % 3]
+        m = {"id": doc, "algorithm": ["ck", "dl"][i % 2], "cluster": cluster, "label": None if cluster == "new-0"
+             else cluster, "primary": i % 2 == 0, "revision": i % 3, "labels": {cluster: 0.9}, "explain": ["w"]}
+        st.ingest("assignments", doc.encode(), _j(m))
+        st.ingest("labels", doc.encode(), _j(m))
+        if i % 50 == 0:
+            st.ingest("labels", doc.encode(), None)  # a tombstone
+    assert st.label_counts == Counter(v.cluster for _, v in st.labels.items())
+    assert st.cluster_sizes == Counter((k[0], v.cluster) for k, v in st.assignments.items())
+    assert st.labels.evicted > 0 and st.assignments.evicted > 0
+    assert {r["name"]: r["documents"] for r in st.class_counts()} == dict(st.label_counts)
+    view = st.clusters_view()
+    assert {(alg, r["cluster"]): r["size"] for alg, rows in view.items() for r in rows} == dict(st.cluster_sizes)
+
+
 # ---------------------------------------------------------------- reading the topics
 def test_control_topic_seeds_unlabel_and_a_late_resolved_label():
     st = ConsoleState()
@@ -100,12 +121,13 @@ def test_queue_without_suggestions_ranks_the_primary_models_least_certain_docume
     for doc_id, p in probs.items():
         if doc_id != "no-text":
             st.ingest("documents", doc_id.encode(), _j({"id": doc_id, "text": f"text of {doc_id}"}))
-        st.ingest("labels", doc_id.encode(), _j({"id": doc_id, "label": max(p, key=p.get), "cluster": "x",
+        st.ingest("labels", doc_id.encode(), _j({"id": doc_id, "label": max(p, key=p.get), "cluster": max(p, key=p.get),
                                                 "labels": p, "primary": True, "algorithm": "ck"}))
     items, source = st.queue()
     assert source == "labels" and [s["id"] for s in items] == ["torn", "mid", "sure"]
     assert items[0]["priority"] == pytest.approx(1 - (0.45 - 0.44))
-    assert margin({"a": 1.0}) == 1.0 and margin({}) == 1.0
+    assert margin((("a", 1.0),)) == 1.0 and margin(()) == 1.0
+    assert items[1]["scores"] == (("b", 0.6), ("a", 0.3)), "best first"
     assert st.classes() == ["a", "b"]
     assert ConsoleState().queue() == ([], "none")
 

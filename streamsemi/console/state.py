@@ -9,13 +9,15 @@ dropped. A malformed record is counted and skipped, never raised.
 
 from __future__ import annotations
 
+import heapq
 import json
+import sys
 import threading
 import time
 from collections import Counter, OrderedDict, deque
 from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 #: kinds of topic the reader feeds in
 KINDS = ("documents", "assignments", "labels", "control", "clusters", "suggestions")
@@ -23,13 +25,22 @@ KINDS = ("documents", "assignments", "labels", "control", "clusters", "suggestio
 #: characters of a document's text kept (the snippet shown is shorter)
 TEXT_CHARS = 2000
 SNIPPET_CHARS = 400
-#: per-entry bookkeeping added to the raw record size when accounting bytes
-ENTRY_OVERHEAD = 200
+#: bytes accounted per entry besides its text (measured with tracemalloc: a table entry of an id and a
+#: short value); a Verdict (an assignment's tuple with its three best scores and interned words, at most
+#: ~900 bytes measured) is accounted VERDICT_BYTES plus its id; a parsed JSON record kept whole
+#: (clusters, suggestions) PARSED_FACTOR times its record's size
+ENTRY_OVERHEAD = 350
+VERDICT_BYTES = 1000
+PARSED_FACTOR = 4
+#: the newest entries scanned for the top words and examples of clusters and for the fallback queue
+SCAN_NEWEST = 5000
 #: documents/s is measured over this many seconds of assignment timestamps
 RATE_WINDOW_S = 30.0
 #: algorithms tracked by name (the topics are untrusted: a flood of made-up names stays bounded)
 MAX_ALGORITHMS = 64
 MAX_NAME_CHARS = 100
+#: classes kept per assignment (best first): the queue's margin needs two, the pages show three
+SCORES_KEPT = 3
 
 
 class BoundedTable:
@@ -43,9 +54,11 @@ class BoundedTable:
         At most this many bytes by the sizes given to :meth:`put`.
     """
 
-    def __init__(self, max_entries: int, max_bytes: int) -> None:
+    def __init__(self, max_entries: int, max_bytes: int,
+                 on_remove: Callable[[Hashable, Any], None] | None = None) -> None:
         if max_entries < 1 or max_bytes < 1:
             raise ValueError("a bounded table needs max_entries >= 1 and max_bytes >= 1")
+        self.on_remove = on_remove
         self.max_entries = int(max_entries)
         self.max_bytes = int(max_bytes)
         self._data: OrderedDict[Hashable, tuple[Any, int]] = OrderedDict()
@@ -57,21 +70,28 @@ class BoundedTable:
         old = self._data.pop(key, None)
         if old is not None:
             self.bytes -= old[1]
+            if self.on_remove is not None:
+                self.on_remove(key, old[0])
         size = max(1, int(size))
         if size > self.max_bytes:
-            return  # larger than the whole table: not kept (counted as an eviction)
+            self.evicted += 1
+            return  # larger than the whole table: not kept
         self._data[key] = (value, size)
         self.bytes += size
         while len(self._data) > self.max_entries or self.bytes > self.max_bytes:
-            _, (_, s) = self._data.popitem(last=False)
+            k, (v, s) = self._data.popitem(last=False)
             self.bytes -= s
             self.evicted += 1
+            if self.on_remove is not None:
+                self.on_remove(k, v)
 
     def pop(self, key: Hashable) -> Any:
         old = self._data.pop(key, None)
         if old is None:
             return None
         self.bytes -= old[1]
+        if self.on_remove is not None:
+            self.on_remove(key, old[0])
         return old[0]
 
     def get(self, key: Hashable, default: Any = None) -> Any:
@@ -136,19 +156,38 @@ def _int(v: Any, default: int = 0) -> int:
     return int(v) if isinstance(v, int) and not isinstance(v, bool) else default
 
 
-def _scores(v: Any) -> dict[str, float]:
+def _name(v: Any) -> str:
+    """A class, cluster, algorithm or word: interned (they repeat across thousands of entries)."""
+    return sys.intern(str(v)[:MAX_NAME_CHARS])
+
+
+def _scores(v: Any, keep: int = SCORES_KEPT) -> tuple[tuple[str, float], ...]:
+    """The ``keep`` most likely classes of a ``{class: probability}`` object, best first."""
     if not isinstance(v, dict):
-        return {}
-    out = {str(k): _float(p) for k, p in list(v.items())[:20]}
-    return dict(sorted(out.items(), key=lambda kv: -kv[1]))
+        return ()
+    pairs = sorted(((_name(k), _float(p)) for k, p in list(v.items())[:50]), key=lambda kv: -kv[1])
+    return tuple(pairs[:keep])
 
 
-def margin(scores: dict[str, float]) -> float:
-    """Top probability minus the second (1.0 with a single class)."""
-    top = sorted(scores.values(), reverse=True)[:2]
-    if not top:
+def margin(scores: tuple[tuple[str, float], ...]) -> float:
+    """Top probability minus the second (1.0 with a single class); ``scores`` best first."""
+    if not scores:
         return 1.0
-    return top[0] - (top[1] if len(top) > 1 else 0.0)
+    return scores[0][1] - (scores[1][1] if len(scores) > 1 else 0.0)
+
+
+class Verdict(NamedTuple):
+    """What the console keeps of an assignment (a tuple: a fraction of the parsed record's memory)."""
+
+    algorithm: str
+    label: str | None
+    cluster: str
+    score: float
+    scores: tuple[tuple[str, float], ...]
+    explain: tuple[str, ...]
+    model_version: int
+    revision: int
+    provisional: bool
 
 
 class ConsoleState:
@@ -168,8 +207,11 @@ class ConsoleState:
         self.lock = threading.RLock()
         b = (bounds.max_entries, bounds.max_bytes)
         self.texts = BoundedTable(*b)          # id -> (text[:TEXT_CHARS], complete)
-        self.labels = BoundedTable(*b)         # id -> latest primary assignment (summary)
-        self.assignments = BoundedTable(*b)    # (algorithm, id) -> latest assignment (summary)
+        # counts kept up to date as entries come and go (the pages do not scan the tables for them)
+        self.label_counts: Counter = Counter()     # class or cluster -> documents whose latest primary label it is
+        self.cluster_sizes: Counter = Counter()    # (algorithm, cluster) -> documents whose latest assignment it is
+        self.labels = BoundedTable(*b, on_remove=lambda k, v: self._count(self.label_counts, v.cluster or v.label or "?"))
+        self.assignments = BoundedTable(*b, on_remove=lambda k, v: self._count(self.cluster_sizes, (k[0], v.cluster)))
         self.seeds = BoundedTable(*b)          # id -> Seed
         self.unlabeled = BoundedTable(*b)      # id -> offset of the latest unlabel (orders late resolved labels)
         self.clusters = BoundedTable(*b)       # "algorithm/cluster" -> clusters-topic value
@@ -182,6 +224,14 @@ class ConsoleState:
         self.counts = Counts()
         self.topics_seen: set[str] = set()
         self._cache: dict[str, tuple[float, Any]] = {}
+
+    @staticmethod
+    def _count(counter: Counter, key: Hashable, by: int = -1) -> None:
+        n = counter[key] + by
+        if n > 0:
+            counter[key] = n
+        else:
+            del counter[key]
 
     # ---------------------------------------------------------------- ingest
     def ingest(self, kind: str, key: bytes | None, raw: bytes | None, partition: int = 0, offset: int = 0,
@@ -221,28 +271,31 @@ class ConsoleState:
         self.texts.put(m["id"], (kept, len(kept) == len(text)), len(m["id"]) + len(kept.encode()) + ENTRY_OVERHEAD)
         return True
 
-    def _summary(self, m: dict) -> dict[str, Any]:
-        return {"algorithm": str(m.get("algorithm", "")), "label": m.get("label") if isinstance(m.get("label"), str) else None,
-                "cluster": str(m.get("cluster", "")), "score": _float(m.get("score")), "scores": _scores(m.get("labels")),
-                "new_cluster": bool(m.get("new_cluster")), "explain": _str_list(m.get("explain"), 10),
-                "model_version": _int(m.get("model_version")), "revision": _int(m.get("revision")),
-                "provisional": bool(m.get("provisional")), "primary": bool(m.get("primary")),
-                "fallback": bool(m.get("fallback"))}
+    @staticmethod
+    def _verdict(m: dict) -> Verdict:
+        label = m.get("label")
+        explain = m.get("explain")
+        return Verdict(_name(m.get("algorithm", "")), _name(label) if isinstance(label, str) else None,
+                       _name(m.get("cluster", "")), _float(m.get("score")), _scores(m.get("labels")),
+                       tuple(_name(w) for w in explain[:10]) if isinstance(explain, list) else (),
+                       _int(m.get("model_version")), _int(m.get("revision")), bool(m.get("provisional")))
 
     def _on_assignments(self, key, raw, partition, offset, ts_ms) -> bool:
         m = self._json(raw)
         if m is None or not isinstance(m.get("id"), str) or not isinstance(m.get("algorithm"), str):
             return False
-        s = self._summary(m)
-        alg = s["algorithm"][:MAX_NAME_CHARS]
+        s = self._verdict(m)
+        alg = s.algorithm
         if alg in self.model_version or len(self.model_version) < MAX_ALGORITHMS:
-            self.model_version[alg] = max(self.model_version.get(alg, 0), s["model_version"])
-        if s["primary"]:
+            self.model_version[alg] = max(self.model_version.get(alg, 0), s.model_version)
+        if m.get("primary") is True:
             self.primary_algorithm = alg
-            if s["revision"] == 0:
+            if s.revision == 0:
                 ts = m.get("ts")
                 self.fresh_ts.append(_float(ts, (ts_ms or 0) / 1000.0))
-        self.assignments.put((alg, m["id"]), s, self._size(key, raw))
+        self.assignments.put((alg, m["id"]), s, VERDICT_BYTES + 2 * len(m["id"]))
+        if (alg, m["id"]) in self.assignments:
+            self._count(self.cluster_sizes, (alg, s.cluster), +1)
         return True
 
     def _on_labels(self, key, raw, partition, offset, ts_ms) -> bool:
@@ -253,7 +306,10 @@ class ConsoleState:
             return True
         if not isinstance(m.get("id"), str):
             return False
-        self.labels.put(m["id"], self._summary(m), self._size(key, raw))
+        s = self._verdict(m)
+        self.labels.put(m["id"], s, VERDICT_BYTES + 2 * len(m["id"]))
+        if m["id"] in self.labels:
+            self._count(self.label_counts, s.cluster or s.label or "?", +1)
         return True
 
     def _on_control(self, key, raw, partition, offset, ts_ms) -> bool:
@@ -303,7 +359,7 @@ class ConsoleState:
         if not isinstance(m.get("cluster"), str):
             return False
         k = k or f"{m.get('algorithm', '')}/{m['cluster']}"
-        self.clusters.put(k, m, self._size(key, raw))
+        self.clusters.put(k, m, PARSED_FACTOR * self._size(key, raw))
         return True
 
     def _on_suggestions(self, key, raw, partition, offset, ts_ms) -> bool:
@@ -314,7 +370,7 @@ class ConsoleState:
             return True
         if not isinstance(m.get("id"), str):
             return False
-        self.suggestions.put(m["id"], m, self._size(key, raw))
+        self.suggestions.put(m["id"], m, PARSED_FACTOR * self._size(key, raw))
         return True
 
     # ---------------------------------------------------------------- local marks
@@ -348,19 +404,15 @@ class ConsoleState:
     def classes(self) -> list[str]:
         """Known classes (seeded, or served by the primary model), sorted: the queue's buttons."""
         with self.lock:
-            found: set[str] = set()
+            found = {c for c in self.label_counts if not c.startswith("new-") and c != "?"}
             for _, seed in self.seeds.items():
                 found.update(seed.labels)
-            for _, s in self.labels.items():
-                if s["label"]:
-                    found.add(s["label"])
-                found.update(c for c in s["scores"] if not c.startswith("new-"))
         return sorted(found)
 
     def class_counts(self) -> list[dict[str, Any]]:
         """Per class (or discovered cluster): documents whose latest primary label it is, and seeds."""
         with self.lock:
-            docs = Counter(s["cluster"] or s["label"] or "?" for _, s in self.labels.items())
+            docs = Counter(self.label_counts)
             seeds: Counter = Counter()
             for _, seed in self.seeds.items():
                 seeds.update(seed.labels)
@@ -386,8 +438,9 @@ class ConsoleState:
         """Per algorithm, its clusters: size, top words and example documents.
 
         From the clusters topic where it has entries for an algorithm; otherwise built from
-        the assignments held (size = documents whose latest assignment is in the cluster,
-        top words = the most frequent explanation words of those documents).
+        the assignments held (size = documents whose latest assignment is in the cluster, kept
+        up to date as entries come and go; top words and examples = the most frequent
+        explanation words and the latest documents among the newest SCAN_NEWEST assignments).
         """
         with self.lock:
             cached = self._cache.get("clusters")
@@ -406,24 +459,24 @@ class ConsoleState:
                     "examples": exs, "new": str(m["cluster"]).startswith("new-"), "event": str(m.get("event", "")),
                     "source": "clusters topic", "name": m.get("label") if isinstance(m.get("label"), str) else None})
             sizes: dict[str, Counter] = {}
+            for (alg, c), n in self.cluster_sizes.items():
+                if alg not in from_topic:
+                    sizes.setdefault(alg, Counter())[c] = n
+            # top words and examples: from the newest assignments only (a page must not scan the whole table)
             word_counts: dict[tuple[str, str], Counter] = {}
             recent: dict[tuple[str, str], list[str]] = {}
-            for (alg, doc_id), s in self.assignments.items():
-                if alg in from_topic:
-                    continue
-                c = s["cluster"]
-                sizes.setdefault(alg, Counter())[c] += 1
-                word_counts.setdefault((alg, c), Counter()).update(s["explain"])
-                recent.setdefault((alg, c), []).append(doc_id)
+            for (alg, doc_id), s in self.assignments.newest(SCAN_NEWEST):
+                if alg in sizes:
+                    word_counts.setdefault((alg, s.cluster), Counter()).update(s.explain)
+                    ids = recent.setdefault((alg, s.cluster), [])
+                    if len(ids) < examples and doc_id in self.texts:
+                        ids.append(doc_id)
             for alg, counter in sizes.items():
-                rows = []
-                for c, n in counter.most_common():
-                    ids = [i for i in reversed(recent[(alg, c)]) if i in self.texts][:examples]
-                    rows.append({"cluster": c, "size": n, "new": c.startswith("new-"), "event": "",
-                                 "top_words": [w for w, _ in word_counts[(alg, c)].most_common(words)],
-                                 "examples": [{"id": i, "snippet": self.texts.get(i)[0][:SNIPPET_CHARS]} for i in ids],
-                                 "source": "assignments", "name": None})
-                out[alg] = rows
+                out[alg] = [{"cluster": c, "size": n, "new": c.startswith("new-"), "event": "",
+                             "top_words": [w for w, _ in word_counts.get((alg, c), Counter()).most_common(words)],
+                             "examples": [{"id": i, "snippet": self.texts.get(i)[0][:SNIPPET_CHARS]}
+                                          for i in recent.get((alg, c), [])],
+                             "source": "assignments", "name": None} for c, n in counter.most_common()]
             for alg, rows in from_topic.items():
                 out[alg] = sorted(rows, key=lambda r: (-r["size"], r["cluster"]))
             result = dict(sorted(out.items()))
@@ -440,7 +493,7 @@ class ConsoleState:
 
         The worker's suggestions topic when it has entries; otherwise the primary model's
         least certain documents (smallest margin between its two best classes) among the
-        latest labels held, as long as their text was read. Documents labelled or skipped
+        newest SCAN_NEWEST labels held, as long as their text was read. Documents labelled or skipped
         here are left out.
         """
         with self.lock:
@@ -456,14 +509,14 @@ class ConsoleState:
                                   "algorithm": str(m.get("algorithm", ""))})
                 items.sort(key=lambda s: (s["rank"], -s["priority"]))
                 return items[:limit], "suggestions"
-            for doc_id, s in self.labels.items():
-                if doc_id in self.hidden or doc_id in self.seeds or doc_id not in self.texts:
-                    continue
-                items.append({"id": doc_id, "snippet": self.texts.get(doc_id)[0][:SNIPPET_CHARS],
-                              "label": s["label"] or s["cluster"], "scores": s["scores"], "reason": "uncertain",
-                              "priority": 1.0 - margin(s["scores"]), "rank": 0, "algorithm": s["algorithm"]})
-            items.sort(key=lambda s: (-s["priority"], s["id"]))
-            return items[:limit], ("labels" if items else "none")
+            ranked = heapq.nsmallest(limit, ((margin(s.scores), doc_id, s) for doc_id, s in
+                                             self.labels.newest(SCAN_NEWEST) if doc_id not in self.hidden
+                                             and doc_id not in self.seeds and doc_id in self.texts),
+                                     key=lambda t: (t[0], t[1]))
+            items = [{"id": doc_id, "snippet": self.texts.get(doc_id)[0][:SNIPPET_CHARS],
+                      "label": s.label or s.cluster, "scores": s.scores, "reason": "uncertain",
+                      "priority": 1.0 - m, "rank": 0, "algorithm": s.algorithm} for m, doc_id, s in ranked]
+            return items, ("labels" if items else "none")
 
     def recent_seeds(self, limit: int = 50) -> list[dict[str, Any]]:
         with self.lock:
@@ -481,5 +534,5 @@ class ConsoleState:
             if text is None and primary is None and not per_alg and seed is None and sug is None:
                 return None
             return {"id": doc_id, "text": text, "complete": complete, "primary": primary,
-                    "assignments": sorted(per_alg, key=lambda s: s["algorithm"]),
+                    "assignments": sorted(per_alg, key=lambda s: s.algorithm),
                     "seed": list(seed.labels) if seed else None, "suggestion": sug}
