@@ -140,6 +140,45 @@ def test_assembler_rejects_corruption_keeps_the_newest_and_bounds_memory():
         decode_publication(payload, EngineConfig(n_features=2**13))
 
 
+def test_publisher_and_reader_through_the_broker_with_tombstones(broker):
+    """Chunks, headers and tombstones through real Kafka: the reader ends on the newest version, old ones deleted."""
+    from streamsemi.service.models_topic import ModelPublisher, ModelsReader
+    from streamsemi.service.roles import ensure_role_topics
+
+    eng = _fitted_engine()
+    topics = Topics()
+    s = resolve({"bootstrap_servers": broker.bootstrap, "models_topic": f"{topics.prefix}.models",
+                 "refit_leader_topic": f"{topics.prefix}.leader", "model_chunk_bytes": 8192})
+    assert sorted(ensure_role_topics(s)) == sorted([s.models_topic, s.refit_leader_topic])
+    pub = ModelPublisher(s, "w1")
+    seen = ModelsReader(s, eng.config)
+    seen.start()
+    try:
+        infos = []
+        for version in (1, 2, 3):
+            infos.append(pub.publish(eng.models, version=version, parent_version=version - 1 or None,
+                                     primary=eng.primary, n_features=eng.config.n_features,
+                                     stop_words=eng.config.stop_words, window={"documents": 1}, seeds=16,
+                                     obsolete=seen.obsolete(keep=1) if version == 3 else []))
+            assert wait_until(lambda v=version: (seen.latest() is not None and seen.latest().version == v), 30)
+        assert infos[0]["chunks"] == -(-infos[0]["bytes"] // 8192) > 1
+        assert seen.latest().parent_version == 2 and wait_until(seen.caught_up.is_set, 10)
+        # v1's chunks were tombstoned when v3 was published: the reader forgot it, v2 and v3 remain
+        assert wait_until(lambda: [v for v, _ in seen.obsolete(keep=0)] == [2, 3], 30), seen.obsolete(keep=0)
+        records = read_topic(broker.bootstrap, s.models_topic, idle=1.0)
+        tombstones = [r.key.decode() for r in records if r.value is None]
+        assert sorted(tombstones) == [f"default/000000000001/{i:05d}" for i in range(infos[0]["chunks"])]
+        # a reader started now (the embedded broker does not compact) takes the newest version too
+        late = ModelsReader(s, eng.config)
+        late.start()
+        assert wait_until(lambda: late.caught_up.is_set() and late.latest() is not None, 30)
+        assert late.latest().version == 3 and late.max_seen() == 3
+        late.stop()
+    finally:
+        seen.stop()
+        pub.close()
+
+
 # ---------------------------------------------------------------- real broker, real processes
 ROLE_ARGS = ["--algorithms", "constrained-kmeans", "--min-docs-first-refit", "60", "--min-seed-classes", "4",
              "--min-seeds-per-class", "3", "--first-fit-stable-seeds", "0", "--refit-growth", "0",

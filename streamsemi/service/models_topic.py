@@ -352,7 +352,7 @@ class ModelAssembler:
     def obsolete(self, keep: int = 2) -> list[tuple[int, int]]:
         """``(version, chunks)`` of complete publications older than the newest ``keep`` (to tombstone)."""
         versions = sorted(self.index)
-        return [(v, self.index[v]) for v in versions[:-keep]] if len(versions) > keep else []
+        return [(v, self.index[v]) for v in versions[:max(0, len(versions) - keep)]]
 
 
 class ModelsReader(threading.Thread):

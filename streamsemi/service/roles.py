@@ -463,7 +463,8 @@ class Refitter:
         oldest = e.window.oldest_ts()
         window = {"documents": len(e.window), "oldest_ts": oldest, "max_docs": e.config.window_max_docs,
                   "n_train": max(slot.n_train for slot in e.models.values())}
-        obsolete = self.models_reader.obsolete(keep=2) if self.models_reader is not None else []
+        # the reader knows the versions published so far: keep the newest of them, the new one makes two
+        obsolete = self.models_reader.obsolete(keep=1) if self.models_reader is not None else []
         try:
             info = self.publisher.publish(e.models, version=version, parent_version=self.published_version or None,
                                           primary=e.primary, n_features=e.config.n_features,
