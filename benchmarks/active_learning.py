@@ -243,6 +243,8 @@ def plot(out: dict, path: Path) -> bool:
     for ax, name in zip(axes[0], names, strict=True):
         res = out["corpora"][name]
         for arm, style in (("suggested", "-o"), ("random", "--s")):
+            if arm not in res["arms"]:
+                continue
             m = res["arms"][arm]["mean"]
             x = [100 * p["fraction"] for p in m]
             y = np.array([p["macro_f1"] for p in m])
@@ -316,6 +318,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--arms", default="suggested,random")
     p.add_argument("--weights", default="", help="ranking variant: JSON of reason weights (development runs)")
     p.add_argument("--density-power", type=float, default=None, help="ranking variant (development runs)")
+    p.add_argument("--coverage-power", type=float, default=None, help="ranking variant (development runs)")
     p.add_argument("--cost-docs", type=int, default=10000)
     p.add_argument("--cost-seeds", type=int, default=200)
     p.add_argument("--cost-rounds", type=int, default=3)
@@ -326,6 +329,8 @@ def main(argv: list[str] | None = None) -> int:
         sg.WEIGHTS.update(json.loads(args.weights))
     if args.density_power is not None:
         sg.DENSITY_POWER = args.density_power
+    if args.coverage_power is not None:
+        sg.COVERAGE_POWER = args.coverage_power
     RESULTS.mkdir(exist_ok=True)
     raw = " ".join(sys.argv[1:] if argv is None else argv)
     if args.mode == "cost":

@@ -1273,8 +1273,9 @@ class Engine:
             for labels in snap.seed_labels:
                 for lb in labels or ():
                     counts[lb] = counts.get(lb, 0) + 1
+            seeded = np.flatnonzero(np.fromiter((lb is not None for lb in snap.seed_labels), bool, len(snap.seed_labels)))
             self.suggestion_board.offer(sg.rank([snap.doc_ids[i] for i in cand], X, primary, others, counts,
-                                                top_n, slot.version))
+                                                top_n, slot.version, seeds_X=snap.X[seeded]))
         except Exception as exc:  # noqa: BLE001 - suggestions are an aid: never break a refit round
             event(log, "suggestions_failed", logging.WARNING, version=snap.version, error=f"{type(exc).__name__}: {exc}")
         self.last_suggestion_seconds = time.perf_counter() - t0

@@ -56,6 +56,26 @@ def test_typicality_is_the_cosine_to_the_group_mean():
     assert np.allclose(t, [1.0, 1.0, 2 ** -0.5, 2 ** -0.5])
 
 
+def test_coverage_is_the_distance_to_the_nearest_seed():
+    X = sg.normalize_rows(sp.csr_matrix(np.array([[1.0, 0, 0], [0, 1.0, 0], [1.0, 1.0, 0]])))
+    seeds = sg.normalize_rows(sp.csr_matrix(np.array([[2.0, 0, 0], [0, 0, 1.0]])))
+    assert np.allclose(sg.coverage(X, seeds), [0.0, 1.0, 1 - 2 ** -0.5])
+    assert np.allclose(sg.coverage(X, seeds[:0]), [1, 1, 1])
+
+
+def test_the_coverage_factor_prefers_documents_far_from_the_seeds():
+    # d0 and d1 equally uncertain; d0 repeats a seed's terms, d1 does not
+    X = sp.csr_matrix(np.array([[1.0, 0, 0], [0, 1.0, 0]]))
+    P = [[0.5, 0.5, 0], [0.5, 0.5, 0]]
+    seeds = sp.csr_matrix(np.array([[3.0, 0, 0]]))
+    out = sg.rank(["d0", "d1"], X, view(P), [], {"a": 9, "b": 9}, 1, 1, density=False, seeds_X=seeds,
+                  coverage_power=1.0)
+    assert out[0].id == "d1"
+    out = sg.rank(["d0", "d1"], X, view(P), [], {"a": 9, "b": 9}, 1, 1, density=False, seeds_X=seeds,
+                  coverage_power=0.0)
+    assert out[0].id == "d0", "without the factor the tie goes to the first row"
+
+
 def test_rank_orders_by_margin_when_nothing_else_differs():
     P = [[0.6, 0.4, 0.0], [0.98, 0.01, 0.01], [0.34, 0.33, 0.33], [0.8, 0.2, 0.0]]
     out = sg.rank(["d0", "d1", "d2", "d3"], distinct_rows(4), view(P), [], {"a": 9, "b": 9, "c": 9}, 4, 7,

@@ -20,8 +20,9 @@ Four reasons, each a score in [0, 1] per document:
 
 The priority of a document is the weighted sum of its scores, times its typicality
 (cosine to the mean of its predicted class, information density: Settles & Craven
-2008), so that outliers do not crowd the queue; the reason is the largest weighted
-score. Diversity: candidates are taken greedily in priority order, skipping any whose
+2008), so that outliers do not crowd the queue, times its coverage (one minus its
+largest cosine to a seeded document), so that regions the seeds already cover give way
+to those they do not; the reason is the largest weighted score. Diversity: candidates are taken greedily in priority order, skipping any whose
 cosine to an already chosen one exceeds ``max_similarity`` (near-duplicates) and, in a
 first pass, any beyond an equal share of the list per predicted class; a second pass
 fills the list without the share. Cost: one ``predict_proba`` of the primary model on
@@ -50,6 +51,8 @@ POOL_FACTOR = 8              # candidates considered by the diversity pass per s
 MAX_SIMILARITY = 0.8         # cosine of term counts above which two documents are near-duplicates
 RARE_BELOW = 5               # classes with fewer seeds than this are rare
 DENSITY_POWER = 1.0          # exponent of the typicality factor of the priority
+COVERAGE_POWER = 1.0         # exponent of the coverage factor (distance to the nearest seed)
+SEED_SAMPLE = 2000           # seeds compared against for the coverage factor (the newest)
 #: accounted bytes per published suggestion beyond its strings (dict, floats, bookkeeping)
 SUGGESTION_OVERHEAD_BYTES = 1024
 #: default byte budget per published suggestion (overhead, a 300-character snippet, id, labels)
@@ -185,6 +188,24 @@ def typicality(Xn: sp.csr_matrix, groups: np.ndarray) -> np.ndarray:
     return np.clip(S[np.arange(n), groups], 0.0, 1.0)
 
 
+def coverage(Xn: sp.csr_matrix, Sn: sp.csr_matrix) -> np.ndarray:
+    """``1 -`` the largest cosine of each (unit-norm) row of ``Xn`` to a (unit-norm) seed row of ``Sn``.
+
+    Documents close to an existing seed teach a model little that the seed did not;
+    at most the last :data:`SEED_SAMPLE` seed rows are compared.
+
+    Returns
+    -------
+    ndarray (n,) in [0, 1]
+    """
+    if Sn.shape[0] == 0 or Xn.shape[0] == 0:
+        return np.ones(Xn.shape[0])
+    Sn = Sn[-SEED_SAMPLE:]
+    S = Xn @ Sn.T
+    best = np.asarray(S.max(axis=1).todense()).ravel() if sp.issparse(S) else np.asarray(S).max(axis=1)
+    return np.clip(1.0 - best, 0.0, 1.0)
+
+
 def cluster_representatives(P: np.ndarray, columns: Sequence[int], weight: np.ndarray | None = None,
                             per_cluster: int = 1) -> dict[int, np.ndarray]:
     """The rows most typical of each column in ``columns`` among the rows whose argmax it is.
@@ -262,7 +283,8 @@ def rank(ids: Sequence[str], X: sp.spmatrix, primary: ModelView, others: Sequenc
          seed_counts: Mapping[str, int], top_n: int, model_version: int, *,
          max_similarity: float = MAX_SIMILARITY, rare_below: int = RARE_BELOW,
          weights: Mapping[str, float] | None = None, density: bool = True,
-         density_power: float | None = None) -> list[Suggestion]:
+         density_power: float | None = None, seeds_X: sp.spmatrix | None = None,
+         coverage_power: float | None = None) -> list[Suggestion]:
     """Rank candidate documents for labelling.
 
     Parameters
@@ -284,6 +306,11 @@ def rank(ids: Sequence[str], X: sp.spmatrix, primary: ModelView, others: Sequenc
         Multiply the priority by the typicality of the document in its predicted class.
     density_power : float, optional
         Exponent of the typicality factor (default :data:`DENSITY_POWER`).
+    seeds_X : sparse matrix (m, d), optional
+        Term counts of the seeded documents: the priority is multiplied by
+        ``coverage ** coverage_power`` (:func:`coverage`), favouring regions no seed covers.
+    coverage_power : float, optional
+        Default :data:`COVERAGE_POWER` (0 = no coverage factor).
 
     Returns
     -------
@@ -319,7 +346,11 @@ def rank(ids: Sequence[str], X: sp.spmatrix, primary: ModelView, others: Sequenc
     weighted = scores * np.array([w[r] for r in REASONS])[:, None]
     # representatives are typical by construction: their weight is added after the density factor
     power = DENSITY_POWER if density_power is None else density_power
-    priority = weighted[:3].sum(axis=0) * typical ** power + weighted[3]
+    priority = weighted[:3].sum(axis=0) * typical ** power
+    cpow = COVERAGE_POWER if coverage_power is None else coverage_power
+    if cpow and seeds_X is not None and seeds_X.shape[0]:
+        priority *= coverage(Xn, normalize_rows(seeds_X)) ** cpow
+    priority += weighted[3]
     order = select_diverse(priority, Xn, top, min(top_n, MAX_TOP_N), max_similarity)
     reason = weighted.argmax(axis=0)
     out = []
@@ -441,7 +472,7 @@ def message_bytes(msg: Mapping[str, Any]) -> int:
     return SUGGESTION_OVERHEAD_BYTES + sum(len(s.encode("utf-8", "replace")) for s in strings)
 
 
-__all__ = ["MAX_TOP_N", "REASONS", "ModelView", "Suggestion", "SuggestionBoard", "cluster_representatives",
+__all__ = ["MAX_TOP_N", "REASONS", "ModelView", "Suggestion", "SuggestionBoard", "cluster_representatives", "coverage",
            "disagreement", "disagreement_sample",
            "margins", "message_bytes", "normalize_rows", "rank", "rare_class_scores", "select_diverse", "snippet",
            "to_message", "typicality"]
