@@ -93,10 +93,18 @@ def test_control_topic_seeds_unlabel_and_a_late_resolved_label():
     # a label after the unlabel counts again
     st.ingest("control", b"d1", _j({"op": "label", "id": "d1", "labels": ["wheat"]}), 0, 14)
     assert {s["id"]: s["labels"] for s in st.recent_seeds()} == {"d1": ["wheat"], "d2": ["ship"]}
+    assert [s["id"] for s in st.recent_seeds()] == ["d1", "d2"], "newest first"
+    # the worker's resolved copy of d2's seed is no new seed: d2 keeps its place and time
+    before = {s["id"]: s["ts"] for s in st.recent_seeds()}
+    st.ingest("control", b"d2", _j({"op": "label", "id": "d2", "labels": ["ship"], "text": "a ship " * 1000,
+                                    "origin": "resolved", "label_offset": 11}), 0, 20, timestamp_ms=10**13)
+    assert [s["id"] for s in st.recent_seeds()] == ["d1", "d2"]
+    assert {s["id"]: s["ts"] for s in st.recent_seeds()} == before
+    assert st.seeds.bytes < 3000, "a seed accounts its snippet, not the whole text of its record"
     assert [op["op"] for op in st.recent_ops] == ["label", "label", "unlabel", "label"]
     st.ingest("control", None, b"{not json", 0, 15)
     st.ingest("control", None, _j({"op": "explode"}), 0, 16)
-    assert st.counts.malformed["control"] == 2 and st.counts.read["control"] == 7
+    assert st.counts.malformed["control"] == 2 and st.counts.read["control"] == 8
 
 
 def test_queue_uses_the_suggestions_topic_and_its_tombstones():

@@ -137,8 +137,10 @@ def test_console_in_chromium_label_undo_name_and_escaping(broker, tmp_path):
             try:
                 page = ctx.new_page()
                 base = console.url
-                # the queue fills after the worker's first refit
-                _reload_until(page, base + "/queue", "#queue li.suggestion", timeout=120)
+                # the queue fills after the worker's first refit: from the worker's suggestions topic where
+                # this streamsemi has one (until it is read, the console ranks the labels it has read itself)
+                source = "suggestions" if any(f == "--suggestions-topic" for f in flags) else "labels"
+                _reload_until(page, base + "/queue", f'#queue[data-source="{source}"] li.suggestion', timeout=120)
                 page.screenshot(path=str(shots / "queue.png"))
                 _not_pwned(page)
                 first = page.locator("#queue li.suggestion").first

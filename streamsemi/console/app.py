@@ -57,6 +57,7 @@ class ConsoleOptions:
     loopback_only: bool = True
     bootstrap_servers: str = ""
     control_topic: str = ""
+    suggestions_topic: str = "streamsemi.suggestions"
 
 
 def is_loopback_host(host: str) -> bool:
@@ -192,6 +193,7 @@ def create_app(state: ConsoleState, writer: ControlWriter, options: ConsoleOptio
         items, source = await run_in_threadpool(state.queue)
         classes = await run_in_threadpool(state.classes)
         return render(request, "queue.html", items=items, source=source, classes=classes,
+                      suggestions_topic=options.suggestions_topic,
                       shortcuts=min(SHORTCUT_CLASSES, len(classes)), o=state.overview())
 
     async def seeds(request: Request) -> Response:

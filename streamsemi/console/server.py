@@ -100,7 +100,7 @@ def serve(settings: Settings, opts: ServeOptions) -> int:
     except ImportError as exc:
         raise ConfigError(f"streamsemi console needs the console extra (pip install 'streamsemi[console]'): "
                           f"{exc}") from None
-    from streamsemi.console.reader import TopicReader
+    from streamsemi.console.reader import TopicReader, topic_kinds
     from streamsemi.console.writer import ControlWriter
 
     opts = check_options(opts)
@@ -110,7 +110,8 @@ def serve(settings: Settings, opts: ServeOptions) -> int:
     writer = ControlWriter(settings)
     app = create_app(state, writer, ConsoleOptions(
         auth_token=opts.auth_token, worker_url=opts.worker_url, loopback_only=opts.auth_token is None,
-        bootstrap_servers=settings.bootstrap_servers, control_topic=settings.control_topic))
+        bootstrap_servers=settings.bootstrap_servers, control_topic=settings.control_topic,
+        suggestions_topic={k: t for t, k in topic_kinds(settings).items()}["suggestions"]))
     port = sock.getsockname()[1]
     shown = f"[{opts.host}]" if ":" in opts.host else opts.host
     reader.start()

@@ -65,8 +65,21 @@ class BoundedTable:
         self.bytes = 0
         self.evicted = 0
 
-    def put(self, key: Hashable, value: Any, size: int) -> None:
-        """Insert or replace ``key`` (it becomes the newest entry), then evict down to the bounds."""
+    def put(self, key: Hashable, value: Any, size: int, keep_place: bool = False) -> None:
+        """Insert or replace ``key``, then evict down to the bounds.
+
+        The entry becomes the newest, unless ``keep_place`` and it was present already
+        (an update of an old entry that should not look recent).
+        """
+        if keep_place and key in self._data:
+            old_value, old_size = self._data[key]
+            size = max(1, int(size))
+            self._data[key] = (value, size)
+            self.bytes += size - old_size
+            if self.on_remove is not None:
+                self.on_remove(key, old_value)
+            self._evict()
+            return
         old = self._data.pop(key, None)
         if old is not None:
             self.bytes -= old[1]
@@ -78,6 +91,9 @@ class BoundedTable:
             return  # larger than the whole table: not kept
         self._data[key] = (value, size)
         self.bytes += size
+        self._evict()
+
+    def _evict(self) -> None:
         while len(self._data) > self.max_entries or self.bytes > self.max_bytes:
             k, (v, s) = self._data.popitem(last=False)
             self.bytes -= s
@@ -332,8 +348,12 @@ class ConsoleState:
             prev = self.seeds.get(doc_id)
             if text is None and prev is not None:
                 text = prev.text
-            self.seeds.put(doc_id, Seed(labels, offset, ts, text[:SNIPPET_CHARS] if text else None),
-                           self._size(key, raw))
+            if resolved and prev is not None:
+                ts = prev.ts  # the worker's copy of a seed (with its text) is not a new seed
+            text = text[:SNIPPET_CHARS] if text else None
+            self.seeds.put(doc_id, Seed(labels, offset, ts, text),
+                           len(doc_id) + (len(text.encode()) if text else 0) + ENTRY_OVERHEAD + 100,
+                           keep_place=resolved)
             self.hidden.put(doc_id, "labeled", len(doc_id) + ENTRY_OVERHEAD)
             if not resolved:
                 self.recent_ops.append({"op": "label", "id": doc_id, "labels": list(labels), "ts": ts})
