@@ -329,7 +329,7 @@ def test_n_new_clusters_with_kmeans():
     y = np.full(60, None, dtype=object)
     y[[0, 1, 2]] = "a"
     y[[20, 21, 22]] = "b"
-    est = CLE(n_neighbors=5, assign="kmeans", n_new_clusters=1).fit(X, y)
+    est = CLE(n_neighbors=5, assign="kmeans", n_new_clusters=1, discovery="legacy").fit(X, y)
     assert list(est.classes_) == ["a", "b", "new-0"]
     assert est.new_clusters_ == ["new-0"]
     assert np.mean(est.classes_[est.labels_[40:]] == "new-0") > 0.8
@@ -357,8 +357,9 @@ def test_degenerate_inputs():
         CLE().fit(X, ["a", "b", None])
     with pytest.raises(DegenerateInputError, match="non-negative"):
         CLE().fit(-X, y)
-    with pytest.raises(ValueError, match="n_new_clusters > 0 needs assign='kmeans' .*got n_new_clusters=1 with assign='calibrated'"):
-        CLE(n_new_clusters=1).fit(X, y)
+    with pytest.raises(ValueError, match="n_new_clusters > 0 with discovery='legacy' needs assign='kmeans' "
+                                         ".*got n_new_clusters=1 with assign='calibrated'"):
+        CLE(n_new_clusters=1, discovery="legacy").fit(X, y)
     with pytest.raises(ValueError, match=r"'weighting' parameter of CLE must be a str among .*Got 'bm25' instead"):
         CLE(weighting="bm25").fit(X, y)
     with pytest.raises(ValueError, match=r"'knn_method' parameter of CLE must be a str among .*Got 'annoy' instead"):

@@ -299,14 +299,33 @@ def test_algorithm_parameters_are_checked_at_start_and_named(tmp_path, table, me
 
 
 def test_algorithm_parameter_errors_from_worker_settings(tmp_path):
-    assert "setting 'n_new_clusters' (from flag --n-new-clusters): cle: n_new_clusters > 0 needs assign='kmeans'" in refused(
-        {"algorithms": "cle", "n_new_clusters": "2"})
+    legacy = tmp_path / "legacy.toml"
+    legacy.write_text('algorithms = "cle"\n[algorithm_params.cle]\ndiscovery = "legacy"\n')
+    assert "cle: n_new_clusters > 0 with discovery='legacy' needs assign='kmeans'" in refused(
+        {"n_new_clusters": "2"}, config_file=legacy)
     explicit = tmp_path / "explicit.toml"
-    explicit.write_text('algorithms = "cle"\nn_new_clusters = 2\n[algorithm_params.cle]\nassign = "calibrated"\n')
+    explicit.write_text('algorithms = "cle"\nn_new_clusters = 2\n[algorithm_params.cle]\nassign = "calibrated"\n'
+                        'discovery = "legacy"\n')
     assert "setting 'algorithm_params.cle.assign' (from config file " in refused(config_file=explicit)
     ok = tmp_path / "ok.toml"
     ok.write_text('algorithms = "cle"\nn_new_clusters = 2\n[algorithm_params.cle]\nassign = "kmeans"\n')
     assert resolve({}, env={}, config_file=ok).algorithm_params == {"cle": {"assign": "kmeans"}}
+    # calibrated discovery (the default) takes any assign, and n_new_clusters = "auto"
+    assert resolve({"algorithms": "cle", "n_new_clusters": "2"}, env={}).n_new_clusters == 2
+    assert resolve({"algorithms": "cle,d-lda", "n_new_clusters": "auto"}, env={}).n_new_clusters == "auto"
+
+
+def test_n_new_clusters_is_a_count_or_auto(tmp_path):
+    toml = tmp_path / "auto.toml"
+    toml.write_text('n_new_clusters = "auto"\n')
+    assert resolve({}, env={}, config_file=toml).n_new_clusters == "auto"
+    assert resolve({}, env={"STREAMSEMI_N_NEW_CLUSTERS": "AUTO"}).n_new_clusters == "auto"
+    assert ("setting 'n_new_clusters' (from flag --n-new-clusters): must be an integer or one of 'auto', "
+            "got 'many'") in refused({"n_new_clusters": "many"})
+    assert "setting 'n_new_clusters' (from flag --n-new-clusters): must be >= 0, got -1" in refused({"n_new_clusters": "-1"})
+    legacy = tmp_path / "legacy.toml"
+    legacy.write_text('n_new_clusters = "auto"\n[algorithm_params.constrained-kmeans]\ndiscovery = "fast"\n')
+    assert "'discovery' parameter of ConstrainedKMeans must be a str among" in refused(config_file=legacy)
 
 
 # ------------------------------------------------------------------ errors

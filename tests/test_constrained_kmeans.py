@@ -53,7 +53,7 @@ def test_new_clusters_take_unseeded_documents(r8):
     X, y, ys, seeds = r8
     ys2 = ys.copy()
     ys2[np.isin(ys2, ["earn", "acq"])] = None  # only six classes seeded
-    m = make_estimator("constrained-kmeans", n_new_clusters=2).fit(X, ys2)
+    m = make_estimator("constrained-kmeans", n_new_clusters=2, discovery="legacy").fit(X, ys2)
     assert list(m.new_clusters_) == ["new-0", "new-1"] and list(m.classes_[-2:]) == ["new-0", "new-1"]
     pred = m.predict(X)
     in_new = np.isin(pred, m.new_clusters_)

@@ -84,7 +84,8 @@ def _data(seed: int, n: int = 40, m: int = 15):
 def test_fit_matches_the_reference(seed, constrained, n_new, max_iter) -> None:
     counts, y = _data(seed)
     C, labels, n_iter, classes = _reference(counts, y, constrained, n_new, max_iter, random_state=seed)
-    m = ConstrainedKMeans(constrained, n_new_clusters=n_new, max_iter=max_iter, random_state=seed)
+    m = ConstrainedKMeans(constrained, n_new_clusters=n_new, max_iter=max_iter, random_state=seed,
+                          discovery="legacy")
     m.fit(sp.csr_matrix(counts), y)
     assert list(m.classes_) == classes and m.new_clusters_ == classes[3:]
     assert np.allclose(m.idf_, _ref_idf(counts))
@@ -162,7 +163,7 @@ def test_ties_in_the_farthest_first_traversal_are_broken_by_random_state() -> No
         assert np.array_equal(out[1], np.eye(6)[1 + first]), seed
         picks.add(first)
     assert len(picks) > 1, "the case must let the seed decide"
-    fits = {tuple(ConstrainedKMeans(n_new_clusters=1, random_state=s).fit(
+    fits = {tuple(ConstrainedKMeans(n_new_clusters=1, random_state=s, discovery="legacy").fit(
         sp.csr_matrix(np.eye(6, dtype=int)), ["a", "b", None, None, None, None]).cluster_centers_[2].round(6))
         for s in range(8)}
     assert len(fits) > 1, "random_state reaches the traversal"
@@ -173,7 +174,7 @@ def test_new_clusters_start_at_unlabeled_documents_only() -> None:
     # document is close to a seeded centroid: seeds must still never become a new cluster's start
     counts = np.array([[3, 0, 0, 0], [0, 3, 0, 0], [0, 0, 3, 0], [2, 2, 0, 0], [0, 0, 3, 1], [2, 2, 0, 1]])
     y = ["a", "a", "b", None, None, None]
-    m = ConstrainedKMeans(n_new_clusters=1, max_iter=1).fit(sp.csr_matrix(counts), y)
+    m = ConstrainedKMeans(n_new_clusters=1, max_iter=1, discovery="legacy").fit(sp.csr_matrix(counts), y)
     C, labels, _, _ = _reference(counts, y, True, 1, 1, 0)
     assert np.allclose(m.cluster_centers_, C) and np.array_equal(m.labels_, labels)
     Xn = _ref_tfidf(counts, _ref_idf(counts))
@@ -190,7 +191,8 @@ def test_the_last_cluster_emptied_keeps_its_centroid() -> None:
 
 def test_documented_defaults() -> None:
     assert ConstrainedKMeans().get_params() == {"constrained": True, "n_new_clusters": 0, "max_iter": 50,
-                                                "temperature": 0.05, "random_state": 0}
+                                                "temperature": 0.05, "random_state": 0,
+                                                "discovery": "calibrated", "discovery_quantile": 0.4}
     assert ConstrainedKMeans(random_state=7).random_state == 7
 
 

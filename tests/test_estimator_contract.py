@@ -240,9 +240,12 @@ def test_invalid_parameters_are_rejected_by_fit_and_build_estimator_naming_the_p
 
 
 def test_parameter_combinations_are_checked_by_build_estimator():
-    with pytest.raises(ValueError, match="n_new_clusters > 0 needs assign='kmeans' .*got n_new_clusters=2 with assign='calibrated'"):
-        build_estimator("cle", None, 2, 0)
-    assert build_estimator("cle", {"assign": "kmeans"}, 2, 0).n_new_clusters == 2
+    with pytest.raises(ValueError, match="n_new_clusters > 0 with discovery='legacy' needs assign='kmeans' "
+                                         ".*got n_new_clusters=2 with assign='calibrated'"):
+        build_estimator("cle", {"discovery": "legacy"}, 2, 0)
+    assert build_estimator("cle", {"assign": "kmeans", "discovery": "legacy"}, 2, 0).n_new_clusters == 2
+    # calibrated discovery (the default) clusters outside the embedding: any assign goes
+    assert build_estimator("cle", None, 2, 0).n_new_clusters == 2
 
 
 # -- build_estimator passes exactly what the settings say (issue 14) ------------------------------
@@ -307,7 +310,6 @@ EXTRA_XFAIL = {
     "DLDA": {
         "check_classifiers_classes": "decision_function has one column per class, also for two classes",
         "check_decision_proba_consistency": NEGATIVE_TEST_DATA,
-        "check_classifiers_one_label": "with one seeded class the other documents go to new clusters, by design",
     },
     "PseudoLSC": {
         name: "the check sets n_clusters=1; pseudo-LSC needs at least 2 clusters"

@@ -240,11 +240,11 @@ def test_deterministic(corpus, variant):
 
 def test_ap_sample_bound_and_new_clusters(corpus):
     Xtr, seeds, *_ = corpus
-    m = FSL(variant="ap", ap_sample=100, max_iter=3, n_new_clusters=1).fit(Xtr, seeds)
+    m = FSL(variant="ap", ap_sample=100, max_iter=3, n_new_clusters=1, discovery="legacy").fit(Xtr, seeds)
     assert m.labels_.shape == (Xtr.shape[0],)
     assert len(m.new_clusters_) <= 1
     assert list(m.classes_[: m.classes_.size - len(m.new_clusters_)]) == sorted(set(seeds[:40]))
-    k = FSL(variant="ck", max_iter=3, n_new_clusters=2).fit(Xtr, seeds)
+    k = FSL(variant="ck", max_iter=3, n_new_clusters=2, discovery="legacy").fit(Xtr, seeds)
     assert k.new_clusters_ == ["new-0", "new-1"] and k.classes_[-1] == "new-1"
 
 

@@ -208,7 +208,7 @@ def test_deterministic(corpus):
 def test_new_clusters(corpus):
     X, y, seeds, _ = corpus
     partial = np.where(seeds == "sci.space", None, seeds)  # nobody seeds sci.space
-    m = SemiLDC(n_new_clusters=1, random_state=0).fit(X, partial)
+    m = SemiLDC(n_new_clusters=1, random_state=0, discovery="legacy").fit(X, partial)
     assert list(m.classes_[-1:]) == ["new-0"] and m.new_clusters_ == ["new-0"]
     space = y == "sci.space"
     # the discovered cluster captures the unseeded group (majority of it)

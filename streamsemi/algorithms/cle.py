@@ -59,6 +59,12 @@ from numba import njit
 from scipy.optimize import minimize_scalar
 from sklearn.utils._param_validation import Interval, StrOptions
 
+from streamsemi.algorithms._discovery import (
+    DISCOVERY_CONSTRAINTS,
+    DiscoveryMixin,
+    fit_calibrated,
+    uses_calibrated,
+)
 from streamsemi.algorithms.base import (
     RANDOM_STATE,
     ScoresClassifierMixin,
@@ -472,7 +478,7 @@ def fit_temperature(S: np.ndarray, target: np.ndarray) -> float:
 
 # ----------------------------------------------------------------------------- estimator
 
-class CLE(ScoresClassifierMixin, TransformerMixin, StreamsemiEstimator):
+class CLE(DiscoveryMixin, ScoresClassifierMixin, TransformerMixin, StreamsemiEstimator):
     """Constrained Laplacian Eigenmap, then an assignment in the r-dimensional embedding.
 
     Parameters
@@ -505,6 +511,14 @@ class CLE(ScoresClassifierMixin, TransformerMixin, StreamsemiEstimator):
         Extra k-means clusters for classes nobody seeded (farthest-first in the
         embedding among unlabeled documents), reported as ``new-0``, ...; needs
         ``assign="kmeans"``.
+    discovery : {"calibrated", "legacy"}, default="calibrated"
+        How new clusters are found (no effect with ``n_new_clusters=0``): ``"calibrated"``
+        fits the seeded classes as with ``n_new_clusters=0`` and clusters only the
+        documents no seeded class explains (:mod:`streamsemi.algorithms._discovery`);
+        ``"legacy"``: the extra clusters inside the algorithm, as described above.
+    discovery_quantile : float in (0, 1), default=0.4
+        Calibrated discovery: the quantile of a class's seeds' similarity below which a
+        document is not explained by that class.
     max_iter : int, default=100
         k-means iterations.
     eigen_tol : float, default=1e-8
@@ -552,7 +566,7 @@ class CLE(ScoresClassifierMixin, TransformerMixin, StreamsemiEstimator):
         "assign": [StrOptions(set(ASSIGNS))],
         "map_scaling": [StrOptions(set(MAP_SCALINGS))],
         "constrained": ["boolean"],
-        "n_new_clusters": [Interval(Integral, 0, None, closed="left")],
+        **DISCOVERY_CONSTRAINTS,
         "max_iter": [Interval(Integral, 1, None, closed="left")],
         "eigen_tol": [Interval(Real, 0, None, closed="left")],
         "knn_method": [StrOptions(set(KNN_METHODS))],
@@ -562,7 +576,8 @@ class CLE(ScoresClassifierMixin, TransformerMixin, StreamsemiEstimator):
 
     def __init__(self, n_neighbors: int = 15, *, weighting: str = "tfidf", seed_link: float = 1000.0,
                  assign: str = "calibrated", map_scaling: str = "seeds", constrained: bool = True,
-                 n_new_clusters: int = 0, max_iter: int = 100, eigen_tol: float = 1e-8,
+                 n_new_clusters: int | str = 0, discovery: str = "calibrated",
+                 discovery_quantile: float = 0.4, max_iter: int = 100, eigen_tol: float = 1e-8,
                  knn_method: str = "inverted", block_memory_mb: float = 64.0,
                  random_state: int | None = 0) -> None:
         self.n_neighbors = n_neighbors
@@ -572,6 +587,8 @@ class CLE(ScoresClassifierMixin, TransformerMixin, StreamsemiEstimator):
         self.map_scaling = map_scaling
         self.constrained = constrained
         self.n_new_clusters = n_new_clusters
+        self.discovery = discovery
+        self.discovery_quantile = discovery_quantile
         self.max_iter = max_iter
         self.eigen_tol = eigen_tol
         self.knn_method = knn_method
@@ -579,12 +596,14 @@ class CLE(ScoresClassifierMixin, TransformerMixin, StreamsemiEstimator):
         self.random_state = random_state
 
     def _check_param_combination(self) -> None:
-        if self.n_new_clusters > 0 and self.assign != "kmeans":
-            raise ValueError(f"n_new_clusters > 0 needs assign='kmeans' (calibrated maps only score seeded "
+        if not uses_calibrated(self) and self.n_new_clusters != 0 and self.assign != "kmeans":
+            raise ValueError(f"n_new_clusters > 0 with discovery='legacy' needs assign='kmeans' (calibrated maps only score seeded "
                              f"classes), got n_new_clusters={self.n_new_clusters!r} with assign={self.assign!r}")
 
     def fit(self, X: Any, y: Any) -> CLE:
         """Fit on counts ``X`` with seed labels ``y`` (None/-1/"" = unlabeled)."""
+        if uses_calibrated(self):
+            return fit_calibrated(self, X, y)
         X, codes, classes = self._fit_inputs(X, y)
         r = classes.size
         n_clusters = r + int(self.n_new_clusters)

@@ -16,6 +16,12 @@ import numpy as np
 import scipy.sparse as sp
 from sklearn.utils._param_validation import Interval
 
+from streamsemi.algorithms._discovery import (
+    DISCOVERY_CONSTRAINTS,
+    DiscoveryMixin,
+    fit_calibrated,
+    uses_calibrated,
+)
 from streamsemi.algorithms.base import (
     RANDOM_STATE,
     ScoresClassifierMixin,
@@ -60,7 +66,7 @@ def farthest_point_centroids(Xn: sp.csr_matrix, C: np.ndarray, candidates: np.nd
     return np.vstack([C, np.array(out)]) if out else C
 
 
-class ConstrainedKMeans(ScoresClassifierMixin, TransformerMixin, StreamsemiEstimator):
+class ConstrainedKMeans(DiscoveryMixin, ScoresClassifierMixin, TransformerMixin, StreamsemiEstimator):
     """Constrained (or seeded) spherical k-means on sublinear tf-idf.
 
     Parameters
@@ -68,9 +74,18 @@ class ConstrainedKMeans(ScoresClassifierMixin, TransformerMixin, StreamsemiEstim
     constrained : bool, default=True
         Keep seeds in their class at every assignment step (constrained k-means);
         False gives seeded k-means (seeds only initialise the centroids).
-    n_new_clusters : int, default=0
-        Extra clusters for classes nobody seeded, initialised farthest-first
-        among unlabeled documents; reported as ``new-0``, ``new-1``, ...
+    n_new_clusters : int or "auto", default=0
+        Clusters for classes nobody seeded, reported as ``new-0``, ``new-1``, ...
+        (``"auto"``: chosen from the data, calibrated discovery).
+    discovery : {"calibrated", "legacy"}, default="calibrated"
+        How new clusters are found (no effect with ``n_new_clusters=0``):
+        ``"calibrated"`` fits the seeded classes as with ``n_new_clusters=0`` and
+        clusters only the documents no seeded class explains
+        (:mod:`streamsemi.algorithms._discovery`); ``"legacy"`` adds the extra
+        centroids to the k-means, initialised farthest-first among unlabeled documents.
+    discovery_quantile : float in (0, 1), default=0.4
+        Calibrated discovery: the quantile of a class's seeds' similarity below
+        which a document is not explained by that class.
     max_iter : int, default=50
         Maximum assignment/update rounds.
     temperature : float, default=0.05
@@ -94,22 +109,27 @@ class ConstrainedKMeans(ScoresClassifierMixin, TransformerMixin, StreamsemiEstim
 
     _parameter_constraints = {
         "constrained": ["boolean"],
-        "n_new_clusters": [Interval(Integral, 0, None, closed="left")],
+        **DISCOVERY_CONSTRAINTS,
         "max_iter": [Interval(Integral, 1, None, closed="left")],
         "temperature": [Interval(Real, 0, None, closed="neither")],
         "random_state": RANDOM_STATE,
     }
 
     def __init__(self, constrained: bool = True, *, n_new_clusters: int = 0, max_iter: int = 50,
-                 temperature: float = 0.05, random_state: int | None = 0) -> None:
+                 temperature: float = 0.05, discovery: str = "calibrated",
+                 discovery_quantile: float = 0.4, random_state: int | None = 0) -> None:
         self.constrained = constrained
         self.n_new_clusters = n_new_clusters
+        self.discovery = discovery
+        self.discovery_quantile = discovery_quantile
         self.max_iter = max_iter
         self.temperature = temperature
         self.random_state = random_state
 
     def fit(self, X: Any, y: Any) -> ConstrainedKMeans:
         """Fit on counts ``X`` with seed labels ``y`` (None/-1 = unlabeled)."""
+        if uses_calibrated(self):
+            return fit_calibrated(self, X, y)
         X, codes, classes = self._fit_inputs(X, y)
         n_known = classes.size
         n_clusters = n_known + int(self.n_new_clusters)

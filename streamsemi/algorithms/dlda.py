@@ -41,6 +41,13 @@ from sklearn.utils._param_validation import Interval, RealNotInt
 from sklearn.utils.validation import check_is_fitted
 
 from streamsemi.algorithms import _dlda_gibbs as gibbs
+from streamsemi.algorithms._discovery import (
+    DISCOVERY_CONSTRAINTS,
+    DiscoveryMixin,
+    fit_calibrated,
+    predict_proba_calibrated,
+    uses_calibrated,
+)
 from streamsemi.algorithms.base import (
     NEW_CLUSTER_PREFIX,
     RANDOM_STATE,
@@ -179,13 +186,21 @@ def match_clusters(overlap: np.ndarray, new_sizes: np.ndarray, old_sizes: np.nda
 # --------------------------------------------------------------------------- estimator
 
 
-class DLDA(ClassifierMixin, StreamsemiEstimator):
+class DLDA(DiscoveryMixin, ClassifierMixin, StreamsemiEstimator):
     """Double-latent-layered LDA: classify seeded classes, discover new ones.
 
     Parameters
     ----------
     n_new_clusters : int, default=2
         Document classes for unseeded classes (reported as ``new-N``).
+    discovery : {"calibrated", "legacy"}, default="calibrated"
+        How new clusters are found (no effect with ``n_new_clusters=0``): ``"calibrated"``
+        fits the seeded classes as with ``n_new_clusters=0`` and clusters only the
+        documents no seeded class explains (:mod:`streamsemi.algorithms._discovery`);
+        ``"legacy"``: the extra clusters inside the algorithm, as described above.
+    discovery_quantile : float in (0, 1), default=0.4
+        Calibrated discovery: the quantile of a class's seeds' similarity below which a
+        document is not explained by that class.
     n_topics : int, default=128
         Word topics L (paper: 128).
     alpha, delta, beta : float, default=0.2, 0.4, 0.01
@@ -241,7 +256,7 @@ class DLDA(ClassifierMixin, StreamsemiEstimator):
     supports_warm_start = True
 
     _parameter_constraints = {
-        "n_new_clusters": [Interval(Integral, 0, None, closed="left")],
+        **DISCOVERY_CONSTRAINTS,
         "n_topics": [Interval(Integral, 1, _MAX_TOPICS, closed="both")],
         "alpha": [Interval(Real, 0, None, closed="neither")],
         "delta": [Interval(Real, 0, None, closed="neither")],
@@ -256,12 +271,15 @@ class DLDA(ClassifierMixin, StreamsemiEstimator):
         "random_state": RANDOM_STATE,
     }
 
-    def __init__(self, n_new_clusters: int = 2, *, n_topics: int = 128, alpha: float = 0.2,
+    def __init__(self, n_new_clusters: int | str = 2, *, discovery: str = "calibrated",
+                 discovery_quantile: float = 0.4, n_topics: int = 128, alpha: float = 0.2,
                  delta: float = 0.4, beta: float = 0.01, n_sweeps: int = 200,
                  warm_sweeps: int = 30, n_average: int = 10, fold_in_sweeps: int = 10,
                  min_df: int | float = 15, max_doc_tokens: int = 1000,
                  cluster_match_threshold: float = 0.3, random_state: int | None = 0) -> None:
         self.n_new_clusters = n_new_clusters
+        self.discovery = discovery
+        self.discovery_quantile = discovery_quantile
         self.n_topics = n_topics
         self.alpha = alpha
         self.delta = delta
@@ -299,6 +317,8 @@ class DLDA(ClassifierMixin, StreamsemiEstimator):
             counts) keep their token states, new documents are initialised by
             fold-in with its pi/phi, and ``warm_sweeps`` sweeps are run.
         """
+        if uses_calibrated(self):
+            return fit_calibrated(self, X, y, doc_ids=doc_ids, warm_start_from=warm_start_from)
         self._validate_params()
         X = self._validate_counts(X, reset=True)
         X.sum_duplicates()
@@ -559,16 +579,23 @@ class DLDA(ClassifierMixin, StreamsemiEstimator):
 
         A row with no known word gets the uniform distribution.
         """
+        if self._calibrated_fit():
+            return predict_proba_calibrated(self, X)
         acc, _ = self._fold_in_counts(X)
         return class_proba(acc, float(self.alpha))
 
     def decision_function(self, X: Any) -> np.ndarray:
-        """Score O_dk / document length of the fold-in (rows sum to 1, 0 for no known word)."""
+        """Score O_dk / document length of the fold-in (rows sum to 1, 0 for no known word);
+        a calibrated-discovery fit scores by ``predict_proba``."""
+        if self._calibrated_fit():
+            return predict_proba_calibrated(self, X)
         acc, lengths = self._fold_in_counts(X)
         return acc / np.maximum(lengths, 1)[:, None]
 
     def predict(self, X: Any) -> np.ndarray:
         """Class or new-cluster name of each row (Eq. 6 on the fold-in counts)."""
+        if self._calibrated_fit():
+            return self.classes_[predict_proba_calibrated(self, X).argmax(axis=1)]
         proba = self.predict_proba(X)
         return self.classes_[proba.argmax(axis=1)]
 

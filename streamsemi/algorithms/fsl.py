@@ -124,6 +124,12 @@ import scipy.sparse as sp
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
 
+from streamsemi.algorithms._discovery import (
+    DISCOVERY_CONSTRAINTS,
+    DiscoveryMixin,
+    fit_calibrated,
+    uses_calibrated,
+)
 from streamsemi.algorithms.base import (
     RANDOM_STATE,
     ScoresClassifierMixin,
@@ -430,7 +436,7 @@ def _class_sums(X: sp.csr_matrix, labels: np.ndarray, n_clusters: int) -> np.nda
 # The estimator
 # ----------------------------------------------------------------------------------------------
 
-class FSL(ScoresClassifierMixin, TransformerMixin, StreamsemiEstimator):
+class FSL(DiscoveryMixin, ScoresClassifierMixin, TransformerMixin, StreamsemiEstimator):
     """Feature space learning around k-means or affinity propagation (four variants).
 
     Parameters
@@ -457,6 +463,14 @@ class FSL(ScoresClassifierMixin, TransformerMixin, StreamsemiEstimator):
         centres (False: re-initialise from the labeled set, seeds + trust samples).
     n_new_clusters : int, default=0
         Extra clusters for classes nobody seeded (``new-0``...).
+    discovery : {"calibrated", "legacy"}, default="calibrated"
+        How new clusters are found (no effect with ``n_new_clusters=0``): ``"calibrated"``
+        fits the seeded classes as with ``n_new_clusters=0`` and clusters only the
+        documents no seeded class explains (:mod:`streamsemi.algorithms._discovery`);
+        ``"legacy"``: the extra clusters inside the algorithm, as described above.
+    discovery_quantile : float in (0, 1), default=0.4
+        Calibrated discovery: the quantile of a class's seeds' similarity below which a
+        document is not explained by that class.
     kmeans_max_iter : int, default=30
         Assignment/update rounds of each inner k-means run.
     ap_sample : int >= 2, default=1000
@@ -504,7 +518,7 @@ class FSL(ScoresClassifierMixin, TransformerMixin, StreamsemiEstimator):
         "eta": [Interval(Real, 0, None, closed="left")],
         "mu": [Interval(Real, 0, None, closed="left")],
         "feature_gain": [Interval(Real, 0, None, closed="left")],
-        "n_new_clusters": [Interval(Integral, 0, None, closed="left")],
+        **DISCOVERY_CONSTRAINTS,
         "kmeans_max_iter": [Interval(Integral, 1, None, closed="left")],
         "ap_sample": [Interval(Integral, 2, None, closed="left")],
         "ap_max_iter": [Interval(Integral, 1, None, closed="left")],
@@ -522,7 +536,8 @@ class FSL(ScoresClassifierMixin, TransformerMixin, StreamsemiEstimator):
 
     def __init__(self, variant: str = "ck", *, feature_learning: bool = True, max_iter: int = 10,
                  patience: int = 2, eta: float = 1.0, mu: float = 1.0, feature_gain: float = 1.0,
-                 n_new_clusters: int = 0, kmeans_max_iter: int = 30, ap_sample: int = 1000,
+                 n_new_clusters: int | str = 0, discovery: str = "calibrated",
+                 discovery_quantile: float = 0.4, kmeans_max_iter: int = 30, ap_sample: int = 1000,
                  ap_max_iter: int = 300, ap_damping: float = 0.8, phi: float = 0.5,
                  alpha: float = 1.0, beta: float = 0.5, gamma: float = 0.5,
                  rif_values: str = "tfidf", trust_new_clusters: bool = True,
@@ -536,6 +551,8 @@ class FSL(ScoresClassifierMixin, TransformerMixin, StreamsemiEstimator):
         self.mu = mu
         self.feature_gain = feature_gain
         self.n_new_clusters = n_new_clusters
+        self.discovery = discovery
+        self.discovery_quantile = discovery_quantile
         self.kmeans_max_iter = kmeans_max_iter
         self.ap_sample = ap_sample
         self.ap_max_iter = ap_max_iter
@@ -554,6 +571,8 @@ class FSL(ScoresClassifierMixin, TransformerMixin, StreamsemiEstimator):
 
     def fit(self, X: Any, y: Any) -> FSL:
         """Fit on counts ``X`` with seed labels ``y`` (None/-1/"" = unlabeled)."""
+        if uses_calibrated(self):
+            return fit_calibrated(self, X, y)
         X, codes, classes = self._fit_inputs(X, y)
         n_known = classes.size
         n_new = int(self.n_new_clusters)

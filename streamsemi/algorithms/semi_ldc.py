@@ -32,6 +32,12 @@ import scipy.sparse as sp
 from scipy.special import logsumexp
 from sklearn.utils._param_validation import Interval, StrOptions
 
+from streamsemi.algorithms._discovery import (
+    DISCOVERY_CONSTRAINTS,
+    DiscoveryMixin,
+    fit_calibrated,
+    uses_calibrated,
+)
 from streamsemi.algorithms.base import (
     RANDOM_STATE,
     DegenerateInputError,
@@ -528,7 +534,7 @@ class ConstrainedPLSA(ScoresClassifierMixin, StreamsemiEstimator):
         return W
 
 
-class SemiLDC(ScoresClassifierMixin, TransformerMixin, StreamsemiEstimator):
+class SemiLDC(DiscoveryMixin, ScoresClassifierMixin, TransformerMixin, StreamsemiEstimator):
     """Semi-supervised Linear Discriminant Clustering (Algorithm 2).
 
     Parameters
@@ -563,6 +569,14 @@ class SemiLDC(ScoresClassifierMixin, TransformerMixin, StreamsemiEstimator):
     n_new_clusters : int, default=0
         Extra clusters for classes nobody seeded (extra PLSA topics, LDA uses them
         as classes, k-means starts them at their soft means).
+    discovery : {"calibrated", "legacy"}, default="calibrated"
+        How new clusters are found (no effect with ``n_new_clusters=0``): ``"calibrated"``
+        fits the seeded classes as with ``n_new_clusters=0`` and clusters only the
+        documents no seeded class explains (:mod:`streamsemi.algorithms._discovery`);
+        ``"legacy"``: the extra clusters inside the algorithm, as described above.
+    discovery_quantile : float in (0, 1), default=0.4
+        Calibrated discovery: the quantile of a class's seeds' similarity below which a
+        document is not explained by that class.
     random_state : int >= 0 or None, default=0
 
     Attributes
@@ -609,7 +623,7 @@ class SemiLDC(ScoresClassifierMixin, TransformerMixin, StreamsemiEstimator):
            if k in ("alpha", "beta", "init_mix", "tol", "max_iter")},
         "kmeans_max_iter": [Interval(Integral, 1, None, closed="left")],
         "n_refine": [Interval(Integral, 0, None, closed="left")],
-        "n_new_clusters": [Interval(Integral, 0, None, closed="left")],
+        **DISCOVERY_CONSTRAINTS,
         "random_state": RANDOM_STATE,
     }
 
@@ -618,7 +632,8 @@ class SemiLDC(ScoresClassifierMixin, TransformerMixin, StreamsemiEstimator):
                  mu: float = 1.0, normalize_projection: bool = True,
                  plsa_alpha: float = 0.01, plsa_beta: float = 1.0, plsa_init_mix: float = 0.9,
                  plsa_tol: float = 1e-5, plsa_max_iter: int = 100, kmeans_max_iter: int = 100,
-                 n_refine: int = 3, n_new_clusters: int = 0,
+                 n_refine: int = 3, discovery: str = "calibrated", discovery_quantile: float = 0.4,
+                 n_new_clusters: int | str = 0,
                  random_state: int | None = 0) -> None:
         self.weighting = weighting
         self.n_refine = n_refine
@@ -635,11 +650,15 @@ class SemiLDC(ScoresClassifierMixin, TransformerMixin, StreamsemiEstimator):
         self.plsa_max_iter = plsa_max_iter
         self.kmeans_max_iter = kmeans_max_iter
         self.n_new_clusters = n_new_clusters
+        self.discovery = discovery
+        self.discovery_quantile = discovery_quantile
         self.random_state = random_state
 
     # -- fitting -----------------------------------------------------------
     def fit(self, X: Any, y: Any) -> SemiLDC:
         """Fit on counts ``X`` with seed labels ``y`` (None/-1/"" = unlabeled)."""
+        if uses_calibrated(self):
+            return fit_calibrated(self, X, y)
         X, codes, classes = self._fit_inputs(X, y)
         rng = np.random.default_rng(self.random_state)
         n_known = classes.size

@@ -39,8 +39,9 @@ def _floats(value: str) -> list[float]:
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
     """Add the ``evaluate`` options to ``parser``."""
-    parser.add_argument("--protocol", choices=sorted(PROTOCOLS),
-                        help="the paper protocol to run (required unless --results-page)")
+    parser.add_argument("--protocol", choices=sorted([*PROTOCOLS, "discovery"]),
+                        help="the paper protocol to run (required unless --results-page); discovery: "
+                             "unseeded classes found as new clusters (streamsemi/evaluation/discovery.py)")
     parser.add_argument("--algorithm", type=_csv, default=None,
                         help="algorithms by registry name, comma-separated (default: the protocol's "
                              "own algorithm); the protocol's baselines always run too")
@@ -86,6 +87,10 @@ def run(args: argparse.Namespace) -> int:
     if not args.protocol:
         print("streamsemi evaluate: --protocol is required (or --results-page FILE)", file=sys.stderr)
         return 2
+    if args.protocol == "discovery":
+        from streamsemi.evaluation import discovery
+
+        return discovery.run_from_args(args)
     protocol = PROTOCOLS[args.protocol]
     if args.datasets:
         unknown = [d for d in args.datasets if d not in DATASETS]
