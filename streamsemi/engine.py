@@ -121,7 +121,7 @@ class EngineConfig:
     algorithms: list[str] = field(default_factory=lambda: ["constrained-kmeans"])
     primary: str | None = None
     algorithm_params: dict[str, dict[str, Any]] = field(default_factory=dict)
-    n_new_clusters: int = 0
+    n_new_clusters: int | str = 0  # or "auto"
     n_features: int = 2**18
     stop_words: str | None = "english"
     window_max_docs: int = 10000

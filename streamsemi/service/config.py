@@ -81,6 +81,7 @@ class Setting:
     check: Callable[[Any], str | None] | None = None
     choices: tuple[str, ...] | None = None
     secret: bool = False
+    words: tuple[str, ...] = ()  # accepted as they are besides values of ``kind`` (n_new_clusters: "auto")
 
 
 def _positive(v: Any) -> str | None:
@@ -203,7 +204,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("primary", str, E["primary"], "primary algorithm, or 'auto' (best held-out seed accuracy; default when "
             "several are enabled, else the one enabled)"),
     Setting("n_new_clusters", int, E["n_new_clusters"],
-            "extra clusters for unseeded classes where the algorithm supports it", _non_negative),
+            "clusters for unseeded classes where the algorithm supports it, or 'auto' (chosen from the "
+            "documents no seeded class explains)", _non_negative, words=("auto",)),
     Setting("n_features", int, E["n_features"], "hashing dimension", _hashing_dimension),
     Setting("stop_words", str, E["stop_words"], "stop words removed before hashing", choices=("english", "none")),
     Setting("window_max_docs", int, E["window_max_docs"], "documents kept in the refit window", _positive),
@@ -318,11 +320,14 @@ _KIND_NAMES = {bool: "a boolean", int: "an integer", float: "a number", str: "a 
 
 def _coerce(setting: Setting, raw: Any, source: str) -> Any:
     where = f"setting '{setting.name}' (from {source})"
-    wrong = f"{where}: must be {_KIND_NAMES[setting.kind]}, got {raw!r}"
+    also = f" or one of {', '.join(repr(w) for w in setting.words)}" if setting.words else ""
+    wrong = f"{where}: must be {_KIND_NAMES[setting.kind]}{also}, got {raw!r}"
     if not isinstance(raw, (str, int, float)):   # a TOML table, array or date
         raise ConfigError(wrong)
     value: Any
     text = str(raw).strip().lower()
+    if isinstance(raw, str) and text in setting.words:
+        return text
     if setting.kind is bool:
         if isinstance(raw, bool) or text in ("1", "true", "yes", "on", "0", "false", "no", "off"):
             value = raw if isinstance(raw, bool) else text in ("1", "true", "yes", "on")
