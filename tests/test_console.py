@@ -179,6 +179,7 @@ def test_a_non_loopback_bind_needs_a_token_named_in_the_error():
         check_options(ServeOptions(worker_url="file:///etc/passwd"), env={})
     assert is_loopback_host("127.0.0.2") and is_loopback_host("::1") and not is_loopback_host("example.com")
     assert safe_next("//evil.example/x") == "/" and safe_next("/queue?x=1") == "/queue?x=1"
+    assert safe_next("/\t/evil.example") == "/" and safe_next("/\\evil.example") == "/"
 
 
 def test_cli_refuses_a_public_bind_without_token():
@@ -265,6 +266,7 @@ def test_posts_need_the_csrf_token_and_a_same_origin_and_go_through_label_valida
         code, _, headers = _request(s.url("/unlabel"), {"id": "d<1>", "csrf": csrf, "next": "//evil.example/"})
         assert code == 303 and headers["location"].startswith("/?msg="), "never redirected off the console"
         assert _request(s.url("/"), headers={"Host": "attacker.example"})[0] == 421, "DNS rebinding: loopback names only"
+        assert _request(s.url("/label"), {**form, "csrf": csrf, "pad": "x" * 70_000})[0] == 413
     sent = [json.loads(r.value) for r in read_topic(broker.bootstrap, topics.control, expect=2, timeout=20)]
     assert sent == [{"op": "label", "id": "d<1>", "labels": ["grain"],
                      "text": "<script>window.x=1</script> wheat"}, {"op": "unlabel", "id": "d<1>"}]

@@ -46,6 +46,8 @@ CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self';
        "form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
 #: keyboard shortcuts 1..9 pick the first nine classes of the queue
 SHORTCUT_CLASSES = 9
+#: a form post of the console is well under a kilobyte; anything much larger is refused unread
+MAX_POST_BYTES = 64 * 1024
 
 
 @dataclass
@@ -81,6 +83,8 @@ def safe_next(value: str | None, default: str = "/") -> str:
     """A local path to go back to after a post (never another site)."""
     if not value or not value.startswith("/") or value.startswith("//") or "\\" in value:
         return default
+    if any(ord(c) <= 32 or ord(c) == 127 for c in value):
+        return default  # browsers drop tabs and newlines: "/\t/evil.example" would become "//evil.example"
     return value
 
 
@@ -329,6 +333,12 @@ def create_app(state: ConsoleState, writer: ControlWriter, options: ConsoleOptio
                 if request.method == "GET" and "text/html" in request.headers.get("accept", ""):
                     return render(request, "login.html", status=401)
                 return PlainTextResponse("authentication required", 401)
+            if request.method == "POST":
+                length = request.headers.get("content-length")
+                if length is None or not length.isdigit():
+                    return PlainTextResponse("a post needs a Content-Length", 411)
+                if int(length) > MAX_POST_BYTES:
+                    return PlainTextResponse(f"a post carries at most {MAX_POST_BYTES} bytes", 413)
             if request.method == "POST" and request.url.path != "/login":
                 problem = await _csrf_problem(request)
                 if problem:
