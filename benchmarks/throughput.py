@@ -229,7 +229,7 @@ def _http_json(port: int, path: str) -> Any:
     import urllib.request
 
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=2) as r:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as r:
             return r.read().decode()
     except urllib.error.HTTPError as e:  # /readyz answers 503 before the first model
         return e.read().decode()
@@ -351,7 +351,12 @@ class Bench:
         return proc, topics, port, log_path
 
     def worker_phase(self, name: str, algorithms: str, warmup: int, n: int, rate: float,
-                     extra: list[str] | None = None) -> dict[str, Any]:
+                     extra: list[str] | None = None, drain_s: float = 900.0) -> dict[str, Any]:
+        """Warm up, then send ``n`` documents at ``rate`` and wait up to ``drain_s`` after the last for their outputs.
+
+        Documents still without an output then count as slower than that wait (censored
+        latencies: a percentile that falls among them is written as None, with ``served``).
+        """
         proc, topics, port, log_path = self.start_worker(algorithms, extra or [])
         settings = self.settings(topics)
         reader = OutputReader(settings, topics["labels"])
@@ -380,17 +385,21 @@ class Bench:
             events_before = len(worker_events(log_path))
             sent = send(producer, topics, msgs, rate)
             producer.close()
-            if not reader.wait_for(list(sent), 900, lambda: proc.poll() is None):
-                raise RuntimeError("measured documents were not assigned in time")
-            out = rate_of(sent, reader.first)
-            lat = np.array([reader.first[k] - sent[k] for k in sent], dtype=float) / 1000
+            complete = reader.wait_for(list(sent), drain_s, lambda: proc.poll() is None)
+            if complete:
+                out = rate_of(sent, reader.first)
+            else:  # the worker did not keep up: the rate of what it served
+                served = {k: v for k, v in sent.items() if k in reader.first}
+                out = rate_of(served, reader.first) if served else {"documents": 0, "docs_per_s": 0.0}
+            out["served"] = f"{sum(1 for k in sent if k in reader.first)}/{len(sent)}"
+            out["censored_after_s"] = None if complete else drain_s
+            lat = np.array([(reader.first[k] - sent[k]) / 1000 if k in reader.first else np.inf for k in sent])
             events = worker_events(log_path)[events_before:]
             out.update({
                 "algorithms": algorithms.split(","), "warmup_documents": warmup, "warmup_seconds": round(warm_s, 1),
                 "rate": rate or "full speed",
-                "latency_s": {"p50": round(float(np.percentile(lat, 50)), 3),
-                              "p90": round(float(np.percentile(lat, 90)), 3),
-                              "p99": round(float(np.percentile(lat, 99)), 3), "max": round(float(lat.max()), 3)},
+                "latency_s": {q: _finite(np.percentile(lat, v, method="higher"))
+                              for q, v in (("p50", 50), ("p90", 90), ("p99", 99), ("max", 100))},
                 "refit_rounds_during": sum(1 for e in events if e.get("event") == "refit_round_done"),
                 "refit_seconds_during": [e.get("seconds") for e in events if e.get("event") == "refit_round_done"],
                 "revisions_records": reader.records - len(reader.first),
@@ -411,6 +420,14 @@ class Bench:
         return out
 
 
+def _finite(x: float) -> float | None:
+    return round(float(x), 3) if np.isfinite(x) else None
+
+
+def _lat(v: float | None, w: dict[str, Any]) -> str:
+    return f"> {w['censored_after_s']:g} (unserved)" if v is None else f"{v}"
+
+
 def markdown(result: dict[str, Any]) -> str:
     lines = [f"# Throughput (issue 16), {result['when']}", "", f"`{result['command']}`", "",
              f"Load average at the start: {result['environment']['load']}.", "",
@@ -425,15 +442,16 @@ def markdown(result: dict[str, Any]) -> str:
                 continue
             w, b = rows[key]["worker"], rows[key]["bare"]
             lines.append(f"| {', '.join(w['algorithms'])} | {w['docs_per_s']:,} | {b['docs_per_s']:,} | "
-                         f"{rows[key]['ratio']:.2f} | >= {target} | {w['latency_s']['p99']} | {w['refit_rounds_during']} | "
+                         f"{rows[key]['ratio']:.2f} | >= {target} | {_lat(w['latency_s']['p99'], w)} | {w['refit_rounds_during']} | "
                          f"{w['rss_max_mib']} | {w['send_docs_per_s']:,} |")
         lines.append("")
     if "latency" in rows:
         w = rows["latency"]
         lat = w["latency_s"]
         lines += [f"Fresh documents at {w['rate']} docs/s, six algorithms, {w['documents']:,} documents after a "
-                  f"{w['warmup_documents']:,}-document warm-up (window full): p50 {lat['p50']} s, p90 {lat['p90']} s, "
-                  f"p99 {lat['p99']} s (target < 0.5 s), max {lat['max']} s; {w['refit_rounds_during']} refit rounds "
+                  f"{w['warmup_documents']:,}-document warm-up (window full), served {w['served']}: "
+                  f"p50 {_lat(lat['p50'], w)} s, p90 {_lat(lat['p90'], w)} s, p99 {_lat(lat['p99'], w)} s "
+                  f"(target < 0.5 s), max {_lat(lat['max'], w)} s; {w['refit_rounds_during']} refit rounds "
                   f"ended during the phase ({w['refit_seconds_during']} s); max RSS {w['rss_max_mib']} MiB "
                   "(worker + children; target < 2,048).", ""]
     return "\n".join(lines)
@@ -455,8 +473,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--latency-warmup", type=int, default=10000)
     ap.add_argument("--latency-rate", type=float, default=1000.0)
     ap.add_argument("--latency-seconds", type=float, default=30.0)
+    ap.add_argument("--drain", type=float, default=120.0,
+                    help="latency phase: seconds to wait after the last document for the outputs (later = censored)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--tag", default="")
+    ap.add_argument("--commit", default="", help="commit measured, when run from an exported tree (no .git)")
     args = ap.parse_args(argv)
     if args.mode == "bare":
         return bare_main(args)
@@ -467,6 +488,8 @@ def main(argv: list[str] | None = None) -> int:
     result: dict[str, Any] = {"when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                               "command": "python " + " ".join([os.path.relpath(__file__), *(argv or sys.argv[1:])]),
                               "args": vars(args), "environment": _environment(), "phases": {}}
+    if args.commit:
+        result["environment"]["commit"] = args.commit
     try:
         for phase in phases:
             if phase in ("ck", "six"):
@@ -483,19 +506,23 @@ def main(argv: list[str] | None = None) -> int:
                                            "ratio": round(worker["docs_per_s"] / bare["docs_per_s"], 3)}
             elif phase == "latency":
                 n = int(args.latency_rate * args.latency_seconds)
-                lat = bench.worker_phase("lat", SIX, args.latency_warmup, n, args.latency_rate)
+                lat = bench.worker_phase("lat", SIX, args.latency_warmup, n, args.latency_rate, drain_s=args.drain)
                 print(f"latency: {lat['latency_s']}", flush=True)
                 result["phases"]["latency"] = lat
             else:
                 raise SystemExit(f"unknown phase {phase!r}")
+            write(result, args.tag)  # after every phase: a later failure keeps what was measured
     finally:
         bench.broker.stop()
-    RESULTS.mkdir(exist_ok=True)
-    stem = "throughput" + (f"_{args.tag}" if args.tag else "")
-    (RESULTS / f"{stem}.json").write_text(json.dumps(result, indent=2) + "\n")
-    (RESULTS / f"{stem}.md").write_text(markdown(result) + "\n")
     print(markdown(result))
     return 0
+
+
+def write(result: dict[str, Any], tag: str) -> None:
+    RESULTS.mkdir(exist_ok=True)
+    stem = "throughput" + (f"_{tag}" if tag else "")
+    (RESULTS / f"{stem}.json").write_text(json.dumps(result, indent=2) + "\n")
+    (RESULTS / f"{stem}.md").write_text(markdown(result) + "\n")
 
 
 def _environment() -> dict[str, Any]:

@@ -95,6 +95,7 @@ CLUSTER_EXAMPLES = 5          # lifecycle events: examples per cluster
 CLUSTER_TOP_WORDS = 10        # lifecycle events: top words per cluster
 SNIPPET_CHARS = 160           # lifecycle events: characters of an example's text
 BACKLOG_HOLD_MAX_S = 30.0    # longest a backlog waits for the refit fitted on it (see Engine.holding_backlog)
+REVISION_PROBE = 50          # first revision chunk with a time budget (its cost sizes the next ones)
 SKETCH_EVERY = 4             # every 4th document's words go to the word sketch (it names frequent words; issue 16)
 
 
@@ -392,6 +393,9 @@ class Engine:
         # fit(name, unfitted estimator, X, y, doc_ids, warm_start_from) -> fitted estimator, in another process
         # (streamsemi.service.fitter.FitProcess, set by the worker); None: fit in this process
         self.fitter: Callable[..., Any] | None = None
+        # seconds of revision work per process() call (None: revision_chunk documents; the worker sets a budget)
+        self.revision_budget_s: float | None = None
+        self._revision_cost: float | None = None  # seconds per document of the last revision chunk
         self._adwin = ADWIN(delta=config.drift_delta) if config.drift_detection else None
         self.last_refit_error: dict[str, str] = {}
         # the primary algorithm ("auto": chosen at every refit round, see _choose_primary)
@@ -892,6 +896,21 @@ class Engine:
         if todo:
             event(log, "revision_pass_started", model_version=max(versions), documents=len(todo), primary=self.primary)
 
+    def _revision_limit(self) -> int:
+        """Documents of the next revision chunk: ``revision_chunk``, or what fits in ``revision_budget_s``.
+
+        With a budget (the worker's), the chunk is sized from the last chunk's cost per
+        document (``REVISION_PROBE`` documents while none was measured), so that a revision
+        pass delays the fresh documents of a loop by about the budget at most, whatever
+        the algorithms cost (six algorithms: ~3 ms per document on a busy machine).
+        """
+        limit = self.config.revision_chunk
+        if self.revision_budget_s is None:
+            return limit
+        if self._revision_cost is None:
+            return min(limit, REVISION_PROBE)
+        return max(1, min(limit, int(self.revision_budget_s / max(self._revision_cost, 1e-9))))
+
     def _revise(self) -> list[Assignment]:
         """One chunk of the revision pass: re-assign up to ``revision_chunk`` window documents with the newest models.
 
@@ -913,7 +932,8 @@ class Engine:
             return []
         ids: list[str] = []
         rows: list[Row] = []
-        while self._pass_ids and len(ids) < cfg.revision_chunk:
+        limit = self._revision_limit()
+        while self._pass_ids and len(ids) < limit:
             doc_id = self._pass_ids.popleft()
             entry = self.window.get(doc_id)
             if entry is None or doc_id not in self._served or doc_id in self.seeds:
@@ -923,6 +943,7 @@ class Engine:
         self.telemetry.revisions_pending.set(len(self._pass_ids))
         if not ids:
             return []
+        t0 = time.perf_counter()
         X = rows_to_csr(rows, cfg.n_features)
         primary = self.primary
         now = self.clock()
@@ -950,6 +971,7 @@ class Engine:
                 self.telemetry.revisions.labels(a.algorithm).inc()
             out.extend(revised)
         self.revisions_sent += len(out)
+        self._revision_cost = (time.perf_counter() - t0) / len(ids)
         if not self._pass_ids:
             event(log, "revision_pass_done", model_version=max(s.version for s in models.values()))
         return out

@@ -250,6 +250,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("state_dir", str, "", "directory for checkpoints, created if missing (empty = no checkpoints)"),
     Setting("checkpoint_interval_s", float, 300.0, "seconds between checkpoints", _positive),
     Setting("shutdown_grace_s", float, 30.0, "maximum time to finish the current batch on SIGTERM", _positive),
+    Setting("refit_process", bool, True, "fit the models in a separate process (the polling thread never waits on "
+            "a fit; docs/throughput.md)"),
     Setting("max_message_bytes", int, 1_000_000, "larger messages are dead-lettered", _positive),
     Setting("max_text_chars", int, 500_000, "longer texts are dead-lettered", _positive),
     Setting("max_labels_per_doc", int, 20, "labels per control message", _positive),

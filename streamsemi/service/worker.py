@@ -55,6 +55,7 @@ from streamsemi.engine import Assignment, Engine, EngineConfig
 from streamsemi.service import checkpoint, kafka_io
 from streamsemi.service.broker_reset import BrokerResetGuard
 from streamsemi.service.config import Settings, instance_name
+from streamsemi.service.fitter import FitProcess
 from streamsemi.service.httpserver import StatusServer
 from streamsemi.service.inflight import InFlightMarker
 from streamsemi.service.kafka_io import (
@@ -69,6 +70,7 @@ from streamsemi.service.ledger import Output, OutputLedger
 log = logging.getLogger("streamsemi.service.worker")
 
 FLUSH_TIMEOUT_S = 10.0
+REVISION_BUDGET_S = 0.1  # seconds of revision work per loop (Engine.revision_budget_s)
 MAX_ERROR_CHARS = 500
 
 Position = tuple[TopicPartition, int]
@@ -122,6 +124,10 @@ class Worker:
                              max_labels_per_doc=settings.max_labels_per_doc)
         self.telemetry = t = Telemetry(max_class_labels=min(settings.max_classes, 100))
         self.engine = Engine(EngineConfig.from_settings(settings), self.telemetry)
+        # fits run in a separate process (service/fitter.py): the polling thread never waits on a fit's GIL
+        self.fitter = FitProcess(t.registry) if settings.refit_process else None
+        self.engine.fitter = self.fitter
+        self.engine.revision_budget_s = REVISION_BUDGET_S  # a revision pass never holds fresh documents long
         self.stop_event = threading.Event()
         self.consumer: Any = None
         self.control: ControlReader | None = None
@@ -180,6 +186,8 @@ class Worker:
         routes = {"/suggestions": self.engine.suggestions} if _loopback(s.metrics_host) else {}
         self.http = StatusServer(s.metrics_host, s.metrics_port, self.telemetry.registry, self.health,
                                  self.readiness, routes).start()
+        if self.fitter is not None:
+            self.fitter.start()  # it imports the algorithms while the worker connects
         created = ensure_topics(s)
         event(log, "worker_starting", bootstrap_servers=s.bootstrap_servers, group=s.group_id,
               algorithms=s.algorithm_list, primary="auto" if self.engine.auto_primary else self.engine.primary,
@@ -255,6 +263,8 @@ class Worker:
                     pass
         if self.control is not None:
             self.control.stop()
+        if self.fitter is not None:
+            self.fitter.close()
         if self.http is not None:
             self.http.stop()
         event(log, "worker_stopped", seconds=round(time.monotonic() - t0, 3), **self.engine.stats())

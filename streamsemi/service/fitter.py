@@ -1,0 +1,298 @@
+"""Refits in a separate process: the polling thread never waits on the GIL of a fit.
+
+The engine's refit thread (:meth:`streamsemi.engine.Engine._refit_round`) stays in the
+worker process and keeps its whole completion path there (agreement, explanations,
+fallback, the model swap, post-round hooks); only the estimators' ``fit`` calls go to
+one long-lived *fit process* (multiprocessing, ``spawn`` context) through
+:attr:`Engine.fitter <streamsemi.engine.Engine.fitter>`:
+
+* request: the unfitted estimator (its constructor parameters) and, for a warm start,
+  the previous model, both in the checkpoints' safe encoding
+  (:func:`streamsemi.service.checkpoint.estimator_state`), the snapshot's CSR arrays,
+  the seed targets and the document ids;
+* reply: the fitted estimator in the same encoding, re-created in the worker with
+  :func:`~streamsemi.service.checkpoint.restore_estimator` (classes only from the
+  algorithm registry).
+
+Nothing is pickled: each message is one ``send_bytes`` frame of a JSON header and raw
+numpy buffers of numeric / bool / fixed-width string dtypes, read back with
+``np.frombuffer`` (:func:`pack` / :func:`unpack`). The fit process runs with one BLAS
+thread and a lower CPU priority (``nice``), so that on a small machine the polling
+thread keeps its core.
+
+A fit process that dies (killed, out of memory) is reported (``fit_process_died``
+event, ``streamsemi_fit_process_deaths_total``) and started again at once; the fit it
+was running fails like any failed fit (the algorithm keeps serving its previous
+model, or the fallback when it has none) and the next refit round uses the new
+process.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import multiprocessing
+import os
+import struct
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+from streamsemi.core.logs import event
+from streamsemi.service.checkpoint import estimator_state, restore_estimator
+
+log = logging.getLogger("streamsemi.service.fitter")
+
+_HEADER = struct.Struct("<Q")
+_ARRAY_KINDS = "biufcUS"
+MAX_ERROR_CHARS = 2000
+START_TIMEOUT_S = 120.0
+
+
+class FitProcessDied(RuntimeError):
+    """The fit process ended while (or before) fitting; it has been started again."""
+
+
+class RemoteFitError(RuntimeError):
+    """The estimator's ``fit`` raised in the fit process (the message names the exception)."""
+
+
+# ---------------------------------------------------------------- framing (no pickle)
+def pack(header: dict[str, Any], arrays: dict[str, np.ndarray]) -> bytes:
+    """One frame: 8-byte header length, the JSON header (with an array table), the raw array buffers.
+
+    Raises
+    ------
+    TypeError
+        An array of a dtype that is not numeric, bool or fixed-width string.
+    """
+    table = []
+    blobs = []
+    offset = 0
+    for name, a in arrays.items():
+        a = np.ascontiguousarray(a)
+        if a.dtype.kind not in _ARRAY_KINDS or a.dtype.fields is not None:
+            raise TypeError(f"array {name!r} of dtype {a.dtype} cannot be sent")
+        table.append([name, a.dtype.str, list(a.shape), offset, a.nbytes])
+        blobs.append(a.tobytes())
+        offset += a.nbytes
+    head = json.dumps({**header, "arrays": table}, ensure_ascii=False, separators=(",", ":"),
+                      allow_nan=False).encode("utf-8")
+    return b"".join([_HEADER.pack(len(head)), head, *blobs])
+
+
+def unpack(data: bytes) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """Inverse of :func:`pack` (the arrays are copies); ValueError on a malformed frame."""
+    view = memoryview(data)
+    if len(view) < _HEADER.size:
+        raise ValueError("truncated frame")
+    (n,) = _HEADER.unpack_from(view)
+    header = json.loads(bytes(view[_HEADER.size:_HEADER.size + n]))
+    base = _HEADER.size + n
+    arrays: dict[str, np.ndarray] = {}
+    for name, dtype, shape, offset, nbytes in header.pop("arrays"):
+        dt = np.dtype(str(dtype))
+        if dt.kind not in _ARRAY_KINDS or dt.fields is not None:
+            raise ValueError(f"array {name!r}: dtype {dt} not allowed")
+        if base + offset + nbytes > len(view) or int(np.prod(shape, dtype=np.int64)) * dt.itemsize != nbytes:
+            raise ValueError(f"array {name!r}: size does not match the frame")
+        # a copy: the receiver owns writable arrays (estimators may update them in place) and the frame can go
+        arrays[str(name)] = np.frombuffer(view, dtype=dt, count=nbytes // dt.itemsize if dt.itemsize else 0,
+                                          offset=base + offset).reshape(shape).copy()
+    return header, arrays
+
+
+def _csr_arrays(X: sp.csr_matrix) -> dict[str, np.ndarray]:
+    return {"X.data": X.data, "X.indices": X.indices, "X.indptr": X.indptr}
+
+
+# ---------------------------------------------------------------- the fit process
+def _fit_request(header: dict[str, Any], arrays: dict[str, np.ndarray]) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    from streamsemi.engine import fit_estimator
+
+    registry = header["registry"]
+    shape = tuple(int(x) for x in header["shape"])
+    X = sp.csr_matrix((arrays["X.data"], arrays["X.indices"], arrays["X.indptr"]), shape=shape)
+    est = restore_estimator(header["estimator"], arrays, registry)
+    warm = restore_estimator(header["warm"], arrays, registry) if header.get("warm") else None
+    y = [list(v) if isinstance(v, list) else v for v in header["y"]]
+    t0 = time.perf_counter()
+    fit_estimator(est, X, y, header["doc_ids"], warm)
+    seconds = time.perf_counter() - t0
+    state, out = estimator_state(est)
+    return {"estimator": state, "seconds": seconds}, out
+
+
+def serve(conn: Any, nice: int = 0) -> None:
+    """The fit process's loop: one request frame in, one reply frame out, until the pipe closes."""
+    if nice:
+        try:
+            os.nice(nice)
+        except OSError:
+            pass
+    try:
+        from threadpoolctl import threadpool_limits
+
+        threadpool_limits(1)  # one core for fits, the other one for the polling thread
+    except ImportError:  # pragma: no cover - threadpoolctl comes with scikit-learn
+        pass
+    while True:
+        try:
+            data = conn.recv_bytes()
+        except (EOFError, OSError):
+            return
+        try:
+            reply = _fit_request(*unpack(data))
+        except Exception as exc:  # noqa: BLE001 - reported to the worker as this fit's failure
+            reply = ({"error": f"{type(exc).__name__}: {exc}"[:MAX_ERROR_CHARS]}, {})
+        try:
+            conn.send_bytes(pack(*reply))
+        except (TypeError, ValueError) as exc:  # a fitted model the safe encoding refuses
+            conn.send_bytes(pack({"error": f"{type(exc).__name__}: {exc}"[:MAX_ERROR_CHARS]}, {}))
+        except (EOFError, OSError):
+            return
+
+
+def _rss_bytes(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/statm") as fh:
+            return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+class FitProcess:
+    """A long-lived fit process and the :attr:`Engine.fitter` callable that uses it.
+
+    Parameters
+    ----------
+    registry : CollectorRegistry, optional
+        Where ``streamsemi_fit_process_deaths_total``, ``streamsemi_fit_process_starts_total``
+        and ``streamsemi_fit_process_resident_bytes`` are registered.
+    nice : int
+        Added to the fit process's nice value (lower CPU priority than the worker).
+    context : str
+        Multiprocessing start method (``spawn`` or ``forkserver``).
+    """
+
+    def __init__(self, registry: CollectorRegistry | None = None, nice: int = 10, context: str = "spawn") -> None:
+        if context not in ("spawn", "forkserver"):
+            raise ValueError(f"context must be 'spawn' or 'forkserver', got {context!r}")
+        self.nice = int(nice)
+        self._ctx = multiprocessing.get_context(context)
+        self._lock = threading.Lock()
+        self._proc: Any = None
+        self._conn: Any = None
+        self._closed = False
+        self.deaths_seen = 0
+        r = registry or CollectorRegistry()
+        self.deaths = Counter("streamsemi_fit_process_deaths", "Fit processes that died (restarted at once)", registry=r)
+        self.starts = Counter("streamsemi_fit_process_starts", "Fit processes started", registry=r)
+        self.rss = Gauge("streamsemi_fit_process_resident_bytes",
+                         "Resident memory of the fit process after its last fit", registry=r)
+
+    @property
+    def pid(self) -> int | None:
+        """The fit process's pid (None when none runs)."""
+        p = self._proc
+        return p.pid if p is not None and p.is_alive() else None
+
+    def start(self) -> FitProcess:
+        """Start the fit process (it imports the algorithms while the worker connects)."""
+        with self._lock:
+            if self._proc is None:
+                self._spawn()
+        return self
+
+    def _spawn(self) -> None:
+        parent, child = self._ctx.Pipe(duplex=True)
+        proc = self._ctx.Process(target=serve, args=(child, self.nice), name="streamsemi-fit", daemon=True)
+        proc.start()
+        child.close()  # the worker keeps one end only: the fit process's death closes the pipe (EOF)
+        self._proc, self._conn = proc, parent
+        self.starts.inc()
+        event(log, "fit_process_started", pid=proc.pid)
+
+    def _died(self, algorithm: str, exc: BaseException) -> FitProcessDied:
+        proc = self._proc
+        if proc is not None:
+            proc.join(2.0)
+            if proc.is_alive():  # the pipe broke but the process lives on: end it, a new one replaces it
+                proc.kill()
+                proc.join(2.0)
+        code = None if proc is None else proc.exitcode
+        try:
+            self._conn.close()
+        except Exception:  # noqa: BLE001
+            pass
+        self.deaths.inc()
+        self.deaths_seen += 1
+        event(log, "fit_process_died", logging.ERROR, algorithm=algorithm, exitcode=code,
+              error=f"{type(exc).__name__}: {exc}", action="restarted; the models in use keep serving")
+        self._spawn()
+        return FitProcessDied(f"the fit process died while fitting {algorithm} (exit code {code}); restarted")
+
+    def __call__(self, name: str, est: Any, X: sp.csr_matrix, y: Sequence[Any], doc_ids: Sequence[str],
+                 warm_start_from: Any = None) -> Any:
+        """Fit ``est`` (an unfitted estimator of registry algorithm ``name``) in the fit process; the fitted copy.
+
+        Raises
+        ------
+        FitProcessDied
+            The process died (it has been restarted).
+        RemoteFitError
+            ``fit`` raised there, or the fitted model cannot be sent back.
+        """
+        X = sp.csr_matrix(X)
+        header: dict[str, Any] = {"registry": name, "shape": [int(s) for s in X.shape],
+                                  "y": [list(v) if isinstance(v, (list, tuple)) else v for v in y],
+                                  "doc_ids": [str(d) for d in doc_ids]}
+        arrays = _csr_arrays(X)
+        header["estimator"], arrays = estimator_state(est, arrays)
+        if warm_start_from is not None:
+            header["warm"], arrays = estimator_state(warm_start_from, arrays)
+        frame = pack(header, arrays)
+        del arrays
+        with self._lock:
+            if self._closed:
+                raise RemoteFitError("the fit process is closed (shutting down)")
+            if self._proc is None or not self._proc.is_alive():
+                if self._proc is not None:
+                    raise self._died(name, RuntimeError("not running before the fit"))
+                self._spawn()
+            try:
+                self._conn.send_bytes(frame)
+                del frame
+                data = self._conn.recv_bytes()
+            except (EOFError, OSError) as exc:
+                if self._closed:
+                    raise RemoteFitError("the fit process was closed during the fit") from exc
+                raise self._died(name, exc) from exc
+            pid = self._proc.pid
+        rss = _rss_bytes(pid)
+        if rss is not None:
+            self.rss.set(rss)
+        reply, out = unpack(data)
+        if "error" in reply:
+            raise RemoteFitError(str(reply["error"]))
+        return restore_estimator(reply["estimator"], out, name)
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Stop the fit process (a fit in flight fails with :class:`RemoteFitError`)."""
+        self._closed = True
+        proc, conn = self._proc, self._conn
+        if conn is not None:
+            try:
+                conn.close()
+            except Exception:  # noqa: BLE001
+                pass
+        if proc is not None:
+            proc.join(timeout)
+            if proc.is_alive():
+                proc.kill()
+                proc.join(timeout)

@@ -1,0 +1,215 @@
+"""Refits in a separate process (streamsemi/service/fitter.py): same models, no pickle, deaths reported and survived."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import threading
+import time
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from streamsemi.algorithms import build_estimator
+from streamsemi.core.datasets import load
+from streamsemi.core.features import TextFeaturizer
+from streamsemi.core.messages import Document
+from streamsemi.engine import Engine, EngineConfig, fit_estimator
+from streamsemi.service.fitter import FitProcess, FitProcessDied, RemoteFitError, pack, unpack
+
+CK = "constrained-kmeans"
+
+
+@pytest.fixture(scope="module")
+def r8():
+    ds = load("reuters-r8")
+    order = [int(i) for i in np.random.default_rng(5).permutation(len(ds))]
+    return ds, order
+
+
+@pytest.fixture(scope="module")
+def fitter():
+    f = FitProcess(nice=0).start()
+    yield f
+    f.close()
+
+
+def _xy(ds, order, n=400, every=8):
+    X = TextFeaturizer(2**14).transform([ds.texts[i] for i in order[:n]], update_sketch=False)
+    keep = np.flatnonzero(np.diff(X.indptr) > 0)
+    X = X[keep]
+    y = [ds.labels[order[k]] if j % every == 0 else None for j, k in enumerate(keep)]
+    return X, y, [f"r{order[k]}" for k in keep]
+
+
+def test_frames_round_trip_arrays_without_pickle():
+    arrays = {"a": np.arange(6, dtype=np.int32).reshape(2, 3), "b": np.array(["x", "yz"]), "c": np.zeros(0)}
+    header, back = unpack(pack({"k": [1, "two", None]}, arrays))
+    assert header == {"k": [1, "two", None]}
+    for k, a in arrays.items():
+        assert back[k].dtype == a.dtype and back[k].shape == a.shape and np.array_equal(back[k], a)
+        assert back[k].flags.writeable
+    with pytest.raises(TypeError):
+        pack({}, {"o": np.array([{"x": 1}], dtype=object)})  # object arrays would need pickle
+    frame = bytearray(pack({}, {"a": np.arange(4)}))
+    bad = json.dumps({"arrays": [["a", "|O", [4], 0, 32]]}).encode()
+    with pytest.raises(ValueError, match="not allowed"):
+        unpack(len(bad).to_bytes(8, "little") + bad + bytes(frame[-32:]))
+    with pytest.raises(ValueError, match="size"):
+        unpack(bytes(frame[:-8]))
+
+
+@pytest.mark.parametrize("name", [CK, "d-lda"])
+def test_the_fit_process_fits_the_same_model_as_in_process(r8, fitter, name):
+    ds, order = r8
+    X, y, ids = _xy(ds, order)
+    local = build_estimator(name, None, 0, 0)
+    fit_estimator(local, X, y, ids)
+    remote = fitter(name, build_estimator(name, None, 0, 0), X, y, ids)
+    assert type(remote) is type(local) and list(remote.classes_) == list(local.classes_)
+    np.testing.assert_allclose(remote.predict_proba(X), local.predict_proba(X), rtol=1e-9, atol=1e-12)
+
+
+def test_a_fit_error_in_the_fit_process_is_raised_in_the_worker(r8, fitter):
+    ds, order = r8
+    X, _, ids = _xy(ds, order, n=50)
+    with pytest.raises(RemoteFitError, match="DegenerateInputError: y has"):
+        fitter(CK, build_estimator(CK, None, 0, 0), X, [None] * (X.shape[0] - 1), ids)  # wrong length of y
+    X2, y2, ids2 = _xy(ds, order, n=120)
+    assert fitter(CK, build_estimator(CK, None, 0, 0), X2, y2, ids2).classes_.size >= 2  # still serving
+
+
+def _engine(fitter, **kw):
+    base = dict(algorithms=[CK], background_refit=True, n_features=2**14, refit_every_docs=0,
+                min_docs_first_refit=150, drift_detection=False, min_seed_classes=2, min_seeds_per_class=1,
+                first_fit_stable_seeds=0, refit_growth=0, refit_idle_s=0, min_refit_interval_s=0.0)
+    base.update(kw)
+    eng = Engine(EngineConfig(**base))
+    eng.fitter = fitter
+    return eng
+
+
+def _feed(eng, ds, idx, seed_every=6):
+    out = eng.process([Document(id=f"r{i}", text=ds.texts[i]) for i in idx])
+    for j, i in enumerate(idx):
+        if j % seed_every == 0:
+            eng.label(f"r{i}", [ds.labels[i]])
+    return out
+
+
+def test_kill_9_of_the_fit_process_is_reported_restarted_and_old_models_keep_serving(r8, caplog):
+    ds, order = r8
+    fitter = FitProcess(nice=0).start()
+    try:
+        eng = _engine(fitter)
+        _feed(eng, ds, order[:200])
+        eng.tick()
+        assert eng.wait_for_refit(120) and eng.ready
+        v1 = eng.models[CK].version
+        deaths = fitter.deaths._value.get()
+        # kill -9 while idle: the next refit finds the pipe broken
+        old_pid = fitter.pid
+        os.kill(old_pid, signal.SIGKILL)
+        time.sleep(0.5)
+        with caplog.at_level(logging.ERROR, logger="streamsemi.service.fitter"):
+            _feed(eng, ds, order[200:260])
+            eng.request_refit()
+            assert eng.wait_for_refit(120)
+        assert fitter.deaths._value.get() == deaths + 1
+        died = [r for r in caplog.records if r.getMessage() == "fit_process_died"]
+        assert len(died) == 1 and died[0].fields["algorithm"] == CK and died[0].fields["exitcode"] == -signal.SIGKILL
+        assert eng.models[CK].version == v1, "the failed round keeps the model in use"
+        assert CK in eng.last_refit_error and "FitProcessDied" in eng.last_refit_error[CK]
+        served = _feed(eng, ds, order[260:300]).assignments
+        assert served and {a.model_version for a in served} == {v1}
+        assert fitter.pid is not None and fitter.pid != old_pid, "restarted at once"
+        # the restarted process fits the next round
+        eng.request_refit()
+        assert eng.wait_for_refit(120)
+        assert eng.models[CK].version > v1 and CK not in eng.last_refit_error
+        served = _feed(eng, ds, order[300:330]).assignments
+        assert {a.model_version for a in served} == {eng.models[CK].version}
+    finally:
+        fitter.close()
+
+
+def test_kill_9_during_a_fit_fails_that_fit_only(r8):
+    ds, order = r8
+    X, y, ids = _xy(ds, order, n=400)
+    fitter = FitProcess(nice=0).start()
+    try:
+        fitter(CK, build_estimator(CK, None, 0, 0), X, y, ids)  # started and warm
+        result: dict = {}
+
+        def fit() -> None:
+            try:
+                result["model"] = fitter("d-lda", build_estimator("d-lda", None, 0, 0), X, y, ids)  # ~2 s
+            except Exception as exc:  # noqa: BLE001
+                result["error"] = exc
+
+        t = threading.Thread(target=fit)
+        t.start()
+        time.sleep(0.5)
+        assert t.is_alive(), "the fit is still running"
+        old_pid = fitter.pid
+        os.kill(old_pid, signal.SIGKILL)
+        t.join(60)
+        assert isinstance(result.get("error"), FitProcessDied) and "model" not in result
+        assert fitter.deaths._value.get() == 1 and fitter.pid not in (None, old_pid)
+        assert list(fitter(CK, build_estimator(CK, None, 0, 0), X, y, ids).classes_)  # the new process fits
+    finally:
+        fitter.close()
+
+
+def test_engine_with_the_fit_process_serves_the_same_assignments_as_in_process(r8, fitter):
+    ds, order = r8
+    outs = []
+    for f in (None, fitter):
+        eng = _engine(f, background_refit=False)
+        got = _feed(eng, ds, order[:200]).assignments
+        got += _feed(eng, ds, order[200:300]).assignments
+        outs.append([(a.id, a.label, a.cluster, round(a.score, 9), a.model_version) for a in got])
+    assert outs[0] and outs[0] == outs[1]
+
+
+def test_closed_fit_process_refuses_fits(r8):
+    ds, order = r8
+    X, y, ids = _xy(ds, order, n=60)
+    f = FitProcess(nice=0).start()
+    f.close()
+    with pytest.raises(RemoteFitError):
+        f(CK, build_estimator(CK, None, 0, 0), sp.csr_matrix(X), y, ids)
+    with pytest.raises(ValueError):
+        FitProcess(context="fork")
+    assert issubclass(FitProcessDied, RuntimeError)
+
+
+def test_a_revision_pass_with_a_time_budget_sizes_its_chunks_from_their_cost(r8):
+    from streamsemi.engine import REVISION_PROBE
+
+    ds, order = r8
+    eng = _engine(None, background_refit=False, revision_chunk=400)
+    _feed(eng, ds, order[:300])
+    for _ in range(20):
+        eng.process([])  # the first fit, the buffer's assignments, any revision pass
+    assert eng.ready and not eng.revisions_pending and len(eng._served) > 200
+    assert eng._revision_limit() == 400  # no budget: revision_chunk
+    eng.revision_budget_s = 0.1
+    eng.request_refit()
+    eng.process([])
+    version = eng.models[CK].version
+    judged = sum(1 for e in eng._served.values() if e.verdicts[0] is not None and e.verdicts[0][3] == version)
+    assert judged == REVISION_PROBE, "the first chunk with a budget is a probe"
+    assert eng.revisions_pending > 0 and eng._revision_cost is not None
+    eng._revision_cost = 0.001
+    assert eng._revision_limit() == 100
+    eng._revision_cost = 10.0
+    assert eng._revision_limit() == 1
+    eng._revision_cost = 1e-6
+    assert eng._revision_limit() == 400
+    while eng.revisions_pending:
+        eng.process([])
+    assert eng.revisions_pending == 0
