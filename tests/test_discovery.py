@@ -129,12 +129,16 @@ def test_every_topic_seeded_opens_no_cluster_worth_the_name(name):
 
 
 @pytest.mark.parametrize("name", ["constrained-kmeans", "cle", "fsl-ck", "semi-ldc"])
-def test_the_known_class_model_is_the_n_new_clusters_zero_model(name):
+def test_the_known_class_model_is_the_n_new_clusters_zero_model_without_the_new_cluster(name):
     X, truth = topics_corpus()
     y = seeds_of(truth, ["t0", "t1", "t2"])
     est = make_estimator(name, **FAST.get(name, {}), n_new_clusters=1).fit(X, y)
+    # the seeded classes' model is the n_new_clusters=0 code path fitted without the new cluster's documents
+    kept = np.flatnonzero(est.labels_ < 3)
+    assert 0 < kept.size < X.shape[0]
+    alone = make_estimator(name, **FAST.get(name, {}), n_new_clusters=0).fit(X[kept], [y[i] for i in kept])
+    np.testing.assert_array_equal(est.known_model_.predict_proba(X), alone.predict_proba(X))
     zero = make_estimator(name, **FAST.get(name, {}), n_new_clusters=0).fit(X, y)
-    np.testing.assert_array_equal(est.known_model_.predict_proba(X), zero.predict_proba(X))
     # n_new_clusters=0 never takes the calibrated path: the same model whatever discovery says
     legacy = make_estimator(name, **FAST.get(name, {}), n_new_clusters=0, discovery="legacy").fit(X, y)
     np.testing.assert_array_equal(legacy.predict_proba(X), zero.predict_proba(X))

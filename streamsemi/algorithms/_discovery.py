@@ -49,6 +49,7 @@ from streamsemi.algorithms.base import (
     encode_single_labels,
     new_cluster_names,
     softmax_rows,
+    target_list,
 )
 from streamsemi.core.features import idf_weights, l2_normalize_rows, tfidf
 
@@ -260,8 +261,10 @@ def _sparse_rows(C: np.ndarray, cols: np.ndarray, n_features: int) -> sp.csr_mat
 def fit_calibrated(est: Any, X: Any, y: Any, **fit_kw: Any) -> Any:
     """Fit ``est`` with calibrated discovery (see the module docstring); returns ``est``.
 
-    The known-class model is ``clone(est)`` with ``n_new_clusters=0`` fitted on the same
-    input (``fit_kw`` passed on: ``doc_ids``, ``warm_start_from``...). Sets
+    Discovery needs only the seeds (tf-idf of the window), so it comes first; the known-class
+    model is then ``clone(est)`` with ``n_new_clusters=0`` fitted on the window without the
+    documents of the new clusters (``fit_kw`` passed on, ``doc_ids`` restricted likewise), so
+    that a large unseeded class does not pull the seeded classes' model. Sets
     ``known_model_``, ``classes_``, ``new_clusters_``, ``labels_`` (indices into
     ``classes_`` of the training rows), ``n_features_in_`` and the ``discovery_*``
     attributes.
@@ -271,16 +274,9 @@ def fit_calibrated(est: Any, X: Any, y: Any, **fit_kw: Any) -> Any:
     codes, classes = encode_single_labels(y, X.shape[0])
     if est.n_new_clusters != "auto":  # the legacy path's check, the same message
         check_n_clusters(classes.size + int(est.n_new_clusters), X.shape[0])
-    base = clone(est).set_params(n_new_clusters=0)
-    prev = fit_kw.get("warm_start_from")
-    if prev is not None:
-        fit_kw["warm_start_from"] = getattr(prev, "known_model_", prev)
-    base.fit(X, y, **fit_kw)
     X = est._validate_counts(X, reset=True)
     n = X.shape[0]
-    known = np.asarray(base.classes_, dtype=object)
-    if list(known) != list(classes):
-        raise DegenerateInputError("the known-class model's classes differ from the seeds' classes")
+    known = classes
     idf = idf_weights(X)
     Xn = tfidf(X, idf)
     sums, counts = seed_centroids(Xn, codes, known.size)
@@ -329,6 +325,24 @@ def fit_calibrated(est: Any, X: Any, y: Any, **fit_kw: Any) -> Any:
     order = np.full(C.shape[0], -1)
     order[acc] = np.arange(acc.size)
     m = int(acc.size)
+    # the seeded classes' model, fitted without the new clusters' documents
+    keep = np.ones(n, dtype=bool)
+    keep[rows[new_rows]] = False
+    kept = np.flatnonzero(keep)
+    base = clone(est).set_params(n_new_clusters=0)
+    prev = fit_kw.get("warm_start_from")
+    if prev is not None:
+        fit_kw["warm_start_from"] = getattr(prev, "known_model_", prev)
+    if fit_kw.get("doc_ids") is not None:
+        ids = list(fit_kw["doc_ids"])
+        fit_kw["doc_ids"] = ids if kept.size == n else [ids[i] for i in kept]
+    y_list = target_list(y, n)
+    if kept.size == n:
+        base.fit(X, y, **fit_kw)
+    else:
+        base.fit(X[kept], [y_list[i] for i in kept], **fit_kw)
+    if list(np.asarray(base.classes_, dtype=object)) != list(classes):
+        raise DegenerateInputError("the known-class model's classes differ from the seeds' classes")
     est.known_model_ = base
     est.discovery_idf_ = idf
     est.discovery_centroids_ = cent
@@ -339,7 +353,8 @@ def fit_calibrated(est: Any, X: Any, y: Any, **fit_kw: Any) -> Any:
                            "n_unexplained": int(unexplained.sum())}
     est.new_clusters_ = new_cluster_names(m)
     est.classes_ = np.array(list(known) + est.new_clusters_, dtype=object)
-    labels = _known_labels(base, X).copy()
+    labels = np.zeros(n, dtype=np.int64)
+    labels[kept] = _known_labels(base, X[kept])
     if m:
         labels[rows[new_rows]] = known.size + order[labels_z[new_rows]]
     est.labels_ = labels

@@ -12,9 +12,8 @@ stratified seeds (5% of each by default), and every algorithm that takes
 * ``calibrated``: ``discovery="calibrated"`` with the true number of unseeded classes;
 * ``auto``: ``n_new_clusters="auto"`` (calibrated, the number chosen from the data).
 
-The calibrated fits' known-class model is fitted exactly as ``n0`` (the same code
-path), so ``n0`` is read off the ``auto`` fit's ``known_model_`` instead of being
-fitted again.
+The calibrated fits' known-class model is the ``n0`` code path fitted on the window
+without the documents of the new clusters.
 
 Metrics, on the documents that are not seeds:
 
@@ -101,6 +100,8 @@ def make_discovery_draw(data: PreparedDataset, n_unseeded: int, run: int, seed: 
 
 
 def _variant_params(variant: str, n_unseeded: int) -> dict[str, Any]:
+    if variant == "n0":
+        return {"n_new_clusters": 0}
     if variant == "legacy":
         return {"n_new_clusters": n_unseeded, "discovery": "legacy"}
     if variant == "calibrated":
@@ -122,11 +123,7 @@ def run_draw(data: PreparedDataset, algorithm: str, unseeded: list[str], seed_ma
     base = {"dataset": data.spec.id, "algorithm": algorithm, "run": run, "unseeded": unseeded,
             "n_docs": int(X.shape[0]), "n_seeds": int(seed_mask.sum())}
     out: list[dict[str, Any]] = []
-    fitted: dict[str, Any] = {}
-    todo = [v for v in variants if v != "n0"]
-    if "n0" in variants and "auto" not in todo:
-        todo.append("auto")
-    for variant in todo:
+    for variant in variants:
         rec = {**base, "variant": variant}
         try:
             params = {**ALGORITHM_PARAMS.get(algorithm, {}), **_variant_params(variant, len(unseeded)),
@@ -143,22 +140,9 @@ def run_draw(data: PreparedDataset, algorithm: str, unseeded: list[str], seed_ma
             info = getattr(est, "discovery_info_", None)
             if info is not None:
                 rec["n_unexplained"] = int(info.get("n_unexplained", 0))
-            fitted[variant] = est
         except Exception as exc:  # noqa: BLE001 - one failing fit must not stop the others
             rec["error"] = f"{type(exc).__name__}: {exc}"
-        if variant in variants:
-            out.append(rec)
-    if "n0" in variants:
-        rec = {**base, "variant": "n0"}
-        est = fitted.get("auto")
-        if est is None or not hasattr(est, "known_model_"):
-            rec["error"] = "the auto fit failed: no known-class model"
-        else:
-            pred = fitted_single_labels(est.known_model_, X, eval_rows, False)
-            rec["known_macro_f1"] = metrics.macro_f1_known(yt_eval, pred, known)
-            rec["discovery_f1"] = 0.0
-            rec["n_new_clusters"] = 0
-        out.insert(0, rec)
+        out.append(rec)
     return out
 
 
