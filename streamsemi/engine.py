@@ -46,8 +46,10 @@ import scipy.sparse as sp
 from river.drift import ADWIN
 
 from streamsemi.algorithms import MULTILABEL, build_estimator
+from streamsemi.algorithms._explain import window_membership
 from streamsemi.core import suggestions as sg
 from streamsemi.core.clusters import Membership, Transition, cluster_number, match_rounds
+from streamsemi.core.explain import explain_classes
 from streamsemi.core.features import TextFeaturizer
 from streamsemi.core.logs import event
 from streamsemi.core.messages import Document, Rejected
@@ -1120,9 +1122,14 @@ class Engine:
             fit_estimator(est, snap.X, y, snap.doc_ids, warm)
         multilabel = multilabel or bool(getattr(est, "multilabel_", False))
         try:
-            with self.sketch_lock:
-                explain = (est.explain(self.featurizer.sketch, self.config.explain_words)
-                           if self.config.explain_words and not probe else {})
+            explain = {}
+            if self.config.explain_words and not probe:
+                # distinctive words against the whole window (core/explain.py), not the most frequent
+                member = window_membership(est, snap.X, multilabel)
+                with self.sketch_lock:
+                    explain = explain_classes(est.classes_, snap.X, member, self.featurizer.sketch,
+                                              self.config.explain_words,
+                                              fallback=est.explain(self.featurizer.sketch, self.config.explain_words))
         except Exception as exc:  # noqa: BLE001 - explanations are best effort
             event(log, "explain_failed", logging.WARNING, algorithm=name, error=str(exc))
             explain = {}
