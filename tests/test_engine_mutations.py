@@ -49,6 +49,7 @@ class Lab:
         self.wrong: set[str] = set()                 # algorithms whose verdicts are always a wrong class
         self.probe_gate: threading.Event | None = None  # blocks fits with fewer than all_seeds seeds (probes)
         self.all_seeds = 0
+        self.new_clusters: dict[str, list[str]] = {}   # reported as discovered clusters (not predicted)
 
     def build(self, name, params=None, n_new_clusters=0, random_state=None):
         return Centroid(self, name)
@@ -77,7 +78,7 @@ class Centroid:
         Xn = normalize(X)
         rows = [[i for i, c in enumerate(y) if c == k] for k in self.classes_]
         self.C = normalize(np.vstack([np.asarray(Xn[r].mean(axis=0)).ravel() for r in rows]))
-        self.new_clusters_ = []
+        self.new_clusters_ = list(lab.new_clusters.get(self.name, []))
         return self
 
     def predict_proba(self, X):
@@ -508,8 +509,9 @@ def test_a_refit_while_one_runs_is_queued_once_and_further_ones_counted(lab) -> 
         assert eng.version == 1 and eng.docs_since_refit == 0
         eng.request_refit()
         eng.request_refit("drift")
+        assert sample(eng.telemetry.refits_skipped, reason="busy") == 1, "one queued, the next one counted"
         eng._start_refit("idle", quiet=True)
-        assert sample(eng.telemetry.refits_skipped, reason="busy") == 1, "the second is counted, the quiet one not"
+        assert sample(eng.telemetry.refits_skipped, reason="busy") == 1, "a quiet trigger is not counted"
         assert triggers(eng) == {"docs": 1} and eng.version == 1
     finally:
         lab.gate.set()
@@ -554,6 +556,11 @@ def test_refit_round_publishes_telemetry_and_events(lab, caplog) -> None:
     (rd,) = events(caplog, "refit_round_done", logging.INFO)
     assert rd["version"] == 1 and rd["failed"] == [] and duration(rd["seconds"])
     assert eng.refit_count == 1
+    eng._rank_suggestions = lambda snap: 0.25041                  # label suggestions, ranked after the fits
+    eng.request_refit()
+    rd = events(caplog, "refit_round_done")[-1]
+    assert rd["suggestions_seconds"] == 0.25 and 0.25 <= rd["seconds"] < 5.25, "the round's time includes them"
+    assert isinstance(rd["seconds"], float) and rd["seconds"] == round(rd["seconds"], 3)
 
 
 def test_a_failed_algorithm_keeps_its_model_or_gets_the_fallback(lab, caplog) -> None:
@@ -598,6 +605,19 @@ def test_the_fallback_is_fitted_when_it_is_not_enabled_or_nothing_serves(lab, ca
     assert none.process(docs(6)).assignments == [] and not none.models and none.refit_count == 1
     assert events(caplog, "fallback_failed", logging.ERROR) == [{"error": "constrained-kmeans cannot fit"}]
     assert len(none.buffer) == 6
+
+
+def test_a_failure_of_the_first_algorithm_does_not_stop_the_others(lab, caplog) -> None:
+    caplog.set_level(logging.INFO, logger="streamsemi.engine")
+    lab.fail = {SK}
+    lab.new_clusters = {CK: ["new-0", "new-1"]}
+    eng = make(algorithms=[SK, CK], primary=CK)
+    seed_topics(eng)
+    out = eng.process(docs(6)).assignments
+    assert [f[0] for f in lab.fits] == [SK, CK] and not eng.models[CK].fallback and eng.models[SK].fallback
+    assert eng.models[SK].model is eng.models[CK].model and len(out) == 12
+    assert sample(eng.telemetry.new_clusters, algorithm=CK) == 2 and sample(eng.telemetry.new_clusters, algorithm=SK) == 0
+    assert [e["new_clusters"] for e in events(caplog, "refit_done")] == [2]
 
 
 def test_first_round_models_are_published_together_later_ones_as_fitted(lab) -> None:
@@ -742,31 +762,34 @@ def test_primary_auto_k_fold_probes_a_running_mean_over_the_folds(lab, caplog) -
 
 
 def test_primary_auto_probes_only_while_prequential_checks_are_few_and_snapshots_small(lab, monkeypatch) -> None:
-    monkeypatch.setattr(engine_mod, "PRIMARY_KFOLD_MAX_DOCS", 15)
+    monkeypatch.setattr(engine_mod, "PRIMARY_KFOLD_MAX_DOCS", 16)
     eng = make(primary=None, window_max_docs=100)
     seed_topics(eng, per_topic=2)
     eng.process(docs(9))                                          # 9 + 6 seeds = 15 rows: probes
     assert len(probe_fits(lab, 6)) == 2
     eng.process(docs(1, 9))
-    eng.request_refit()                                           # 16 rows, an estimate exists: no probes
-    assert len(probe_fits(lab, 6)) == 2 and eng.refit_count == 2
-    eng._kfold_accuracy.clear()
-    eng.request_refit()                                           # 16 rows, no estimate yet: probes
+    eng.request_refit()                                           # 16 rows: probes
     assert len(probe_fits(lab, 6)) == 4
+    eng.process(docs(1, 10))
+    eng.request_refit()                                           # 17 rows, an estimate exists: no probes
+    assert len(probe_fits(lab, 6)) == 4 and eng.refit_count == 3
+    eng._kfold_accuracy.clear()
+    eng.request_refit()                                           # 17 rows, no estimate yet: probes
+    assert len(probe_fits(lab, 6)) == 6
     small = make(primary=None)
     seed_topics(small, per_topic=2)
     small.process(docs(6))
     for name in (CK, SK):
         small._seed_checks[name].extend([True] * engine_mod.PRIMARY_MIN_CHECKS)
     small.request_refit()
-    assert len(probe_fits(lab, 6)) == 6, "enough prequential checks: no more probes"
+    assert len(probe_fits(lab, 6)) == 8, "enough prequential checks: no more probes"
     small._seed_checks[SK].pop()
     small.request_refit()
-    assert len(probe_fits(lab, 6)) == 8, "one algorithm short of the checks: probes"
+    assert len(probe_fits(lab, 6)) == 10, "one algorithm short of the checks: probes"
     one = make(primary=CK)
     seed_topics(one, per_topic=2)
     one.process(docs(6))
-    assert len(probe_fits(lab, 6)) == 8, "a fixed primary: no probes"
+    assert len(probe_fits(lab, 6)) == 10, "a fixed primary: no probes"
 
 
 def test_no_probes_in_a_round_that_a_growth_refit_follows(lab) -> None:
@@ -792,7 +815,7 @@ def test_no_probes_in_a_round_that_a_growth_refit_follows(lab) -> None:
 def test_a_probe_that_fails_is_logged_and_a_failed_algorithm_is_not_probed(lab, caplog) -> None:
     caplog.set_level(logging.INFO, logger="streamsemi.engine")
     lab.fail = {SK}
-    eng = make(primary=None)
+    eng = make(primary=None, algorithms=[SK, CK])
     seed_topics(eng, per_topic=2)
     eng.process(docs(6))
     assert probe_fits(lab, 6) == [CK] and events(caplog, "holdout_failed") == []
@@ -800,7 +823,7 @@ def test_a_probe_that_fails_is_logged_and_a_failed_algorithm_is_not_probed(lab, 
     lab.fail = set()
     lab.on_fit = lambda name: (_ for _ in ()).throw(RuntimeError("probe broke")) if lab.fits[-1][2] < 6 else None
     eng.request_refit()
-    assert [e["algorithm"] for e in events(caplog, "holdout_failed", logging.WARNING)] == [CK, SK]
+    assert [e["algorithm"] for e in events(caplog, "holdout_failed", logging.WARNING)] == [SK, CK]
     assert events(caplog, "holdout_failed")[0]["error"] == "probe broke"
     assert eng.held_out_accuracy() == {CK: 1.0} and eng.models[SK].version == 2, "the round itself succeeded"
 
