@@ -448,7 +448,8 @@ def markdown(result: dict[str, Any]) -> str:
     if "latency" in rows:
         w = rows["latency"]
         lat = w["latency_s"]
-        lines += [f"Fresh documents at {w['rate']} docs/s, six algorithms, {w['documents']:,} documents after a "
+        sent = int(str(w["served"]).split("/")[1])
+        lines += [f"Fresh documents at {w['rate']} docs/s, six algorithms, {sent:,} documents after a "
                   f"{w['warmup_documents']:,}-document warm-up (window full), served {w['served']}: "
                   f"p50 {_lat(lat['p50'], w)} s, p90 {_lat(lat['p90'], w)} s, p99 {_lat(lat['p99'], w)} s "
                   f"(target < 0.5 s), max {_lat(lat['max'], w)} s; {w['refit_rounds_during']} refit rounds "

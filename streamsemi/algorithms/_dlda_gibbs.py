@@ -221,7 +221,7 @@ def gibbs_sweeps(ptr: np.ndarray, w: np.ndarray, z: np.ndarray, y: np.ndarray,
                     acc[d, k] += ndk[d, k]
 
 
-@njit(cache=True, fastmath=True)
+@njit(cache=True, fastmath=True, nogil=True)  # predictions run on the polling thread: let other threads run
 def fold_in(ptr: np.ndarray, w: np.ndarray, z: np.ndarray, y: np.ndarray,
             fixed_class: np.ndarray, pi: np.ndarray, phiT: np.ndarray, alpha: float,
             n_sweeps: int, n_average: int, seed: int) -> np.ndarray:
