@@ -188,3 +188,16 @@ def test_discovery_protocol_quick_on_real_reuters(tmp_path):
     assert rows["auto"]["discovery_f1"] >= 0.35
     # ... and costs the seeded classes nothing worth the name against n_new_clusters=0
     assert rows["auto"]["known_macro_f1"] >= rows["n0"]["known_macro_f1"] - 0.02
+
+
+def test_regenerating_the_results_page_keeps_the_hand_written_sections(tmp_path):
+    from streamsemi.evaluation.results_page import hand_written_sections
+
+    old = tmp_path / "results.md"
+    old.write_text("# Results\n\n## semi-ldc\n\nold table\n\n## Discovery (issue 18)\n\nby hand\n\n"
+                   "## Served quality\n\nalso by hand\n", encoding="utf-8")
+    page = "# Results\n\n## semi-ldc\n\nnew table\n"
+    kept = hand_written_sections(old, page)
+    assert kept == "\n## Discovery (issue 18)\n\nby hand\n\n## Served quality\n\nalso by hand\n"
+    assert "old table" not in kept
+    assert hand_written_sections(tmp_path / "missing.md", page) == ""

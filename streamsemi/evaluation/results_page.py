@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import datetime as _dt
 import platform
+import re
 import subprocess
 import sys
 import time
@@ -134,8 +135,22 @@ def generate(out_path: str | Path, *, quick: bool = False, protocols: Sequence[s
         timings[name] = time.perf_counter() - t0
     if json_path:
         report.write_json(records, json_path)
-    Path(out_path).write_text(render(records, names, settings, quick, timings, notes), encoding="utf-8")
+    page = render(records, names, settings, quick, timings, notes)
+    Path(out_path).write_text(page + hand_written_sections(out_path, page), encoding="utf-8")
     return records
+
+
+def hand_written_sections(path: str | Path, page: str) -> str:
+    """The ``## `` sections of the existing file at ``path`` that ``page`` does not have (the
+    hand-written ones: robustness, served quality, discovery, ...), kept in their order."""
+    try:
+        old = Path(path).read_text(encoding="utf-8")
+    except OSError:
+        return ""
+    generated = {line for line in page.splitlines() if line.startswith("## ")}
+    parts = re.split(r"(?m)^(?=## )", old)[1:]
+    kept = [part.rstrip() + "\n" for part in parts if part.splitlines()[0] not in generated]
+    return "".join("\n" + part for part in kept)
 
 
 def render(records: Sequence[dict[str, Any]], protocols: Sequence[str], settings: dict[str, dict[str, Any]],
