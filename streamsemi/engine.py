@@ -1277,8 +1277,10 @@ class Engine:
     def _rank_suggestions(self, snap: _Snapshot) -> float:
         """Rank the snapshot's unlabelled window documents for labelling (refit thread); returns the seconds taken.
 
-        The primary model answers for every candidate, the other enabled algorithms
-        (own models only) for a bounded sample (:func:`streamsemi.core.suggestions.disagreement_sample`).
+        The candidates are a random sample of the unlabelled window documents
+        (:func:`streamsemi.core.suggestions.candidate_sample`); the primary model answers for
+        every candidate, the other enabled algorithms (own models only) for a bounded sample
+        (:func:`streamsemi.core.suggestions.disagreement_sample`).
         A failure is logged and leaves the previous suggestions in place.
         """
         top_n = self.config.suggestions_top_n
@@ -1290,6 +1292,7 @@ class Engine:
         try:
             n = snap.n_window
             cand = np.flatnonzero(np.fromiter((lb is None for lb in snap.seed_labels[:n]), bool, n))
+            cand = cand[sg.candidate_sample(cand.size, seed=snap.version)]
             X = snap.X[cand]
             P = np.asarray(slot.model.predict_proba(X), dtype=np.float64)
             primary = sg.ModelView(self.primary, P, [str(c) for c in slot.classes], slot.new_clusters)

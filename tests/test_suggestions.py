@@ -156,6 +156,14 @@ def test_disagreement_sample_is_bounded_and_keeps_the_least_certain_rows():
     assert np.array_equal(sg.disagreement_sample(P[:10], 1000), np.arange(10))
 
 
+def test_candidate_sample_bounds_the_ranked_documents_and_changes_with_the_round():
+    assert np.array_equal(sg.candidate_sample(10, 20, seed=1), np.arange(10))
+    a, b = sg.candidate_sample(10000, 2000, seed=1), sg.candidate_sample(10000, 2000, seed=2)
+    assert a.size == b.size == 2000 and np.all(np.diff(a) > 0) and a.max() < 10000
+    assert np.array_equal(a, sg.candidate_sample(10000, 2000, seed=1)), "the same round, the same sample"
+    assert not np.array_equal(a, b), "each round ranks a fresh sample"
+
+
 # ---------------------------------------------------------------- the board: bounds, tombstones
 def suggestion(i: int, label: str = "a") -> sg.Suggestion:
     return sg.Suggestion(f"d{i}", "constrained-kmeans", label, {label: 0.5}, "uncertain", 1.0 - i / 100, i, 3)

@@ -25,9 +25,11 @@ largest cosine to a seeded document), so that regions the seeds already cover gi
 to those they do not; the reason is the largest weighted score. Diversity: candidates are taken greedily in priority order, skipping any whose
 cosine to an already chosen one exceeds ``max_similarity`` (near-duplicates) and, in a
 first pass, any beyond an equal share of the list per predicted class; a second pass
-fills the list without the share. Cost: one ``predict_proba`` of the primary model on
-the window, the others' on at most ``DISAGREEMENT_SAMPLE`` documents, sparse products,
-and a greedy pass over at most ``POOL_FACTOR * top_n`` candidates.
+fills the list without the share. Cost: the candidates are a random sample of at most
+``CANDIDATE_SAMPLE`` unlabelled window documents (a new one each round); one
+``predict_proba`` of the primary model on them, the others' on at most
+``DISAGREEMENT_SAMPLE``, sparse products, and a greedy pass over at most
+``POOL_FACTOR * top_n`` candidates.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ WEIGHTS = {"uncertain": 1.0, "disagreement": 0.8, "rare_class": 0.6, "new_cluste
 SNIPPET_CHARS = 300
 SCORES_IN_MESSAGE = 3
 MAX_TOP_N = 1000
+CANDIDATE_SAMPLE = 2000      # window documents ranked per round (a fresh random sample each round)
 DISAGREEMENT_SAMPLE = 2000   # documents the other algorithms are asked about (half: the least certain)
 POOL_FACTOR = 8              # candidates considered by the diversity pass per suggestion
 MAX_SIMILARITY = 0.8         # cosine of term counts above which two documents are near-duplicates
@@ -363,6 +366,19 @@ def rank(ids: Sequence[str], X: sp.spmatrix, primary: ModelView, others: Sequenc
     return out
 
 
+def candidate_sample(n: int, size: int = CANDIDATE_SAMPLE, seed: int = 0) -> np.ndarray:
+    """Sorted indices of at most ``size`` of ``n`` candidates, drawn at random (``seed``: the model version).
+
+    Ranking every document of a large window would cost a ``predict_proba`` of the whole
+    window per round (constrained k-means: a third of its refit on 10,000 documents); a
+    fresh sample each round bounds the cost and still lets every document be suggested
+    (random subsampling before uncertainty sampling: Ertekin et al. 2007).
+    """
+    if n <= size:
+        return np.arange(n)
+    return np.sort(np.random.default_rng(seed).choice(n, size=size, replace=False))
+
+
 def disagreement_sample(P: np.ndarray, size: int = DISAGREEMENT_SAMPLE) -> np.ndarray:
     """Rows the other algorithms are asked about: the ``size // 2`` smallest margins, then evenly spaced rows.
 
@@ -473,6 +489,6 @@ def message_bytes(msg: Mapping[str, Any]) -> int:
 
 
 __all__ = ["MAX_TOP_N", "REASONS", "ModelView", "Suggestion", "SuggestionBoard", "cluster_representatives", "coverage",
-           "disagreement", "disagreement_sample",
+           "candidate_sample", "disagreement", "disagreement_sample",
            "margins", "message_bytes", "normalize_rows", "rank", "rare_class_scores", "select_diverse", "snippet",
            "to_message", "typicality"]
