@@ -201,3 +201,47 @@ def test_regenerating_the_results_page_keeps_the_hand_written_sections(tmp_path)
     assert kept == "\n## Discovery (issue 18)\n\nby hand\n\n## Served quality\n\nalso by hand\n"
     assert "old table" not in kept
     assert hand_written_sections(tmp_path / "missing.md", page) == ""
+
+
+def test_engine_serves_auto_discovery_with_distinctive_words_on_real_reuters():
+    """The worker's path: EngineConfig(n_new_clusters="auto"), seeds for 5 of R8's 8 classes."""
+    from streamsemi.core.datasets import load
+    from streamsemi.core.messages import Document
+    from streamsemi.engine import Engine, EngineConfig
+
+    ds = load("reuters-r8")
+    order = [int(i) for i in np.random.default_rng(5).permutation(len(ds))[:1000]]
+    seeded = {"earn", "acq", "trade", "money-fx", "interest"}
+    eng = Engine(EngineConfig(algorithms=["constrained-kmeans", "d-lda"], background_refit=False, n_features=2**16,
+                              refit_every_docs=0, refit_growth=0, refit_idle_s=0, min_docs_first_refit=1000,
+                              min_seed_classes=2, min_seeds_per_class=2, first_fit_stable_seeds=0,
+                              drift_detection=False, n_new_clusters="auto", explain_words=6,
+                              algorithm_params={"d-lda": {"n_topics": 32, "min_df": 3, "n_sweeps": 30}}))
+    sizes = {c: sum(ds.labels[i] == c for i in order) for c in seeded}
+    counts: dict[str, int] = {}
+    for i in order:  # 5% of each seeded class, as the discovery protocol
+        c = ds.labels[i]
+        if c in seeded and counts.get(c, 0) < max(2, round(0.05 * sizes[c])):
+            counts[c] = counts.get(c, 0) + 1
+            eng.label(f"r{i}", [c])
+    out = eng.process([Document(id=f"r{i}", text=ds.texts[i]) for i in order]).assignments
+    for _ in range(5):  # a buffer is assigned in chunks between polls
+        out += eng.process([]).assignments
+    truth = {f"r{i}": ds.labels[i] for i in order}
+    for name in ("constrained-kmeans", "d-lda"):
+        slot = eng.models[name]
+        assert slot.new_clusters and set(slot.new_clusters) <= set(slot.classes)
+        mine = [a for a in out if a.algorithm == name]
+        assert len(mine) == len(order)
+        new = [a for a in mine if a.new_cluster]
+        assert new and all(a.cluster in slot.new_clusters for a in new)
+        # an unseeded class (crude, grain, ship: 12% of R8) is found: a new cluster that is mostly it
+        # (measured: constrained k-means' new-1 "oil crude barrel prices opec", new-2 "vessels canal")
+        found = []
+        for c in slot.new_clusters:
+            members = [truth[a.id] for a in new if a.cluster == c]
+            top, n_top = max(((t, members.count(t)) for t in set(members)), key=lambda kv: kv[1])
+            found.append(top not in seeded and n_top >= 0.6 * len(members))
+        assert any(found), (name, slot.explain)
+        for c in slot.new_clusters:
+            assert slot.explain[c] and not {"said", "reuter", "mln", "dlrs"} & set(slot.explain[c][:3])
