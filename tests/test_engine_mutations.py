@@ -81,6 +81,9 @@ class Centroid:
         self.new_clusters_ = list(lab.new_clusters.get(self.name, []))
         return self
 
+    def explain(self, sketch, n_words):
+        return {c: [f"{c}-word"] for c in self.classes_}
+
     def predict_proba(self, X):
         if self.lab.fail_predict:
             raise RuntimeError("predict failed")
@@ -241,6 +244,55 @@ def test_first_fit_waits_for_the_seeded_classes_to_stop_growing(lab) -> None:
     eng.label("x2", ["space"], text=text("space", 2))
     eng.process([])
     assert eng.ready and triggers(eng) == {"docs": 1}
+
+
+def test_first_fit_triggers_skipped_for_one_seeded_class_are_not_counted(lab) -> None:
+    clock = Clock()
+    cases = {"docs": dict(min_seed_classes=1), "idle": dict(refit_idle_s=3.0),
+             "max_wait": dict(first_fit_max_wait_s=30.0)}
+    for trigger, kw in cases.items():
+        eng = make(clock, **kw)
+        eng.label("s", ["food"], text=text("food", 1))
+        clock.t = 5000.0
+        eng.process(docs(6))
+        clock.t = 5030.0
+        eng.tick()
+        assert not eng.models and eng.last_refit_start == 5030.0, trigger  # the trigger fired (and was skipped)
+        assert sample(eng.telemetry.refits_skipped, reason="not_enough_seeds") == 0, trigger
+
+
+def test_the_first_fit_waits_for_documents_still_on_the_broker(lab) -> None:
+    clock = Clock()
+    eng = make(clock, first_fit_max_wait_s=30.0, max_buffered_docs=10)
+    seed_topics(eng)
+    eng.backlog = 1
+    eng.process(docs(6))
+    clock.t = 1029.999
+    eng.tick()
+    assert not eng.models, "one more document waits on the broker"
+    clock.t = 1030.0
+    eng.tick()
+    assert triggers(eng) == {"docs": 1}, "not longer than first_fit_max_wait_s after the first document"
+    full = make(clock, first_fit_max_wait_s=30.0, max_buffered_docs=6)
+    seed_topics(full)
+    full.backlog = 50
+    full.process(docs(6))
+    assert triggers(full) == {"docs": 1}, "not with a full buffer"
+    off = make(clock, first_fit_max_wait_s=0, max_buffered_docs=100)
+    seed_topics(off)
+    off.backlog = 5
+    off.process(docs(6))
+    clock.t += 10_000
+    off.tick()
+    assert not off.models, "first_fit_max_wait_s = 0: waits for the backlog"
+    early = make(clock, min_docs_first_refit=0, first_fit_max_wait_s=1.0)
+    seed_topics(early)
+    early.backlog = 5
+    early.tick()
+    assert not early.models, "no document yet: nothing waited"
+    early.backlog = 0
+    early.tick()
+    assert early.ready
 
 
 # ---------------------------------------------------------------------------------------------- tick: later refits
@@ -943,3 +995,29 @@ def test_the_primary_chosen_after_the_probes_is_re_emitted_without_a_new_version
     assert eng.primary == CK
     assert sorted((a.id, a.algorithm, a.primary, a.model_version) for a in chunk) == \
         [(f"d{i}", CK, True, 1) for i in range(6)]
+
+
+def test_a_revision_carries_the_new_models_whole_verdict(lab) -> None:
+    clock = Clock(1500.0)
+    lab.fail = {SK}
+    eng = make(clock, revisions="all", explain_words=3, revision_chunk=100, min_seeds_per_class=2, max_buffered_docs=6)
+    seed_topics(eng)                                              # 1 seed per class: provisional models
+    eng.process(docs(6))
+    clock.t = 1600.0
+    eng.request_refit()
+    assert set(eng.models[CK].explain) == set(NAMES) and all(eng.models[CK].explain.values())
+    del eng.models[CK].explain["sport"]                           # a cluster without words: explain []
+    (chunk,) = drain(eng)
+    assert len(chunk) == 12
+    X = engine_mod.rows_to_csr([eng.window.get(f"d{i}").row for i in range(6)], eng.config.n_features)
+    for alg in (CK, SK):
+        slot = eng.models[alg]
+        assert slot.provisional and slot.fallback == (alg == SK)
+        expected = {}
+        for i, (label, score, labels, cluster, new) in enumerate(Engine._assign_with(slot, X)):
+            expected[f"d{i}"] = {
+                "id": f"d{i}", "algorithm": alg, "model_version": slot.version, "revision": 1, "label": label,
+                "score": round(score, 6), "labels": labels, "cluster": cluster, "new_cluster": new,
+                "explain": slot.explain.get(cluster, []), "primary": alg == CK,
+                "provisional": True, "ts": 1600.0, **({"fallback": True} if alg == SK else {})}
+        assert {a.id: a.to_message() for a in chunk if a.algorithm == alg} == expected
