@@ -153,7 +153,7 @@ def test_name_end_to_end_cli_seeds_on_the_control_topic_events_and_revisions(bro
     worker = WorkerProcess(broker.bootstrap, topics, [
         "--algorithms", "constrained-kmeans", "--n-new-clusters", "3", "--refit-every-docs", "0",
         "--refit-growth", "0", "--min-docs-first-refit", "600", "--min-seed-classes", "5", "--min-seeds-per-class", "1",
-        "--first-fit-stable-seeds", "0", "--refit-idle-s", "2", "--min-refit-interval-s", "1", "--no-drift-detection",
+        "--first-fit-stable-seeds", "0", "--refit-idle-s", "0", "--first-fit-max-wait-s", "0", "--no-drift-detection",
         "--n-features", "65536", "--name-max-seeds", "15"], log_dir=tmp_path).start()
     try:
         assert worker.wait_assigned(), "the worker joined its group"
@@ -214,5 +214,21 @@ def test_name_end_to_end_cli_seeds_on_the_control_topic_events_and_revisions(bro
         reasons = sorted(d["reason"] for d in dead if d["topic"] == topics.control)
         assert reasons == ["invalid_label", "missing_field", "unknown_cluster", "unknown_cluster"], reasons
         assert worker.proc.poll() is None, "processing continues"
+        named_seeds = worker.metric("streamsemi_seed_documents", {"class": "shipping"})
+        assert named_seeds == len(seeds)
     finally:
         worker.terminate()
+    # a restarted worker (no state_dir) rebuilds the named cluster's seeds from the control topic alone and does not
+    # apply the name op again (it was on the topic before it started: no second set of seeds, no dead letter)
+    again = WorkerProcess(broker.bootstrap, topics, worker.cmd[worker.cmd.index("--algorithms"):], log_dir=tmp_path).start()
+    try:
+        assert again.wait_metric("streamsemi_seed_documents", len(seeds), timeout=60, labels={"class": "shipping"})
+        time.sleep(3)
+        assert again.metric("streamsemi_seed_documents", {"class": "shipping"}) == len(seeds)
+        redead = _values(read_topic(broker.bootstrap, topics.deadletter, idle=2, timeout=30))
+        # (malformed control messages are dead-lettered again at every replay, as before; name ops are not re-applied)
+        assert sum(d["reason"] == "unknown_cluster" for d in redead) == 2
+        assert sum(m.get("origin") == "cluster" for m in _values(read_topic(broker.bootstrap, topics.control,
+                                                                             idle=2, timeout=30))) == len(seeds)
+    finally:
+        again.terminate()

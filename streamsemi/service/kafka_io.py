@@ -152,7 +152,7 @@ class ControlReader(threading.Thread):
         self.on_error = on_error
         self.on_reset = on_reset
         self.consumer: KafkaConsumer | None = None
-        self.replay_end: dict[int, int] | None = None  # end offsets at start: records below were there before it
+        self.replay_end: dict[int, int] | None = None  # positions once the history was read (caught_up)
         self.lag = 0  # control records known to wait unread on the broker (after the last poll)
 
     def run(self) -> None:
@@ -162,6 +162,8 @@ class ControlReader(threading.Thread):
                 tps = assign_all(self.consumer, self.settings.control_topic)
                 if self.replay_end is None:
                     self.replay_end = {tp.partition: int(off) for tp, off in self.consumer.end_offsets(tps).items()}
+                    event(log, "control_reader_started", topic=self.settings.control_topic,
+                          end_offsets={str(p): o for p, o in sorted(self.replay_end.items())})
                 high: dict[TopicPartition, int] = {}
                 while not self.stop_event.is_set():
                     batch = self.consumer.poll(timeout_ms=500, max_records=2000)
@@ -173,6 +175,11 @@ class ControlReader(threading.Thread):
                     self.lag = self._unread(tps)
                     if not batch and not self.caught_up.is_set():
                         if all(self.consumer.position(tp) >= (self.consumer.highwater(tp) or 0) for tp in tps):
+                            # the history read at start ends here (positions, not the broker's end offsets: the
+                            # embedded broker reports a multi-record batch's end as its first offset + 1)
+                            self.replay_end = {tp.partition: int(self.consumer.position(tp)) for tp in tps}
+                            event(log, "control_history_read", topic=self.settings.control_topic,
+                                  positions={str(p): o for p, o in sorted(self.replay_end.items())})
                             self.caught_up.set()
             except Exception as exc:  # noqa: BLE001 - keep reading after broker trouble
                 event(log, "control_reader_error", logging.WARNING, error=f"{type(exc).__name__}: {exc}")
@@ -203,9 +210,9 @@ class ControlReader(threading.Thread):
         return self.lag + self.queue.qsize()
 
     def replayed(self, partition: int, offset: int) -> bool:
-        """The record was on the control topic before this reader started (history read again at start)."""
+        """The record was read with the control topic's history at start (before the reader first caught up)."""
         ends = self.replay_end
-        return ends is not None and offset < ends.get(partition, 0)
+        return ends is None or offset < ends.get(partition, 0)
 
     def _lost_log(self, tps: list[TopicPartition], high: dict[TopicPartition, int]) -> bool:
         """Detect a broker that lost the topic's log (restarted empty) and replay it from the beginning.
