@@ -149,7 +149,7 @@ class EngineConfig:
     drift_detection: bool = True
     drift_delta: float = 0.002
     explain_words: int = 8
-    cluster_match_min_jaccard: float = 0.3
+    cluster_match_min_jaccard: float = 0.2
     name_max_seeds: int = 20
     suggestions_top_n: int = 50
     random_state: int = 0
