@@ -498,6 +498,12 @@ class Refitter:
                 self.engine.request_refit("request")
             elif msg.op == "unlabel":
                 self.engine.unlabel(msg.id, offset)
+            elif msg.op == "name":  # the leader's clusters (standbys rebuild its seeds from the control topic)
+                if self.leading and not self.control.replayed(partition, offset):
+                    dead.extend((dead_letter(encode_json(op), rej.reason, rej.detail, self.settings.control_topic,
+                                             partition, offset), rej)
+                                for op, rej in self.engine.name_cluster(msg.cluster, msg.labels[0], msg.algorithm,
+                                                                        offset))
             else:
                 for op, rej in self.engine.label(msg.id, msg.labels, msg.text, offset, msg.origin, msg.label_offset):
                     dead.append((dead_letter(encode_json(op), rej.reason, rej.detail, self.settings.control_topic,
@@ -508,13 +514,16 @@ class Refitter:
         """The leader re-emits resolved seeds and dead-letters expired labels; standbys drop theirs (no duplicates)."""
         resolved = self.engine.drain_resolved()
         dead = self.engine.drain_dead()
+        clusters = self.engine.drain_cluster_events()
         if not self.leading:
             return
+        for ev in clusters:  # lifecycle events of the leader's refit rounds (docs/clusters.md)
+            self._send(self.settings.clusters_topic, encode_key(f"{ev['algorithm']}/{ev['cluster']}"), encode_json(ev))
         for seed in resolved:
             if seed.label_offset is None:
                 continue
             msg = {"op": "label", "id": seed.id, "labels": list(seed.labels), "text": seed.text,
-                   "origin": "resolved", "label_offset": seed.label_offset}
+                   "origin": seed.origin, "label_offset": seed.label_offset}
             self._send(self.settings.control_topic, encode_key(seed.id), encode_json(msg))
         self._send_dead([(dead_letter(encode_json(op), rej.reason, rej.detail, self.settings.control_topic), rej)
                          for op, rej in dead])
