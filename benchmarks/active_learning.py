@@ -294,8 +294,9 @@ def cost_markdown(out: dict, argv: str) -> str:
     lines = ["# What ranking the suggestions adds to a refit round", "", f"`python benchmarks/active_learning.py {argv}`",
              "", f"20 Newsgroups, {out['documents']} documents in the window, {out['seeds']} random seeds; "
              "round = every algorithm's fit (and the engine's own extras: agreement, k-fold probes), "
-             "ranking = `Engine._rank_suggestions` (primary model on the whole window, the others on a 2,000-document "
-             "sample, diversity pass).", "", "| algorithms | refit round (s) | ranking (s) | ratio (median) |",
+             "ranking = `Engine._rank_suggestions` (a random sample of 2,000 unlabelled window documents: the primary "
+             "model on all of them, the others on up to 2,000, coverage, diversity pass). The machine was shared "
+             "(load 8-14 on 2 cores): the round times vary with it.", "", "| algorithms | refit round (s) | ranking (s) | ratio (median) |",
              "|---|---:|---:|---:|"]
     for r in out["runs"]:
         rounds = r["rounds"]
