@@ -52,8 +52,10 @@ RUNS = 3
 #: --quick: documents per dataset, runs, datasets and algorithms.
 QUICK_MAX_DOCS = 1200
 QUICK_RUNS = 1
-#: Smaller settings where the algorithm defaults are sized for large windows.
+#: Extra parameters of an algorithm in every variant (none by default).
 ALGORITHM_PARAMS: dict[str, dict[str, Any]] = {}
+#: ... and in the legacy variant: CLE's legacy new clusters need its k-means assignment.
+LEGACY_PARAMS: dict[str, dict[str, Any]] = {"cle": {"assign": "kmeans"}}
 
 
 def discovery_f1(y_true: Sequence[Any], y_pred: Sequence[Any], unseeded: Sequence[str],
@@ -127,7 +129,7 @@ def run_draw(data: PreparedDataset, algorithm: str, unseeded: list[str], seed_ma
         rec = {**base, "variant": variant}
         try:
             params = {**ALGORITHM_PARAMS.get(algorithm, {}), **_variant_params(variant, len(unseeded)),
-                      "random_state": run}
+                      **(LEGACY_PARAMS.get(algorithm, {}) if variant == "legacy" else {}), "random_state": run}
             est = make_estimator(algorithm, **params)
             t0 = time.perf_counter()
             est.fit(X, y_fit)
