@@ -179,6 +179,27 @@ def test_publisher_and_reader_through_the_broker_with_tombstones(broker):
         pub.close()
 
 
+def test_role_settings_are_checked_at_start():
+    from streamsemi.core.errors import ConfigError
+    from streamsemi.service.config import instance_name
+    from streamsemi.service.roles import AssignWorker, Refitter, make_worker
+    from streamsemi.service.worker import Worker
+
+    with pytest.raises(ConfigError, match=r"setting 'role' \(from flag --role\): must be one of 'all', 'refit', 'assign', got 'fit'"):
+        resolve({"role": "fit"})
+    with pytest.raises(ConfigError, match="setting 'model_chunk_bytes'.*1024..100000000"):
+        resolve({"model_chunk_bytes": "100"})
+    with pytest.raises(ConfigError, match="setting 'models_topic'.*distinct"):
+        resolve({"models_topic": "streamsemi.documents"})
+    s = resolve({"role": "assign", "instance_id": "a-1", "metrics_port": "0"})
+    assert instance_name(s) == "a-1" and instance_name(resolve({})).endswith(f"-{__import__('os').getpid()}")
+    assert [type(make_worker(resolve({"role": r, "metrics_port": "0"}))) for r in ("all", "refit", "assign")] == [
+        Worker, Refitter, AssignWorker]
+    a = AssignWorker(s)
+    assert a.settings.revisions == "off" and not a.settings.drift_detection and not a.engine.refits_enabled
+    assert a.fitter is None  # assigners never fit
+
+
 # ---------------------------------------------------------------- real broker, real processes
 ROLE_ARGS = ["--algorithms", "constrained-kmeans", "--min-docs-first-refit", "60", "--min-seed-classes", "4",
              "--min-seeds-per-class", "3", "--first-fit-stable-seeds", "0", "--refit-growth", "0",
