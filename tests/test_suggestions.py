@@ -15,6 +15,8 @@ from streamsemi.core import datasets
 from streamsemi.core import suggestions as sg
 from streamsemi.core.messages import Document
 from streamsemi.engine import Engine, EngineConfig
+from streamsemi.service.config import resolve
+from streamsemi.service.kafka_io import ensure_topics
 
 SCHEMA = json.loads((Path(__file__).resolve().parents[1] / "docs/schemas/suggestion.schema.json").read_text())
 
@@ -190,6 +192,23 @@ def test_board_publishes_top_n_then_tombstones_what_leaves_the_list_or_gets_labe
     assert set(board.published) == {"d2", "d7"}
 
 
+def test_board_tombstones_what_a_previous_run_left_behind():
+    board = sg.SuggestionBoard(3)
+    texts = {f"d{i}": "text" for i in range(10)}
+    assert board.adopt(["old1", "d5", "d6"]) == 3
+    # before a ranking: ids that are not open (no document, or labelled) go at once, open ones wait
+    assert board.updates(texts.get, texts.__contains__, 1.0) == [("old1", None)]
+    assert board.stale == {"d5", "d6"}
+    # the first ranking keeps the ids it lists and tombstones the others
+    board.offer([suggestion(5), suggestion(1)])
+    out = board.updates(texts.get, texts.__contains__, 2.0)
+    assert ("d6", None) in out and ("d5", None) not in out and board.stale == set()
+    assert [k for k, m in out if m is not None] == ["d5", "d1"]
+    # bounded: at most STALE_FACTOR * top_n ids are remembered (the newest)
+    many = [f"x{i}" for i in range(1000)]
+    assert board.adopt(many) == sg.STALE_FACTOR * 3 and "x999" in board.stale and "x0" not in board.stale
+
+
 def test_board_is_bounded_in_bytes():
     board = sg.SuggestionBoard(50, max_bytes=3 * (sg.SUGGESTION_OVERHEAD_BYTES + 400))
     texts = {f"d{i}": "é" * 1000 for i in range(50)}
@@ -289,11 +308,20 @@ def test_worker_publishes_suggestions_after_its_first_refit_and_a_seed_tombstone
     worker = WorkerProcess(broker.bootstrap, topics, ["--refit-every-docs", "0", "--min-docs-first-refit", "150",
                                                       "--suggestions-topic", suggestions_topic,
                                                       "--suggestions-top-n", "10", "--refit-growth", "0"],
-                           log_dir=tmp_path).start()
+                           log_dir=tmp_path)
     ds = datasets.load("reuters-r8")
+    p = producer(broker.bootstrap)
+    # a suggestion a previous run left behind: the worker tombstones it (its document is not in the window)
+    ghost = {"id": "ghost", "snippet": "old", "algorithm": "constrained-kmeans", "label": "grain",
+             "scores": {"grain": 0.5}, "reason": "uncertain", "priority": 0.5, "rank": 0, "model_version": 1, "ts": 1.0}
+    topics.create(broker.bootstrap)
+    ensure_topics(resolve({"bootstrap_servers": broker.bootstrap, "suggestions_topic": suggestions_topic}),
+                  [suggestions_topic])
+    send_json(p, suggestions_topic, ghost, key="ghost")
+    p.flush()
+    worker.start()
     try:
         assert worker.wait_assigned(), "the worker joined its group"
-        p = producer(broker.bootstrap)
         seeded = set()
         for k in range(300):
             send_json(p, topics.documents, {"id": f"g{k}", "text": ds.texts[k]}, key=f"g{k}")
@@ -301,7 +329,8 @@ def test_worker_publishes_suggestions_after_its_first_refit_and_a_seed_tombstone
                 send_json(p, topics.control, {"op": "label", "id": f"g{k}", "labels": [ds.labels[k]]}, key=f"g{k}")
                 seeded.add(f"g{k}")
         p.flush()
-        records = read_topic(broker.bootstrap, suggestions_topic, expect=10, timeout=90)
+        records = [r for r in read_topic(broker.bootstrap, suggestions_topic, expect=12, timeout=90)
+                   if r.key != b"ghost"]
         msgs = [json.loads(r.value) for r in records if r.value is not None]
         assert len(msgs) >= 10
         for m, r in zip(msgs, records, strict=False):
@@ -321,6 +350,9 @@ def test_worker_publishes_suggestions_after_its_first_refit_and_a_seed_tombstone
 
         assert wait_until(tombstoned, 60), "a seed for a suggested document removes its suggestion"
         assert wait_until(lambda: target not in worker.get("/suggestions")[1], 10)
+        ghost_records = [r for r in read_topic(broker.bootstrap, suggestions_topic, timeout=10, idle=1.0)
+                         if r.key == b"ghost"]
+        assert ghost_records[-1].value is None, "a suggestion left by a previous run is tombstoned"
         assert worker.proc.poll() is None
     finally:
         assert worker.terminate() == 0

@@ -60,6 +60,7 @@ SEED_SAMPLE = 2000           # seeds compared against for the coverage factor (t
 SUGGESTION_OVERHEAD_BYTES = 1024
 #: default byte budget per published suggestion (overhead, a 300-character snippet, id, labels)
 MESSAGE_BYTES_BUDGET = 4096
+STALE_FACTOR = 20            # ids of a previous run's suggestions remembered per suggestion (adopt)
 
 
 @dataclass(frozen=True)
@@ -416,11 +417,23 @@ class SuggestionBoard:
         self.max_bytes = int(max_bytes) if max_bytes is not None else self.top_n * MESSAGE_BYTES_BUDGET
         self.published: dict[str, dict[str, Any]] = {}
         self.nbytes = 0
+        self.stale: set[str] = set()   # ids a previous run published (adopt): tombstoned when not re-ranked
         self._offered: list[Suggestion] | None = None
 
     def offer(self, ranked: list[Suggestion]) -> None:
         """A new ranking (from any thread): published at the next :meth:`updates`."""
         self._offered = ranked
+
+    def adopt(self, ids: Sequence[str]) -> int:
+        """Ids whose suggestion a previous run left on the topic; returns how many are kept.
+
+        They get a tombstone at the first :meth:`updates` where they are not open
+        (no document in the window, or a seed), or at the first new ranking that does
+        not list them. At most ``STALE_FACTOR * top_n`` (the newest) are kept.
+        """
+        keep = [k for k in ids if k not in self.published][-STALE_FACTOR * max(self.top_n, 1):]
+        self.stale = set(keep)
+        return len(self.stale)
 
     def forget(self) -> None:
         """Drop the published entries without tombstones (their topic was lost with the broker's data)."""
@@ -445,9 +458,14 @@ class SuggestionBoard:
         ranked, self._offered = self._offered, None
         out: list[tuple[str, dict[str, Any] | None]] = []
         if ranked is None:
+            if self.stale:
+                stale_gone = sorted(k for k in self.stale if not is_open(k))
+                self.stale.difference_update(stale_gone)
+                out.extend((k, None) for k in stale_gone)
             gone = [k for k in self.published if not is_open(k)]
             if gone:   # a new dict: readers on other threads (HTTP) iterate the published one unlocked
-                self.published = {k: m for k, m in self.published.items() if k not in set(gone)}
+                gone_set = set(gone)
+                self.published = {k: m for k, m in self.published.items() if k not in gone_set}
                 self.nbytes = sum(message_bytes(m) for m in self.published.values())
                 out.extend((k, None) for k in gone)
             return out
@@ -464,6 +482,8 @@ class SuggestionBoard:
             new[s.id] = msg
             nbytes += size
         out.extend((k, None) for k in self.published if k not in new)
+        out.extend((k, None) for k in sorted(self.stale) if k not in new)
+        self.stale = set()
         out.extend(new.items())
         self.published, self.nbytes = new, nbytes
         return out

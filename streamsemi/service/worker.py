@@ -38,6 +38,7 @@ from typing import Any
 from kafka import ConsumerRebalanceListener, TopicPartition
 from kafka.errors import CommitFailedError, KafkaError
 
+from streamsemi.core import suggestions as sg
 from streamsemi.core.logs import event
 from streamsemi.core.messages import (
     ControlMessage,
@@ -61,6 +62,7 @@ from streamsemi.service.inflight import InFlightMarker
 from streamsemi.service.kafka_io import (
     BrokerWatch,
     ControlReader,
+    assign_all,
     ensure_topics,
     make_document_consumer,
     make_reader,
@@ -196,6 +198,7 @@ class Worker:
         if s.state_dir:
             self._restore()
             self.inflight.load()
+        self._adopt_suggestions()
         self.last_checkpoint = time.monotonic()
         self.ledger.open()
         self.control = ControlReader(s, on_error=self.broker_error, on_reset=self.on_broker_reset)
@@ -490,6 +493,44 @@ class Worker:
             self.ledger.send(Output(s.deadletter_topic, None, encode_json(value), None))
             event(log, "dead_letter", logging.DEBUG, reason=rej.reason, detail=rej.detail,
                   topic=value.get("topic"), partition=value.get("partition"), offset=value.get("offset"))
+
+    def _adopt_suggestions(self, timeout_s: float = 10.0) -> None:
+        """The ids a previous run left on the suggestions topic: tombstoned unless ranked again (docs/suggestions.md).
+
+        Reads the topic once at start (at most ``timeout_s``; the newest ids, bounded by
+        the board); a failure is logged and only leaves stale suggestions behind.
+        """
+        s = self.settings
+        if not s.suggestions_top_n:
+            return
+        t0 = time.monotonic()
+        bound = sg.STALE_FACTOR * s.suggestions_top_n
+        live: dict[str, bool] = {}
+        reader = None
+        try:
+            reader = make_reader(s, client_id="streamsemi-suggestions")
+            tps = assign_all(reader, s.suggestions_topic, timeout_s=timeout_s)
+            end = reader.end_offsets(tps)
+            left = {tp for tp in tps if end.get(tp)}
+            while left and time.monotonic() - t0 < timeout_s:
+                for records in reader.poll(timeout_ms=300, max_records=5000).values():
+                    for r in records:
+                        if r.key is None:
+                            continue
+                        key = r.key.decode("utf-8", "replace")
+                        live.pop(key, None)
+                        if r.value is not None:
+                            live[key] = True
+                            if len(live) > bound:
+                                live.pop(next(iter(live)))
+                left = {tp for tp in left if reader.position(tp) < end[tp]}
+        except (KafkaError, ConnectionError) as exc:
+            event(log, "suggestions_adopt_failed", logging.WARNING, error=_error(exc))
+        finally:
+            if reader is not None:
+                reader.close()
+        n = self.engine.suggestion_board.adopt(list(live))
+        event(log, "suggestions_adopted", ids=n, seconds=round(time.monotonic() - t0, 3))
 
     def _emit_suggestions(self) -> None:
         """Label suggestions after a refit round, tombstones for labelled ones (compacted topic, key = id)."""
