@@ -366,6 +366,46 @@ def test_a_count_refit_resets_the_count_and_the_seed_change(lab) -> None:
     assert eng.refit_count == 2, "the count refit took the relabel with it"
 
 
+def test_growth_after_a_fit_on_a_single_document(lab) -> None:
+    eng = make(refit_growth=2.0, min_docs_first_refit=1)
+    seed_topics(eng)
+    eng.process(docs(1))
+    assert eng.refit_count == 1
+    eng.process(docs(1, 1))
+    assert eng.refit_count == 2 and triggers(eng) == {"docs": 1, "growth": 1}, "2 >= 2 x 1 document"
+
+
+def test_no_probes_when_the_window_doubled_during_a_round_on_one_document(lab) -> None:
+    lab.gate = threading.Event()
+    eng = make(primary=None, background_refit=True, refit_growth=2.0, min_docs_first_refit=1, max_buffered_docs=100)
+    seed_topics(eng, per_topic=2)
+    try:
+        eng.process(docs(1))
+        eng.process(docs(1, 1))                                   # 2 >= 2 x 1 during the round
+    finally:
+        lab.gate.set()
+    assert eng.wait_for_refit(20) and eng.version == 1 and probe_fits(lab, 6) == []
+
+
+def test_time_refits_are_counted_as_time_and_quiet_idle_skips_are_not(lab) -> None:
+    clock = Clock()
+    eng = make(clock, refit_every_s=60.0)
+    seed_topics(eng)
+    eng.process(docs(6))
+    clock.t = 1060.0
+    eng.tick()
+    assert triggers(eng) == {"docs": 1, "time": 1}
+    idle = make(clock, refit_idle_s=3.0, min_refit_interval_s=0.0, min_seed_classes=2)
+    seed_topics(idle, names=NAMES[:2])
+    idle.process(docs(6))
+    assert idle.ready and idle.refit_count == 1
+    idle.unlabel(f"s{NAMES[1]}0")                                  # one seeded class left
+    clock.t += 10.0
+    idle.tick()
+    assert idle.refit_count == 1 and idle.last_refit_start == clock.t, "the idle trigger fired and was skipped"
+    assert sample(idle.telemetry.refits_skipped, reason="not_enough_seeds") == 0
+
+
 def test_tick_expires_held_labels_with_their_reason(lab) -> None:
     clock = Clock()
     eng = make(clock, pending_label_ttl_s=60.0)
