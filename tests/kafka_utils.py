@@ -61,19 +61,24 @@ class Topics:
         return f"{self.prefix}.clusters"
 
     @property
+    def suggestions(self) -> str:
+        return f"{self.prefix}.suggestions"
+
+    @property
     def group(self) -> str:
         return f"{self.prefix}-group"
 
     def flags(self) -> list[str]:
         return ["--documents-topic", self.documents, "--control-topic", self.control,
                 "--assignments-topic", self.assignments, "--deadletter-topic", self.deadletter,
-                "--labels-topic", self.labels, "--clusters-topic", self.clusters]
+                "--labels-topic", self.labels, "--clusters-topic", self.clusters,
+                "--suggestions-topic", self.suggestions]
 
     def settings(self, bootstrap: str) -> Any:
         return resolve({"bootstrap_servers": bootstrap, "documents_topic": self.documents,
                         "control_topic": self.control, "assignments_topic": self.assignments,
                         "deadletter_topic": self.deadletter, "labels_topic": self.labels,
-                        "clusters_topic": self.clusters})
+                        "clusters_topic": self.clusters, "suggestions_topic": self.suggestions})
 
     def create(self, bootstrap: str) -> None:
         ensure_topics(self.settings(bootstrap))

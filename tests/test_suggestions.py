@@ -15,8 +15,6 @@ from streamsemi.core import datasets
 from streamsemi.core import suggestions as sg
 from streamsemi.core.messages import Document
 from streamsemi.engine import Engine, EngineConfig
-from streamsemi.service.config import resolve
-from streamsemi.service.kafka_io import ensure_topics
 
 SCHEMA = json.loads((Path(__file__).resolve().parents[1] / "docs/schemas/suggestion.schema.json").read_text())
 
@@ -304,9 +302,8 @@ def test_a_failing_ranking_keeps_the_refit(r8, monkeypatch):
 # ---------------------------------------------------------------- a real worker on the embedded broker
 def test_worker_publishes_suggestions_after_its_first_refit_and_a_seed_tombstones_one(broker, tmp_path):
     topics = Topics()
-    suggestions_topic = f"{topics.prefix}.suggestions"
+    suggestions_topic = topics.suggestions
     worker = WorkerProcess(broker.bootstrap, topics, ["--refit-every-docs", "0", "--min-docs-first-refit", "150",
-                                                      "--suggestions-topic", suggestions_topic,
                                                       "--suggestions-top-n", "10", "--refit-growth", "0"],
                            log_dir=tmp_path)
     ds = datasets.load("reuters-r8")
@@ -315,8 +312,6 @@ def test_worker_publishes_suggestions_after_its_first_refit_and_a_seed_tombstone
     ghost = {"id": "ghost", "snippet": "old", "algorithm": "constrained-kmeans", "label": "grain",
              "scores": {"grain": 0.5}, "reason": "uncertain", "priority": 0.5, "rank": 0, "model_version": 1, "ts": 1.0}
     topics.create(broker.bootstrap)
-    ensure_topics(resolve({"bootstrap_servers": broker.bootstrap, "suggestions_topic": suggestions_topic}),
-                  [suggestions_topic])
     send_json(p, suggestions_topic, ghost, key="ghost")
     p.flush()
     worker.start()
