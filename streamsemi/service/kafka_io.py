@@ -160,10 +160,6 @@ class ControlReader(threading.Thread):
             try:
                 self.consumer = make_reader(self.settings, client_id="streamsemi-control", allow_auto_create_topics=False)
                 tps = assign_all(self.consumer, self.settings.control_topic)
-                if self.replay_end is None:
-                    self.replay_end = {tp.partition: int(off) for tp, off in self.consumer.end_offsets(tps).items()}
-                    event(log, "control_reader_started", topic=self.settings.control_topic,
-                          end_offsets={str(p): o for p, o in sorted(self.replay_end.items())})
                 high: dict[TopicPartition, int] = {}
                 while not self.stop_event.is_set():
                     batch = self.consumer.poll(timeout_ms=500, max_records=2000)
