@@ -282,8 +282,12 @@ class FitProcess:
             raise RemoteFitError(str(reply["error"]))
         return restore_estimator(reply["estimator"], out, name)
 
-    def close(self, timeout: float = 5.0) -> None:
-        """Stop the fit process (a fit in flight fails with :class:`RemoteFitError`)."""
+    def close(self, timeout: float = 1.0) -> None:
+        """Stop the fit process (a fit in flight fails with :class:`RemoteFitError`, its result is not waited for).
+
+        An idle process exits when its pipe closes; one that is fitting is killed after
+        ``timeout`` seconds (a shutdown does not wait for a fit it would throw away).
+        """
         self._closed = True
         proc, conn = self._proc, self._conn
         if conn is not None:
@@ -295,4 +299,4 @@ class FitProcess:
             proc.join(timeout)
             if proc.is_alive():
                 proc.kill()
-                proc.join(timeout)
+                proc.join(5.0)
