@@ -186,7 +186,8 @@ def engine_cfg(**kw) -> EngineConfig:
     base = dict(algorithms=["constrained-kmeans"], n_new_clusters=3, background_refit=False, n_features=2**16,
                 window_max_docs=800, refit_every_docs=200, refit_growth=0, refit_idle_s=0, drift_detection=False,
                 min_docs_first_refit=200, min_seed_classes=5, min_seeds_per_class=1, first_fit_stable_seeds=0,
-                first_fit_max_wait_s=0, revisions="changed")
+                first_fit_max_wait_s=0, revisions="changed",
+                algorithm_params={"constrained-kmeans": {"discovery": "legacy"}})  # always 3 discovered clusters
     base.update(kw)
     return EngineConfig(**base)
 

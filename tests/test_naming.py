@@ -152,17 +152,21 @@ def test_name_end_to_end_cli_seeds_on_the_control_topic_events_and_revisions(bro
     topics.create(broker.bootstrap)
     worker = WorkerProcess(broker.bootstrap, topics, [
         "--algorithms", "constrained-kmeans", "--n-new-clusters", "3", "--refit-every-docs", "0",
-        "--refit-growth", "0", "--min-docs-first-refit", "600", "--min-seed-classes", "5", "--min-seeds-per-class", "1",
+        "--refit-growth", "0", "--min-docs-first-refit", str(len(order)), "--min-seed-classes", "5", "--min-seeds-per-class", "1",
         "--first-fit-stable-seeds", "0", "--refit-idle-s", "0", "--first-fit-max-wait-s", "0", "--no-drift-detection",
         "--n-features", "65536", "--name-max-seeds", "15"], log_dir=tmp_path).start()
     try:
         assert worker.wait_assigned(), "the worker joined its group"
+        # seeds first (held until their documents arrive), then the documents: one fit on all 1,200 documents and
+        # every seed, the same data as the in-process tests above
         p = producer(broker.bootstrap)
-        for i in order:
-            send_json(p, topics.documents, {"id": f"r{i}", "text": ds.texts[i]}, key=f"r{i}")
         for i in order:
             if ds.labels[i] in SEEDED and i % 3 == 0:
                 send_json(p, topics.control, {"op": "label", "id": f"r{i}", "labels": [ds.labels[i]]}, key=f"r{i}")
+        p.flush()
+        time.sleep(2)
+        for i in order:
+            send_json(p, topics.documents, {"id": f"r{i}", "text": ds.texts[i]}, key=f"r{i}")
         p.flush()
         read_topic(broker.bootstrap, topics.assignments, expect=len(order), timeout=120)
         validator = jsonschema.Draft202012Validator(schema("cluster-event"))
