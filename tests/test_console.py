@@ -311,7 +311,8 @@ def test_reader_backfills_the_streams_and_adopts_a_topic_created_later(broker):
     settings = resolve({"bootstrap_servers": broker.bootstrap, "documents_topic": topics.documents,
                         "control_topic": topics.control, "assignments_topic": topics.assignments,
                         "deadletter_topic": topics.deadletter, "labels_topic": topics.labels,
-                        "suggestions_topic": f"{topics.prefix}.suggestions",
+                        # a suggestions topic that does not exist yet (Topics.create makes the usual one)
+                        "suggestions_topic": f"{topics.prefix}.later-suggestions",
                         "clusters_topic": f"{topics.prefix}.clusters"})
     p = producer(broker.bootstrap)
     for i in range(60):  # before the console starts: only the last `backfill` per partition are read
