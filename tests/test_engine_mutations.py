@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -50,6 +52,8 @@ class Lab:
         self.probe_gate: threading.Event | None = None  # blocks fits with fewer than all_seeds seeds (probes)
         self.all_seeds = 0
         self.new_clusters: dict[str, list[str]] = {}   # reported as discovered clusters (not predicted)
+        self.pc = 0.0                                  # a perf_counter that only predictions advance
+        self.pc_per_doc = 0.0
 
     def build(self, name, params=None, n_new_clusters=0, random_state=None):
         return Centroid(self, name)
@@ -87,6 +91,7 @@ class Centroid:
     def predict_proba(self, X):
         if self.lab.fail_predict:
             raise RuntimeError("predict failed")
+        self.lab.pc += self.lab.pc_per_doc * X.shape[0]
         S = np.asarray(normalize(X) @ self.C.T) + 1e-3
         if self.name in self.lab.wrong:
             S = np.roll(S, 1, axis=1)
@@ -683,6 +688,18 @@ def test_a_failed_algorithm_keeps_its_model_or_gets_the_fallback(lab, caplog) ->
     assert len(events(caplog, "fallback_in_use")) == 1
 
 
+def test_a_failed_fit_logs_its_duration_in_milliseconds(lab, caplog, monkeypatch) -> None:
+    caplog.set_level(logging.INFO, logger="streamsemi.engine")
+    ticks = iter(np.arange(10_000) * 0.01234)
+    monkeypatch.setattr(engine_mod, "time", SimpleNamespace(perf_counter=lambda: float(next(ticks)), time=time.time))
+    lab.fail = {SK}
+    eng = make(algorithms=[SK, CK], primary=CK)
+    seed_topics(eng)
+    eng.process(docs(6))
+    (failed,) = events(caplog, "refit_failed")
+    assert failed["seconds"] == 0.012, "one clock step of 0.01234 s, rounded to milliseconds"
+
+
 def test_the_fallback_is_fitted_when_it_is_not_enabled_or_nothing_serves(lab, caplog) -> None:
     caplog.set_level(logging.INFO, logger="streamsemi.engine")
     lab.fail = {SK}
@@ -1061,3 +1078,40 @@ def test_a_revision_carries_the_new_models_whole_verdict(lab) -> None:
                 "explain": slot.explain.get(cluster, []), "primary": alg == CK,
                 "provisional": True, "ts": 1600.0, **({"fallback": True} if alg == SK else {})}
         assert {a.id: a.to_message() for a in chunk if a.algorithm == alg} == expected
+
+
+def test_a_revision_budget_sizes_the_chunks_from_the_last_chunks_cost(lab, monkeypatch) -> None:
+    monkeypatch.setattr(engine_mod, "time", SimpleNamespace(perf_counter=lambda: lab.pc, time=time.time))
+    monkeypatch.setattr(engine_mod, "REVISION_PROBE", 3)
+    eng = make(revisions="all", revision_chunk=100)
+    seed_topics(eng)
+    eng.process(docs(20))
+    eng.revision_budget_s = 0.11
+    lab.pc_per_doc = 0.01                      # 2 algorithms: 0.02 s per document revised
+    eng.request_refit()
+    sizes = [len({a.id for a in chunk}) for chunk in drain(eng)]
+    assert sizes == [3, 5, 5, 5, 2], "3 to measure, then 0.11 s / 0.02 s per document"
+
+
+def test_a_named_clusters_seed_read_back_is_not_a_seed_change(lab) -> None:
+    clock = Clock()
+    eng = make(clock, refit_idle_s=1.0, min_refit_interval_s=0.0)
+    seed_topics(eng)
+    eng.process(docs(6))
+    eng.label("c1", ["food"], text=text("food", 9), origin="cluster", offset=5)   # the worker names a cluster
+    clock.t += 10.0
+    eng.tick()
+    assert eng.refit_count == 2 and eng.seeds.get("c1").labels == ("food",)
+    assert eng.label("c1", ["food"], text=text("food", 9), origin="cluster", offset=5) == []  # read back
+    clock.t += 10.0
+    eng.tick()
+    assert eng.refit_count == 2, "the same seed again: nothing changed"
+    eng.label("c1", ["space"], text=text("food", 9), origin="cluster", offset=6)  # renamed
+    assert eng.seeds.get("c1").labels == ("space",)
+    clock.t += 10.0
+    eng.tick()
+    assert eng.refit_count == 3
+    eng.label("c1", ["space"], text=text("food", 9), offset=7)                    # a person's label: applied
+    clock.t += 10.0
+    eng.tick()
+    assert eng.refit_count == 4
