@@ -49,9 +49,12 @@ def exposed_metrics() -> dict[str, tuple[str, tuple[str, ...]]]:
     """Exposition name -> (type, label names) of every metric the worker registers."""
     from prometheus_client.metrics import MetricWrapperBase
 
+    from streamsemi.service.fitter import FitProcess
+
     t = Telemetry()
+    fitter = FitProcess(t.registry)  # the worker registers the fit process's metrics beside its own (not started)
     out: dict[str, tuple[str, tuple[str, ...]]] = {}
-    for m in vars(t).values():
+    for m in [*vars(t).values(), *vars(fitter).values()]:
         if isinstance(m, MetricWrapperBase):
             name = m._name + ("_total" if m._type == "counter" else "")
             out[name] = (m._type, tuple(m._labelnames))
