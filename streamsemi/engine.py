@@ -990,9 +990,8 @@ class Engine:
         top = P.argmax(axis=1)
         scores = P[np.arange(n), top].tolist()
         if slot.multilabel:
-            indicator = np.asarray(slot.model.predict(X))
-            if sp.issparse(indicator):
-                indicator = indicator.toarray()
+            indicator = slot.model.predict(X)
+            indicator = indicator.toarray() if sp.issparse(indicator) else np.asarray(indicator)
             chosen = indicator.astype(bool)  # a copy
             empty = ~chosen.any(axis=1)
             chosen[empty, top[empty]] = True  # no label chosen: the most probable one

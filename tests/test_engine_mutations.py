@@ -698,6 +698,8 @@ def test_a_failed_fit_logs_its_duration_in_milliseconds(lab, caplog, monkeypatch
     eng.process(docs(6))
     (failed,) = events(caplog, "refit_failed")
     assert failed["seconds"] == 0.012, "one clock step of 0.01234 s, rounded to milliseconds"
+    (done,) = events(caplog, "refit_done")
+    assert done["seconds"] == 0.012
 
 
 def test_the_fallback_is_fitted_when_it_is_not_enabled_or_nothing_serves(lab, caplog) -> None:
@@ -1115,3 +1117,25 @@ def test_a_named_clusters_seed_read_back_is_not_a_seed_change(lab) -> None:
     clock.t += 10.0
     eng.tick()
     assert eng.refit_count == 4
+
+
+def test_a_sparse_multilabel_indicator_gives_the_dense_ones_verdicts() -> None:
+    import scipy.sparse as sp
+
+    from streamsemi.engine import ModelSlot
+
+    class Multi:
+        def __init__(self, indicator) -> None:
+            self.indicator = indicator
+
+        def predict_proba(self, X):
+            return np.array([[0.6, 0.3, 0.1], [0.2, 0.5, 0.3]])
+
+        def predict(self, X):
+            return self.indicator
+
+    dense = np.array([[1, 0, 1], [0, 0, 0]])
+    classes = np.array(["a", "b", "c"], dtype=object)
+    verdicts = [Engine._assign_with(ModelSlot(Multi(ind), 1, 0.0, classes, frozenset(), True, {}), sp.csr_matrix((2, 4)))
+                for ind in (dense, sp.csr_matrix(dense))]
+    assert verdicts[0] == verdicts[1] == [("a", 0.6, {"a": 0.6, "c": 0.1}, "a", False), ("b", 0.5, {"b": 0.5}, "b", False)]
