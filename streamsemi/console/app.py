@@ -38,7 +38,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from streamsemi.console.state import ConsoleState
-from streamsemi.console.writer import ControlWriter, name_op_supported
+from streamsemi.console.writer import ControlWriter
 
 HERE = Path(__file__).resolve().parent
 COOKIE = "streamsemi_console"
@@ -162,7 +162,6 @@ def create_app(state: ConsoleState, writer: ControlWriter, options: ConsoleOptio
     env.filters["ts"] = _fmt_ts
     csrf_token = secrets.token_urlsafe(32)
     metrics = WorkerMetrics(options.worker_url)
-    can_name = name_op_supported(writer.limits)
     token = options.auth_token
 
     def render(request: Request, template: str, status: int = 200, **ctx: Any) -> HTMLResponse:
@@ -191,7 +190,7 @@ def create_app(state: ConsoleState, writer: ControlWriter, options: ConsoleOptio
         return render(request, "clusters.html", views=await run_in_threadpool(state.clusters_view))
 
     async def new_clusters(request: Request) -> Response:
-        return render(request, "new_clusters.html", rows=await run_in_threadpool(state.new_clusters), can_name=can_name)
+        return render(request, "new_clusters.html", rows=await run_in_threadpool(state.new_clusters))
 
     async def queue(request: Request) -> Response:
         items, source = await run_in_threadpool(state.queue)
@@ -257,28 +256,10 @@ def create_app(state: ConsoleState, writer: ControlWriter, options: ConsoleOptio
         lab = str(form.get("label", "")).strip()
         if not cluster or not lab:
             return back(request, form, err="a cluster and a name are needed")
-        if can_name:
-            msg: dict[str, Any] = {"op": "name", "cluster": cluster, "label": lab}
-            if algorithm:
-                msg["algorithm"] = algorithm
-            return await _send(request, form, msg, f"named {cluster} {lab}")
-        # no name op in this streamsemi: seed the cluster's example documents with the name
-        examples = next((r["examples"] for r in await run_in_threadpool(state.new_clusters)
-                         if r["cluster"] == cluster and (not algorithm or r["algorithm"] == algorithm)), [])
-        if not examples:
-            return back(request, form, err=f"no example documents of {cluster} to seed")
-        problem = writer.validate({"op": "label", "id": examples[0]["id"], "labels": [lab]})
-        if problem:
-            return back(request, form, err=f"refused: {problem}")
-        sent = 0
-        for ex in examples:
-            try:
-                await run_in_threadpool(writer.send, {"op": "label", "id": ex["id"], "labels": [lab]})
-                state.hide(ex["id"], "labeled")
-                sent += 1
-            except Exception as exc:  # noqa: BLE001
-                return back(request, form, err=f"sent {sent} seeds, then failed: {exc}"[:300])
-        return back(request, form, msg=f"seeded {sent} example documents of {cluster} as {lab}")
+        msg: dict[str, Any] = {"op": "name", "cluster": cluster, "label": lab}
+        if algorithm:
+            msg["algorithm"] = algorithm
+        return await _send(request, form, msg, f"named {cluster} {lab}")
 
     # ------------------------------------------------------------ auth
     async def login_page(request: Request) -> Response:

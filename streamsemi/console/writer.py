@@ -23,13 +23,6 @@ def check_control(message: dict[str, Any], limits: Limits) -> ControlMessage | R
     return parse_control(encode_json(message), limits)
 
 
-def name_op_supported(limits: Limits | None = None) -> bool:
-    """Whether this streamsemi knows the cluster ``name`` control op (it arrives with the clusters topic)."""
-    limits = limits or Limits()
-    probe = {"op": "name", "algorithm": "constrained-kmeans", "cluster": "new-1", "label": "probe"}
-    return not isinstance(check_control(probe, limits), Rejected)
-
-
 class ControlWriter:
     """Sends control messages (key = document id) and waits for the broker's acknowledgement.
 
