@@ -54,6 +54,16 @@ def topic_configs(settings: Settings, topic: str) -> dict[str, str]:
 def ensure_topics(settings: Settings, topics: list[str] | None = None, timeout_s: float = 30.0) -> list[str]:
     """Create missing topics (explicitly: auto-created topics get the broker's defaults). Returns those created."""
     topics = topics or topics_of(settings)
+    return create_missing_topics(settings, {t: (settings.topic_partitions, topic_configs(settings, t)) for t in topics},
+                                 timeout_s)
+
+
+def create_missing_topics(settings: Settings, specs: dict[str, tuple[int, dict[str, str]]], timeout_s: float = 30.0,
+                          what: str = "topics") -> list[str]:
+    """Create each topic of ``specs`` (name -> (partitions, configs)) that does not exist; returns those created.
+
+    Retries an unreachable broker until ``timeout_s``, then raises ConnectionError naming ``what``.
+    """
     deadline = time.monotonic() + timeout_s
     last: Exception | None = None
     while time.monotonic() < deadline:
@@ -62,12 +72,12 @@ def ensure_topics(settings: Settings, topics: list[str] | None = None, timeout_s
                             client_id="streamsemi-admin", request_timeout_ms=10000, **kafka_security(settings))
             try:
                 existing = set(admin.list_topics())
-                missing = [t for t in topics if t not in existing]
                 created = []
-                for t in missing:
+                for t, (partitions, conf) in specs.items():
+                    if t in existing:
+                        continue
                     try:
-                        admin.create_topics([NewTopic(t, settings.topic_partitions, settings.replication_factor,
-                                                      topic_configs=topic_configs(settings, t))])
+                        admin.create_topics([NewTopic(t, partitions, settings.replication_factor, topic_configs=conf)])
                         created.append(t)
                     except TopicAlreadyExistsError:
                         pass
@@ -77,7 +87,7 @@ def ensure_topics(settings: Settings, topics: list[str] | None = None, timeout_s
         except KafkaError as exc:
             last = exc
             time.sleep(0.5)
-    raise ConnectionError(f"cannot reach Kafka at {settings.bootstrap_servers} to create topics: {last}")
+    raise ConnectionError(f"cannot reach Kafka at {settings.bootstrap_servers} to create {what}: {last}")
 
 
 def make_producer(settings: Settings, **overrides: Any) -> KafkaProducer:

@@ -28,9 +28,8 @@ import threading
 import time
 from typing import Any
 
-from kafka import ConsumerRebalanceListener, KafkaAdminClient, KafkaConsumer, TopicPartition
-from kafka.admin import NewTopic
-from kafka.errors import KafkaError, TopicAlreadyExistsError
+from kafka import ConsumerRebalanceListener, KafkaConsumer, TopicPartition
+from kafka.errors import KafkaError
 
 from streamsemi.core.logs import event
 from streamsemi.core.messages import (
@@ -49,6 +48,7 @@ from streamsemi.service.httpserver import StatusServer
 from streamsemi.service.kafka_io import (
     ControlReader,
     assign_all,
+    create_missing_topics,
     ensure_topics,
     make_producer,
     make_reader,
@@ -81,31 +81,8 @@ def ensure_role_topics(settings: Settings, timeout_s: float = 30.0) -> list[str]
     Explicitly, before any client names them (the embedded broker auto-creates a topic
     named in a metadata request, with 4 partitions).
     """
-    wanted = {settings.models_topic: {"cleanup.policy": "compact"}, settings.refit_leader_topic: {}}
-    deadline = time.monotonic() + timeout_s
-    last: Exception | None = None
-    while time.monotonic() < deadline:
-        try:
-            admin = KafkaAdminClient(bootstrap_servers=settings.bootstrap_servers, client_id="streamsemi-admin",
-                                     request_timeout_ms=10000, **kafka_security(settings))
-            try:
-                existing = set(admin.list_topics())
-                created = []
-                for topic, conf in wanted.items():
-                    if topic in existing:
-                        continue
-                    try:
-                        admin.create_topics([NewTopic(topic, 1, settings.replication_factor, topic_configs=conf)])
-                        created.append(topic)
-                    except TopicAlreadyExistsError:
-                        pass
-                return created
-            finally:
-                admin.close()
-        except KafkaError as exc:
-            last = exc
-            time.sleep(0.5)
-    raise ConnectionError(f"cannot reach Kafka at {settings.bootstrap_servers} to create the role topics: {last}")
+    specs = {settings.models_topic: (1, {"cleanup.policy": "compact"}), settings.refit_leader_topic: (1, {})}
+    return create_missing_topics(settings, specs, timeout_s, what="the role topics")
 
 
 class RoleMetrics:
