@@ -26,9 +26,15 @@ def test_demo_streams_a_real_corpus_and_stops_by_itself():
     assert re.search(r"all 600 documents assigned: latest-label macro-F1 so far [0-9.]+ on \d+ non-seed documents, "
                      r"model v[1-9]", out.stdout), out.stdout
     final = re.search(r"first-emission macro-F1 ([0-9.]+) \| latest-label macro-F1 ([0-9.]+) \(with revisions\) "
-                      r"on (\d+) non-seed documents", out.stdout)
+                      r"on (\d+) non-seed documents, model v(\d+)", out.stdout)
     assert final, out.stdout
     first, latest, scored = float(final.group(1)), float(final.group(2)), int(final.group(3))
+    # the final model version counts the revisions' models too: never below the version of the first emissions
+    at_all_assigned = int(re.search(r"all 600 documents assigned: .* model v(\d+)", out.stdout).group(1))
+    assert int(final.group(4)) >= at_all_assigned, out.stdout
+    revised = re.search(r"(\d+) of them revised by a later model \(v(\d+)\.\.v(\d+)\)", out.stdout)
+    if revised:
+        assert int(revised.group(1)) <= scored and int(revised.group(3)) <= int(final.group(4)), out.stdout
     n_seeds = int(re.search(r"\(600 documents, (\d+) seeds", out.stdout).group(1))
     assert scored == 600 - n_seeds and first > 0.3 and latest >= first - 0.05, out.stdout
     assert "demo stopped (worker and broker shut down)" in out.stdout

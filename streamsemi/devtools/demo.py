@@ -131,6 +131,7 @@ def run_demo(args: argparse.Namespace) -> int:
         pred: dict[str, str] = {}
         first: dict[str, str] = {}
         used_version: dict[str, int] = {}
+        revised_by: dict[str, int] = {}
         last_record = time.monotonic()
         reported = False
         version = 0
@@ -149,8 +150,10 @@ def run_demo(args: argparse.Namespace) -> int:
                     last_record = time.monotonic()
                     doc_id = msg["id"]
                     if int(msg.get("revision") or 0) > 0:   # a revised label: the latest one counts
+                        version = max(version, int(msg.get("model_version", 0)))
                         if doc_id in pred:
                             pred[doc_id] = msg.get("label") or msg.get("cluster")
+                            revised_by[doc_id] = int(msg.get("model_version", 0))
                         continue
                     assigned += 1
                     idx = int(doc_id.rsplit(":", 1)[1])
@@ -186,7 +189,11 @@ def run_demo(args: argparse.Namespace) -> int:
                     y = [truth[i] for i in ids]
                     _print(f"first-emission macro-F1 {macro_f1(y, [first[i] for i in ids]):.3f} | latest-label "
                            f"macro-F1 {macro_f1(y, [pred[i] for i in ids]):.3f} (with revisions) on {len(ids)} "
-                           "non-seed documents")
+                           f"non-seed documents, model v{version}")
+                    if revised_by:
+                        _print(f"  {len(revised_by)} of them revised by a later model "
+                               f"(v{min(revised_by.values())}..v{max(revised_by.values())}): a refit with more "
+                               "documents and seeds changed their label")
                 if args.docs is not None:
                     break
                 _print("  (still running: Ctrl-C to stop)")
