@@ -49,7 +49,10 @@ from streamsemi.engine import Engine, EngineConfig
 from streamsemi.evaluation.metrics import macro_f1_known
 
 RESULTS = Path(__file__).resolve().parent / "results"
-CORPORA = {"r8": ("reuters-r8", None), "20ng-comp": ("20newsgroups", "comp.")}
+#: evaluation corpora (the issue's target) and development corpora (the ranker's constants are chosen on these only)
+CORPORA = {"r8": ("reuters-r8", None), "20ng-comp": ("20newsgroups", "comp."),
+           "20ng-talk": ("20newsgroups", "talk."), "20ng-sci": ("20newsgroups", "sci."),
+           "20ng-rec": ("20newsgroups", "rec.")}
 SIX = ["constrained-kmeans", "semi-ldc", "cle", "d-lda", "fsl-ck", "pseudo-lsc"]
 
 
@@ -194,6 +197,8 @@ def cmd_curves(args: argparse.Namespace) -> dict:
             "suggested_reaches_reference_at": first_reaching(sug, target),
             "random_reaches_reference_at": first_reaching(rnd, target),
             "met": at_fraction(sug, 0.02) >= target,
+            # development summary: mean macro-F1 of the suggested curve's points up to 2% (less noisy than one point)
+            "suggested_mean_to_2pct": float(np.mean([p["macro_f1"] for p in sug if p["fraction"] <= 0.02 + 1e-9])),
         }
         res["seconds"] = round(time.perf_counter() - t0, 1)
         out["corpora"][name] = res
@@ -320,6 +325,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--weights", default="", help="ranking variant: JSON of reason weights (development runs)")
     p.add_argument("--density-power", type=float, default=None, help="ranking variant (development runs)")
     p.add_argument("--coverage-power", type=float, default=None, help="ranking variant (development runs)")
+    p.add_argument("--diversity", default=None, choices=("classes", "clusters"), help="ranking variant (development runs)")
+    p.add_argument("--pool-factor", type=int, default=None, help="ranking variant (development runs)")
     p.add_argument("--cost-docs", type=int, default=10000)
     p.add_argument("--cost-seeds", type=int, default=200)
     p.add_argument("--cost-rounds", type=int, default=3)
@@ -332,6 +339,10 @@ def main(argv: list[str] | None = None) -> int:
         sg.DENSITY_POWER = args.density_power
     if args.coverage_power is not None:
         sg.COVERAGE_POWER = args.coverage_power
+    if args.diversity is not None:
+        sg.DIVERSITY = args.diversity
+    if args.pool_factor is not None:
+        sg.POOL_FACTOR = args.pool_factor
     RESULTS.mkdir(exist_ok=True)
     raw = " ".join(sys.argv[1:] if argv is None else argv)
     if args.mode == "cost":

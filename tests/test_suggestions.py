@@ -120,6 +120,51 @@ def test_suggestions_spread_over_the_predicted_classes():
     assert len(out) == 5 and len({s.id for s in out}) == 5
 
 
+def test_top_rows_orders_by_priority_with_ties_by_row():
+    pr = np.array([0.2, 0.9, 0.5, 0.9, 0.1])
+    assert sg.top_rows(pr, 3).tolist() == [1, 3, 2]
+    assert sg.top_rows(pr, 10).tolist() == [1, 3, 2, 0, 4]
+    assert sg.top_rows(pr, 0).size == 0
+
+
+def three_topics() -> sp.csr_matrix:
+    """Six documents in three pairs: each pair shares its terms (cosine 0.8), pairs share none."""
+    X = np.zeros((6, 6))
+    for i in range(6):
+        X[i, 2 * (i // 2)] = 0.5 if i % 2 else 1.0
+        X[i, 2 * (i // 2) + 1] = 1.0 if i % 2 else 0.5
+    return sg.normalize_rows(sp.csr_matrix(X))
+
+
+def test_pool_clusters_groups_similar_rows_and_starts_at_the_heaviest():
+    Xn = three_topics()
+    G = (Xn @ Xn.T).toarray()
+    labels = sg.pool_clusters(G, np.ones(6), 3)
+    assert labels[0] == labels[1] and labels[2] == labels[3] and labels[4] == labels[5]
+    assert len(set(labels.tolist())) == 3
+    # two clusters for three topics, equal weights: pairs are never split
+    labels = sg.pool_clusters(G, np.ones(6), 2)
+    assert labels.tolist() == [0, 0, 1, 1, 0, 0]
+    # weights pull centres: a heavy pair gets a centre per row (weighted farthest-first: 5 * 0.2 > 0.1 * 1)
+    labels = sg.pool_clusters(G, np.array([0.1, 0.1, 5.0, 5.0, 0.1, 0.1]), 2)
+    assert labels[2] != labels[3]
+    # never more clusters than distinct rows; empty pool
+    assert sg.pool_clusters(np.ones((3, 3)), np.ones(3), 3).tolist() == [0, 0, 0]
+    assert sg.pool_clusters(np.zeros((0, 0)), np.zeros(0), 2).size == 0
+
+
+def test_cluster_diversity_takes_the_best_of_each_cluster_of_the_pool():
+    Xn = three_topics()
+    # the two most uncertain documents are one topic (cosine 0.8 < max_similarity: not near-duplicates)
+    pr = np.array([1.0, 0.95, 0.5, 0.4, 0.3, 0.2])
+    by_class = sg.select_diverse(pr, Xn, np.zeros(6, dtype=int), 3, max_similarity=0.9, diversity="classes")
+    assert by_class.tolist() == [0, 1, 2], "one predicted class: priority order"
+    by_cluster = sg.select_diverse(pr, Xn, np.zeros(6, dtype=int), 3, max_similarity=0.9, diversity="clusters")
+    assert by_cluster.tolist() == [0, 2, 4], "one per topic, the most uncertain of each"
+    with pytest.raises(ValueError, match="diversity"):
+        sg.select_diverse(pr, Xn, np.zeros(6, dtype=int), 3, diversity="both")
+
+
 def test_a_likely_member_of_a_class_with_few_seeds_is_a_rare_class_suggestion():
     P = [[0.97, 0.03, 0.0], [0.03, 0.97, 0.0], [0.96, 0.04, 0.0]]
     out = sg.rank(["d0", "d1", "d2"], distinct_rows(3), view(P, classes=("a", "b")[:2] + ("c",)), [],

@@ -51,6 +51,10 @@ MAX_TOP_N = 1000
 CANDIDATE_SAMPLE = 2000      # window documents ranked per round (a fresh random sample each round)
 DISAGREEMENT_SAMPLE = 2000   # documents the other algorithms are asked about (half: the least certain)
 POOL_FACTOR = 8              # candidates considered by the diversity pass per suggestion
+#: how the diversity pass spreads the list: "classes" (an equal share per predicted class) or "clusters"
+#: (one per cluster of the candidate pool, weighted kernel k-means: Zhdanov's diverse mini-batch AL)
+DIVERSITY = "classes"
+POOL_KMEANS_ITER = 10        # assignment rounds of the pool's kernel k-means
 MAX_SIMILARITY = 0.8         # cosine of term counts above which two documents are near-duplicates
 RARE_BELOW = 5               # classes with fewer seeds than this are rare
 DENSITY_POWER = 1.0          # exponent of the typicality factor of the priority
@@ -233,13 +237,88 @@ def cluster_representatives(P: np.ndarray, columns: Sequence[int], weight: np.nd
     return out
 
 
+def top_rows(priority: np.ndarray, pool: int) -> np.ndarray:
+    """The ``pool`` rows of highest priority, priority descending (ties: lower row first)."""
+    n = priority.shape[0]
+    pool = min(n, pool)
+    if pool <= 0:
+        return np.zeros(0, dtype=np.int64)
+    cand = np.argpartition(-priority, pool - 1)[:pool] if pool < n else np.arange(n)
+    return cand[np.lexsort((cand, -priority[cand]))]
+
+
+def pool_clusters(G: np.ndarray, weights: np.ndarray, k: int, n_iter: int = POOL_KMEANS_ITER) -> np.ndarray:
+    """Weighted kernel k-means of a small candidate pool given its cosine Gram matrix.
+
+    Zhdanov (2019), "Diverse mini-batch active learning": cluster the most informative
+    candidates into as many clusters as documents wanted, weighted by informativeness,
+    and take one document per cluster. Deterministic: the first centre is the row of
+    largest weight, each next one the row maximising ``weight * (1 - cosine to the
+    nearest centre)`` (a weighted farthest-first traversal), then at most ``n_iter``
+    assignment rounds in the kernel space (no dense centroids: the pool is small).
+
+    Parameters
+    ----------
+    G : ndarray (m, m)
+        Cosine similarities of the pool's (unit-norm) rows.
+    weights : ndarray (m,)
+        Non-negative weights (the priorities); all-zero weights count as equal.
+    k : int
+        Clusters (at most ``m``).
+    n_iter : int
+
+    Returns
+    -------
+    ndarray (m,) of int cluster codes in ``[0, k)``
+    """
+    G = np.asarray(G, dtype=np.float64)
+    m = G.shape[0]
+    k = max(1, min(int(k), m))
+    if m == 0:
+        return np.zeros(0, dtype=np.int64)
+    w = np.clip(np.asarray(weights, dtype=np.float64), 0.0, None)
+    w = w + (1e-9 * max(float(w.max()), 1.0))   # every row counts a little (zero priorities)
+    centres = [int(np.argmax(w))]
+    far = 1.0 - G[centres[0]]
+    for _ in range(1, k):
+        j = int(np.argmax(w * far))
+        if far[j] <= 0.0:
+            break   # the rest duplicate a centre
+        centres.append(j)
+        far = np.minimum(far, 1.0 - G[j])
+    labels = np.asarray(G[:, centres].argmax(axis=1), dtype=np.int64)
+    labels[centres] = np.arange(len(centres))
+    k = len(centres)
+    rows = np.arange(m)
+    for _ in range(n_iter):
+        H = np.zeros((m, k))
+        H[rows, labels] = w
+        mass = H.sum(axis=0)
+        GH = G @ H                                   # (m, k): weighted similarity to each cluster's members
+        within = np.einsum("ik,ik->k", H, GH)         # weighted similarity inside each cluster
+        with np.errstate(divide="ignore", invalid="ignore"):
+            # squared kernel distance to the weighted centre, minus the row's own constant term
+            dist = within / mass ** 2 - 2.0 * GH / mass
+        dist[:, mass == 0] = np.inf
+        new = dist.argmin(axis=1)
+        if np.array_equal(new, labels):
+            break
+        labels = new
+    _, codes = np.unique(labels, return_inverse=True)
+    return codes.astype(np.int64)
+
+
 def select_diverse(priority: np.ndarray, Xn: sp.csr_matrix, groups: np.ndarray, top_n: int,
-                   max_similarity: float = MAX_SIMILARITY, pool: int | None = None) -> np.ndarray:
+                   max_similarity: float = MAX_SIMILARITY, pool: int | None = None,
+                   diversity: str | None = None) -> np.ndarray:
     """Greedy choice of ``top_n`` rows by priority without near-duplicates, spread over groups.
 
     A row is skipped when its cosine (rows of ``Xn`` have unit norm) to a chosen row
     exceeds ``max_similarity``. A first pass takes at most ``ceil(top_n / groups present
-    in the pool)`` rows per group; a second pass fills the list from the rest.
+    in the pool)`` rows per group; a second pass fills the list from the rest. The
+    groups are ``groups`` (the predicted classes) with ``diversity="classes"``, or the
+    ``top_n`` clusters of the pool (:func:`pool_clusters`, weighted by priority) with
+    ``diversity="clusters"``: then the first pass takes the highest priority of each cluster.
 
     Parameters
     ----------
@@ -250,6 +329,8 @@ def select_diverse(priority: np.ndarray, Xn: sp.csr_matrix, groups: np.ndarray, 
     max_similarity : float
     pool : int, optional
         Only the ``pool`` highest priorities are considered (default ``POOL_FACTOR * top_n``).
+    diversity : {"classes", "clusters"}, optional
+        Default :data:`DIVERSITY`.
 
     Returns
     -------
@@ -259,10 +340,12 @@ def select_diverse(priority: np.ndarray, Xn: sp.csr_matrix, groups: np.ndarray, 
     if n == 0 or top_n <= 0:
         return np.zeros(0, dtype=np.int64)
     pool = min(n, pool or max(POOL_FACTOR * top_n, top_n))
-    cand = np.argpartition(-priority, pool - 1)[:pool] if pool < n else np.arange(n)
-    cand = cand[np.lexsort((cand, -priority[cand]))]  # priority descending, ties by row
+    cand = top_rows(priority, pool)
     G = np.asarray((Xn[cand] @ Xn[cand].T).todense())
-    g = groups[cand]
+    mode = DIVERSITY if diversity is None else diversity
+    if mode not in ("classes", "clusters"):
+        raise ValueError(f"diversity must be 'classes' or 'clusters', not {mode!r}")
+    g = groups[cand] if mode == "classes" else pool_clusters(G, priority[cand], top_n)
     share = math.ceil(top_n / max(1, np.unique(g).size))
     chosen: list[int] = []
     taken = np.zeros(pool, dtype=bool)
@@ -288,7 +371,7 @@ def rank(ids: Sequence[str], X: sp.spmatrix, primary: ModelView, others: Sequenc
          max_similarity: float = MAX_SIMILARITY, rare_below: int = RARE_BELOW,
          weights: Mapping[str, float] | None = None, density: bool = True,
          density_power: float | None = None, seeds_X: sp.spmatrix | None = None,
-         coverage_power: float | None = None) -> list[Suggestion]:
+         coverage_power: float | None = None, diversity: str | None = None) -> list[Suggestion]:
     """Rank candidate documents for labelling.
 
     Parameters
@@ -315,6 +398,8 @@ def rank(ids: Sequence[str], X: sp.spmatrix, primary: ModelView, others: Sequenc
         ``coverage ** coverage_power`` (:func:`coverage`), favouring regions no seed covers.
     coverage_power : float, optional
         Default :data:`COVERAGE_POWER` (0 = no coverage factor).
+    diversity : {"classes", "clusters"}, optional
+        How the list is spread (:func:`select_diverse`; default :data:`DIVERSITY`).
 
     Returns
     -------
@@ -355,7 +440,7 @@ def rank(ids: Sequence[str], X: sp.spmatrix, primary: ModelView, others: Sequenc
     if cpow and seeds_X is not None and seeds_X.shape[0]:
         priority *= coverage(Xn, normalize_rows(seeds_X)) ** cpow
     priority += weighted[3]
-    order = select_diverse(priority, Xn, top, min(top_n, MAX_TOP_N), max_similarity)
+    order = select_diverse(priority, Xn, top, min(top_n, MAX_TOP_N), max_similarity, diversity=diversity)
     reason = weighted.argmax(axis=0)
     out = []
     for r, i in enumerate(order):
@@ -510,5 +595,5 @@ def message_bytes(msg: Mapping[str, Any]) -> int:
 
 __all__ = ["MAX_TOP_N", "REASONS", "ModelView", "Suggestion", "SuggestionBoard", "cluster_representatives", "coverage",
            "candidate_sample", "disagreement", "disagreement_sample",
-           "margins", "message_bytes", "normalize_rows", "rank", "rare_class_scores", "select_diverse", "snippet",
-           "to_message", "typicality"]
+           "margins", "message_bytes", "normalize_rows", "pool_clusters", "rank", "rare_class_scores", "select_diverse", "snippet",
+           "to_message", "top_rows", "typicality"]
