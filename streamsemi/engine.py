@@ -46,6 +46,7 @@ import scipy.sparse as sp
 from river.drift import ADWIN
 
 from streamsemi.algorithms import MULTILABEL, build_estimator
+from streamsemi.algorithms._discovery import warm_start_discovery
 from streamsemi.algorithms._explain import window_membership
 from streamsemi.core import suggestions as sg
 from streamsemi.core.clusters import Membership, Transition, cluster_number, match_rounds
@@ -1112,6 +1113,8 @@ class Engine:
         multilabel = name in MULTILABEL
         y = self._targets(multilabel, snap.seed_labels)
         prev = None if probe else self.models.get(name)
+        if prev is not None and not prev.fallback:  # new clusters continue the previous ones (issue 18)
+            warm_start_discovery(est, prev.model, snap.X.shape[1])
         if prev is not None and not self._warm_start_useful(prev, snap):
             prev = None
         warm = prev.model if getattr(cls, "supports_warm_start", False) and prev is not None and not prev.fallback else None

@@ -261,3 +261,56 @@ def test_engine_outputs_carry_stable_public_ids_and_events_follow_the_schema(r8,
     same: list = []
     stream(eng, ds, order[1600:1800], same, [])
     assert more[-1][0] == same[-1][0] and after == set(same[-1][1].new_clusters)
+
+
+def test_engine_warm_starts_calibrated_discovery_and_ids_hold_across_rounds_and_a_restart(r8, tmp_path):
+    """Calibrated discovery (the default): each refit's clustering starts at the previous model's clusters."""
+    from streamsemi.algorithms._discovery import warm_start_centroids
+
+    ds, order = r8
+    cfg = dict(algorithm_params={}, min_seeds_per_class=3)
+    eng = Engine(engine_cfg(**cfg))
+    rounds: list = []
+    stream(eng, ds, order[:1600], rounds, [])
+    assert len(rounds) >= 5
+    n_features = eng.config.n_features
+    assert rounds[0][1].model.discovery_init is None
+    both = kept = 0
+    for (_, before, _), (_, after, _) in zip(rounds, rounds[1:], strict=False):
+        expected = warm_start_centroids(before.model, n_features)
+        init = after.model.discovery_init
+        assert expected is not None and init is not None
+        assert init.shape == expected.shape and abs(init - expected).max() == 0
+        assert after.model.discovery_info_["warm_start"] >= 1
+    # the public ids over the rounds: the documents in a new cluster in two consecutive rounds keep it
+    members: list[dict[str, str]] = []
+    eng2 = Engine(engine_cfg(**cfg))
+    for start in range(0, 1600, 50):
+        batch = order[start:start + 50]
+        eng2.process([Document(id=f"r{i}", text=ds.texts[i]) for i in batch])
+        for i in batch:
+            if ds.labels[i] in SEEDED and i % 3 == 0:
+                eng2.label(f"r{i}", [ds.labels[i]])
+        m = eng2._memberships.get("constrained-kmeans")
+        if m is not None and (not members or members[-1].get("_v") != str(eng2.models["constrained-kmeans"].version)):
+            members.append({"_v": str(eng2.models["constrained-kmeans"].version),
+                            **{d: m.names[c] for d, c in zip(m.ids, m.codes.tolist(), strict=True)}})
+    for prev, new in zip(members, members[1:], strict=False):
+        docs = [d for d in prev.keys() & new.keys() if d != "_v" and prev[d].startswith("new-") and new[d].startswith("new-")]
+        both += len(docs)
+        kept += sum(prev[d] == new[d] for d in docs)
+    assert both >= 50 and kept / both >= 0.95, (kept, both)
+    # a restart from a checkpoint warm-starts from the restored model
+    checkpoint.save(eng, tmp_path)
+    again = Engine(engine_cfg(**cfg))
+    checkpoint.restore(again, tmp_path)
+    restored = again.models["constrained-kmeans"]
+    for start in range(1600, 1800, 50):
+        before = again.models["constrained-kmeans"]
+        again.process([Document(id=f"r{i}", text=ds.texts[i]) for i in order[start:start + 50]])
+        if again.models["constrained-kmeans"].version != before.version:
+            break
+    assert before is restored, "the first refit after the restart follows the restored model"
+    refit = again.models["constrained-kmeans"]
+    assert refit.version > restored.version
+    assert abs(refit.model.discovery_init - warm_start_centroids(restored.model, n_features)).max() == 0

@@ -14,10 +14,14 @@ import scipy.sparse as sp
 
 from streamsemi.algorithms import make_estimator
 from streamsemi.algorithms._discovery import (
+    WARM_TERMS,
+    choose_auto_k,
     class_thresholds,
     loo_seed_similarity,
     seed_centroids,
     unexplained_mask,
+    warm_start_centroids,
+    warm_start_discovery,
 )
 from streamsemi.core.features import l2_normalize_rows
 from streamsemi.evaluation.discovery import discovery_f1
@@ -165,6 +169,86 @@ def test_legacy_and_too_many_clusters_keep_their_errors():
         make_estimator("constrained-kmeans", n_new_clusters=40).fit(X, seeds_of(truth, ["t0", "t1"], 1))
     with pytest.raises(ValueError, match="'n_new_clusters' parameter of ConstrainedKMeans must be"):
         make_estimator("constrained-kmeans", n_new_clusters="many").fit(X, seeds_of(truth, ["t0", "t1"], 1))
+
+
+# -- warm start: the clusters continue across refits -------------------------------------------
+
+def test_auto_k_keeps_the_previous_k_unless_another_is_clearly_better():
+    scores = {1: 0.030, 2: 0.034, 3: 0.036, 4: 0.050}
+    assert choose_auto_k(scores) == 4
+    assert choose_auto_k(scores, previous=4) == 4
+    assert choose_auto_k(scores, previous=2) == 4, "0.016 better than the previous k: change"
+    close = {1: 0.030, 2: 0.034, 3: 0.036}
+    assert choose_auto_k(close) == 3
+    assert choose_auto_k(close, previous=2) == 2, "0.002 better is within the hysteresis"
+    assert choose_auto_k(close, previous=2, hysteresis=0.001) == 3
+    assert choose_auto_k(close, previous=7) == 3, "a previous k that was not tried does not count"
+    assert choose_auto_k({1: 0.02, 2: 0.02}) == 1, "ties go to the smaller k"
+
+
+def test_warm_start_centroids_are_the_previous_clusters_bounded_and_unit():
+    X, truth = topics_corpus(n_topics=5)
+    est = make_estimator("constrained-kmeans", n_new_clusters=2).fit(X, seeds_of(truth, ["t0", "t1", "t2"]))
+    C = est.discovery_all_centroids_
+    init = warm_start_centroids(est, X.shape[1])
+    assert init.shape == C.shape and np.allclose(sp.linalg.norm(init, axis=1), 1.0)
+    np.testing.assert_allclose(init.toarray(), C.toarray() / sp.linalg.norm(C, axis=1)[:, None], atol=1e-12)
+    few = warm_start_centroids(est, X.shape[1], top_terms=3, max_clusters=1)
+    assert few.shape[0] == 1 and few.nnz == 3 and np.isclose(sp.linalg.norm(few), 1.0)
+    # the three largest weights of the first cluster
+    first = C[0].toarray().ravel()
+    assert set(few.indices) == set(np.argsort(-first)[:3])
+    assert warm_start_centroids(est, X.shape[1] + 1) is None, "another feature space: no warm start"
+    zero = make_estimator("constrained-kmeans", n_new_clusters=0).fit(X, seeds_of(truth, ["t0", "t1", "t2"]))
+    assert warm_start_centroids(zero, X.shape[1]) is None
+    nxt = make_estimator("constrained-kmeans", n_new_clusters=2)
+    assert warm_start_discovery(nxt, est, X.shape[1]) and nxt.discovery_init.shape == C.shape
+    assert nxt.discovery_init.getnnz(axis=1).max() <= WARM_TERMS
+    off = make_estimator("constrained-kmeans", n_new_clusters=0)
+    assert not warm_start_discovery(off, est, X.shape[1]) and off.discovery_init is None
+    with pytest.raises(ValueError, match="discovery_init has 3 columns"):
+        make_estimator("constrained-kmeans", n_new_clusters=2, discovery_init=sp.csr_matrix((1, 3))).fit(
+            X, seeds_of(truth, ["t0", "t1", "t2"]))
+
+
+@pytest.mark.parametrize("n_new", [2, "auto"])
+def test_warm_started_fit_over_an_overlapping_window_keeps_the_clusters_and_their_order(n_new):
+    X, truth = topics_corpus(n_topics=6, per_topic=50, seed=3)
+    order = np.random.default_rng(2).permutation(X.shape[0])
+    first, second = order[:200], order[60:260]  # 140 shared documents
+    y = seeds_of(truth, ["t0", "t1", "t2", "t3"], per_class=10)
+
+    def fit(rows, prev=None):
+        est = make_estimator("constrained-kmeans", n_new_clusters=n_new)
+        if prev is not None:
+            assert warm_start_discovery(est, prev, X.shape[1])
+        return est.fit(X[rows], [y[i] for i in rows])
+
+    a = fit(first)
+    b = fit(second, a)
+    assert len(a.new_clusters_) == 2 and b.new_clusters_ == a.new_clusters_
+    assert b.discovery_info_["warm_start"] == a.discovery_all_centroids_.shape[0]
+    # new cluster j of the warm-started fit continues new cluster j of the previous one: its
+    # centroid is nearest to that one among all the clusters the previous fit found
+    def new_centroids(est):
+        idx = est.discovery_cluster_index_
+        acc = np.flatnonzero(idx >= 0)
+        return acc[np.argsort(idx[acc])]
+
+    sim = (b.discovery_all_centroids_ @ a.discovery_all_centroids_.T).toarray()
+    rows, cols = new_centroids(b), new_centroids(a)
+    assert np.array_equal(sim[rows].argmax(axis=1), cols), np.round(sim, 2)
+    assert np.all(sim[rows, cols] >= 0.8), np.round(sim, 2)
+    # every shared document in a new cluster both times keeps its cluster, and each cluster is one topic
+    shared = np.intersect1d(first, second)
+    pa, pb = a.predict(X[shared]), b.predict(X[shared])
+    both = np.isin(pa, a.new_clusters_) & np.isin(pb, b.new_clusters_)
+    assert both.sum() >= 30 and np.all(pa[both] == pb[both])
+    for c in a.new_clusters_:
+        topics = truth[shared][pa == c]
+        assert topics.size and np.all(np.isin(topics, ["t4", "t5"])) and np.unique(topics).size == 1
+    # deterministic: the same warm start gives the same fit
+    np.testing.assert_array_equal(fit(second, a).predict_proba(X), b.predict_proba(X))
 
 
 # -- the protocol on a real subsample ----------------------------------------------------------

@@ -214,6 +214,8 @@ def invalid_values(constraints: list) -> list:
     """A string (wrong type for every constraint) and, for numeric ranges, a value outside them."""
     out = ["lots"]
     for c in constraints:
+        if c == "sparse matrix" and "array-like" not in constraints:
+            out.append(np.ones((1, 2)))  # dense where only a sparse matrix goes
         if isinstance(c, Interval):
             bad = generate_invalid_param_val(c)
             if not any(isinstance(o, Interval) and o.is_satisfied_by(bad) for o in constraints):

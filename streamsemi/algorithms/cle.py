@@ -519,6 +519,10 @@ class CLE(DiscoveryMixin, ScoresClassifierMixin, TransformerMixin, StreamsemiEst
     discovery_quantile : float in (0, 1), default=0.4
         Calibrated discovery: the quantile of a class's seeds' similarity below which a
         document is not explained by that class.
+    discovery_init : sparse matrix of shape (n_clusters, n_features) or None, default=None
+        Calibrated discovery: unit centroids that start the clustering of the unexplained
+        documents (a warm start; the engine passes the previous fit's clusters,
+        :func:`~streamsemi.algorithms._discovery.warm_start_discovery`).
     max_iter : int, default=100
         k-means iterations.
     eigen_tol : float, default=1e-8
@@ -577,7 +581,7 @@ class CLE(DiscoveryMixin, ScoresClassifierMixin, TransformerMixin, StreamsemiEst
     def __init__(self, n_neighbors: int = 15, *, weighting: str = "tfidf", seed_link: float = 1000.0,
                  assign: str = "calibrated", map_scaling: str = "seeds", constrained: bool = True,
                  n_new_clusters: int | str = 0, discovery: str = "calibrated",
-                 discovery_quantile: float = 0.4, max_iter: int = 100, eigen_tol: float = 1e-8,
+                 discovery_quantile: float = 0.4, discovery_init: Any = None, max_iter: int = 100, eigen_tol: float = 1e-8,
                  knn_method: str = "inverted", block_memory_mb: float = 64.0,
                  random_state: int | None = 0) -> None:
         self.n_neighbors = n_neighbors
@@ -589,6 +593,7 @@ class CLE(DiscoveryMixin, ScoresClassifierMixin, TransformerMixin, StreamsemiEst
         self.n_new_clusters = n_new_clusters
         self.discovery = discovery
         self.discovery_quantile = discovery_quantile
+        self.discovery_init = discovery_init
         self.max_iter = max_iter
         self.eigen_tol = eigen_tol
         self.knn_method = knn_method

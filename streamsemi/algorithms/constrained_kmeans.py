@@ -86,6 +86,10 @@ class ConstrainedKMeans(DiscoveryMixin, ScoresClassifierMixin, TransformerMixin,
     discovery_quantile : float in (0, 1), default=0.4
         Calibrated discovery: the quantile of a class's seeds' similarity below
         which a document is not explained by that class.
+    discovery_init : sparse matrix of shape (n_clusters, n_features) or None, default=None
+        Calibrated discovery: unit centroids that start the clustering of the unexplained
+        documents (a warm start; the engine passes the previous fit's clusters,
+        :func:`~streamsemi.algorithms._discovery.warm_start_discovery`).
     max_iter : int, default=50
         Maximum assignment/update rounds.
     temperature : float, default=0.05
@@ -117,11 +121,12 @@ class ConstrainedKMeans(DiscoveryMixin, ScoresClassifierMixin, TransformerMixin,
 
     def __init__(self, constrained: bool = True, *, n_new_clusters: int = 0, max_iter: int = 50,
                  temperature: float = 0.05, discovery: str = "calibrated",
-                 discovery_quantile: float = 0.4, random_state: int | None = 0) -> None:
+                 discovery_quantile: float = 0.4, discovery_init: Any = None, random_state: int | None = 0) -> None:
         self.constrained = constrained
         self.n_new_clusters = n_new_clusters
         self.discovery = discovery
         self.discovery_quantile = discovery_quantile
+        self.discovery_init = discovery_init
         self.max_iter = max_iter
         self.temperature = temperature
         self.random_state = random_state

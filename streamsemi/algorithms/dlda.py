@@ -201,6 +201,10 @@ class DLDA(DiscoveryMixin, ClassifierMixin, StreamsemiEstimator):
     discovery_quantile : float in (0, 1), default=0.4
         Calibrated discovery: the quantile of a class's seeds' similarity below which a
         document is not explained by that class.
+    discovery_init : sparse matrix of shape (n_clusters, n_features) or None, default=None
+        Calibrated discovery: unit centroids that start the clustering of the unexplained
+        documents (a warm start; the engine passes the previous fit's clusters,
+        :func:`~streamsemi.algorithms._discovery.warm_start_discovery`).
     n_topics : int, default=128
         Word topics L (paper: 128).
     alpha, delta, beta : float, default=0.2, 0.4, 0.01
@@ -272,7 +276,7 @@ class DLDA(DiscoveryMixin, ClassifierMixin, StreamsemiEstimator):
     }
 
     def __init__(self, n_new_clusters: int | str = 2, *, discovery: str = "calibrated",
-                 discovery_quantile: float = 0.4, n_topics: int = 128, alpha: float = 0.2,
+                 discovery_quantile: float = 0.4, discovery_init: Any = None, n_topics: int = 128, alpha: float = 0.2,
                  delta: float = 0.4, beta: float = 0.01, n_sweeps: int = 200,
                  warm_sweeps: int = 30, n_average: int = 10, fold_in_sweeps: int = 10,
                  min_df: int | float = 15, max_doc_tokens: int = 1000,
@@ -280,6 +284,7 @@ class DLDA(DiscoveryMixin, ClassifierMixin, StreamsemiEstimator):
         self.n_new_clusters = n_new_clusters
         self.discovery = discovery
         self.discovery_quantile = discovery_quantile
+        self.discovery_init = discovery_init
         self.n_topics = n_topics
         self.alpha = alpha
         self.delta = delta

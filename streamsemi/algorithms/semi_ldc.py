@@ -577,6 +577,10 @@ class SemiLDC(DiscoveryMixin, ScoresClassifierMixin, TransformerMixin, Streamsem
     discovery_quantile : float in (0, 1), default=0.4
         Calibrated discovery: the quantile of a class's seeds' similarity below which a
         document is not explained by that class.
+    discovery_init : sparse matrix of shape (n_clusters, n_features) or None, default=None
+        Calibrated discovery: unit centroids that start the clustering of the unexplained
+        documents (a warm start; the engine passes the previous fit's clusters,
+        :func:`~streamsemi.algorithms._discovery.warm_start_discovery`).
     random_state : int >= 0 or None, default=0
 
     Attributes
@@ -632,7 +636,7 @@ class SemiLDC(DiscoveryMixin, ScoresClassifierMixin, TransformerMixin, Streamsem
                  mu: float = 1.0, normalize_projection: bool = True,
                  plsa_alpha: float = 0.01, plsa_beta: float = 1.0, plsa_init_mix: float = 0.9,
                  plsa_tol: float = 1e-5, plsa_max_iter: int = 100, kmeans_max_iter: int = 100,
-                 n_refine: int = 3, discovery: str = "calibrated", discovery_quantile: float = 0.4,
+                 n_refine: int = 3, discovery: str = "calibrated", discovery_quantile: float = 0.4, discovery_init: Any = None,
                  n_new_clusters: int | str = 0,
                  random_state: int | None = 0) -> None:
         self.weighting = weighting
@@ -652,6 +656,7 @@ class SemiLDC(DiscoveryMixin, ScoresClassifierMixin, TransformerMixin, Streamsem
         self.n_new_clusters = n_new_clusters
         self.discovery = discovery
         self.discovery_quantile = discovery_quantile
+        self.discovery_init = discovery_init
         self.random_state = random_state
 
     # -- fitting -----------------------------------------------------------
