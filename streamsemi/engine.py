@@ -212,6 +212,7 @@ class Assignment:
     document: Document | None = None
     revision: int = 0
     provisional: bool = False
+    stream: str | None = None  # per-stream models (streamsemi.service.streams): the document's stream
 
     def to_message(self) -> dict[str, Any]:
         """JSON body of the output record."""
@@ -223,6 +224,8 @@ class Assignment:
         }
         if self.fallback:
             out["fallback"] = True
+        if self.stream is not None:
+            out["stream"] = self.stream
         return out
 
 
@@ -252,6 +255,7 @@ class ResolvedSeed:
     text: str
     label_offset: int | None
     origin: str = "resolved"  # "cluster": a member of a cluster named by op 'name'
+    stream: str | None = None  # per-stream models: the stream whose engine made the seed
 
 
 @dataclass

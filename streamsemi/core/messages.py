@@ -20,7 +20,7 @@ from typing import Any
 REASONS = (
     "invalid_json", "invalid_utf8", "missing_field", "wrong_type", "empty_text", "oversize",
     "no_terms", "unknown_op", "invalid_label", "label_expired", "pending_overflow", "processing_error",
-    "unknown_cluster", "retired_cluster",
+    "unknown_cluster", "retired_cluster", "unknown_stream",
 )
 
 DEFAULT_LABEL_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_ .:/&+-]{0,63}$"
@@ -76,6 +76,7 @@ class ControlMessage:
     source: Any = None
     cluster: str | None = None
     algorithm: str | None = None
+    stream: str | None = None  # per-stream models: the stream the operation is for (None: the default stream)
 
 
 @dataclass
@@ -234,10 +235,23 @@ def validate_labels(labels: Any, limits: Limits) -> tuple[str, ...] | Rejected:
 
 
 def parse_control(raw: bytes | str | None, limits: Limits = Limits()) -> ControlMessage | Rejected:
-    """Parse a control message: ``label`` (with optional ``text``), ``unlabel`` or ``refit``."""
+    """Parse a control message: ``label`` (with optional ``text``), ``unlabel``, ``refit`` or ``name``.
+
+    Every op may carry ``stream`` (a string: the stream it is for, with per-stream models).
+    """
     obj = _decode(raw, limits)
     if isinstance(obj, Rejected):
         return obj
+    msg = _parse_control_op(obj, limits)
+    stream = obj.get("stream")
+    if stream is not None and isinstance(msg, ControlMessage):
+        if not isinstance(stream, str):
+            return Rejected("wrong_type", f"'stream' must be a string, got {type(stream).__name__}")
+        msg.stream = stream
+    return msg
+
+
+def _parse_control_op(obj: dict, limits: Limits) -> ControlMessage | Rejected:
     op = obj.get("op")
     if op is None:
         return Rejected("missing_field", "'op' is required")

@@ -892,6 +892,16 @@ def inspect(path: str | Path) -> dict[str, Any]:
             loaded, problems = None, [str(exc)]
     else:
         loaded, problems = read_latest(p)
+    streams = p / "streams"  # per-stream models (streamsemi.service.streams): one checkpoint root per stream
+    if streams.is_dir() and not (p / "manifest.json").is_file():
+        per = {d.name: inspect(d) for d in sorted(streams.iterdir()) if d.is_dir()}
+        info = inspect_streamless(p, loaded, problems)
+        return {**info, "valid": info["valid"] or any(v["valid"] for v in per.values()), "streams": per}
+    return inspect_streamless(p, loaded, problems)
+
+
+def inspect_streamless(p: Path, loaded: Loaded | None, problems: list[str]) -> dict[str, Any]:
+    """:func:`inspect` of one checkpoint root (without its streams)."""
     if loaded is None:
         return {"path": str(p), "valid": False, "problems": problems}
     m = loaded.manifest

@@ -154,6 +154,37 @@ def _non_empty(v: Any) -> str | None:
     return None if str(v).strip() else "must not be empty"
 
 
+_STREAM_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+STREAM_NAME_RULE = "1..64 characters of a-z A-Z 0-9 . _ -"
+
+
+def stream_name_problem(name: str) -> str | None:
+    """Why ``name`` is not a stream name (None if it is); it becomes part of model and cluster keys."""
+    return None if _STREAM_NAME.match(name) else f"must be a stream name ({STREAM_NAME_RULE})"
+
+
+def _stream_name(v: Any) -> str | None:
+    return stream_name_problem(str(v))
+
+
+def stream_list(value: str) -> list[str]:
+    """The names of the ``streams`` setting (``["*"]`` for any; ``[]`` when per-stream models are off)."""
+    return [n.strip() for n in str(value).split(",") if n.strip()]
+
+
+def _stream_list(v: Any) -> str | None:
+    names = stream_list(v)
+    if names == ["*"] or not names:
+        return None
+    for n in names:
+        problem = stream_name_problem(n)
+        if problem:
+            return f"must be '*' or comma-separated stream names ({STREAM_NAME_RULE}); {n!r} is not one"
+    if len(set(names)) != len(names):
+        return "must list each stream once"
+    return None
+
+
 E = ENGINE_DEFAULTS
 SETTINGS: tuple[Setting, ...] = (
     Setting("bootstrap_servers", str, "127.0.0.1:9092", "Kafka bootstrap servers, HOST:PORT[,HOST:PORT]", _bootstrap),
@@ -176,6 +207,14 @@ SETTINGS: tuple[Setting, ...] = (
             "(one active, elected; others stand by); assign = serves the latest published model",
             choices=("all", "refit", "assign")),
     Setting("instance_id", str, "", "this process's name in outputs ('worker') and metrics (empty = host-pid)"),
+    Setting("streams", str, "", "per-stream models: comma-separated names of the streams (a document's 'stream' field) "
+            "windowed, seeded and fitted apart, or '*' for any name up to max_streams; empty = one model for every "
+            "document (the 'stream' field is ignored)", _stream_list),
+    Setting("default_stream", str, "default", "with streams: the stream of documents and control messages without "
+            "a 'stream' field", _stream_name),
+    Setting("max_streams", int, 8, "with streams: at most this many streams (each keeps its own window, seeds and "
+            "models: memory up to max_streams x window_max_docs documents); documents of others are dead-lettered",
+            lambda v: None if 1 <= v <= 1000 else "must be in 1..1000"),
     Setting("model_chunk_bytes", int, 900_000,
             "roles: models are published in chunks of at most this many bytes (below the broker's max.message.bytes)",
             lambda v: None if 1024 <= v <= 100_000_000 else "must be in 1024..100000000"),
@@ -476,7 +515,23 @@ def resolve(flags: Mapping[str, Any] | None = None, env: Mapping[str, str] | Non
     _check_kafka_client(settings)
     _check_metrics_host(settings)
     _check_state_dir(settings)
+    _check_streams(settings)
     return settings
+
+
+def _check_streams(settings: Settings) -> None:
+    names = stream_list(settings.values["streams"])
+    if names and settings.values["role"] != "all":
+        raise ConfigError(f"{settings.where('streams')}: per-stream models run with role 'all' only (the refit and "
+                          f"assign roles publish and serve one model), got streams={settings.values['streams']!r} with "
+                          f"role {settings.values['role']!r}")
+    if not names or names == ["*"]:
+        return
+    allowed = set(names) | {settings.values["default_stream"]}
+    if len(allowed) > settings.values["max_streams"]:
+        raise ConfigError(f"{settings.where('streams')}: must name at most max_streams={settings.values['max_streams']} "
+                          f"streams (the default stream {settings.values['default_stream']!r} included), "
+                          f"got {len(allowed)}")
 
 
 def _check_algorithms(settings: Settings) -> None:

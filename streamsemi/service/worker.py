@@ -68,6 +68,7 @@ from streamsemi.service.kafka_io import (
     make_reader,
 )
 from streamsemi.service.ledger import Output, OutputLedger
+from streamsemi.service.streams import StreamEngines, StreamsCheckpointer
 
 log = logging.getLogger("streamsemi.service.worker")
 
@@ -125,7 +126,9 @@ class Worker:
         self.limits = Limits(settings.max_message_bytes, settings.max_text_chars,
                              max_labels_per_doc=settings.max_labels_per_doc)
         self.telemetry = t = Telemetry(max_class_labels=min(settings.max_classes, 100))
-        self.engine = Engine(EngineConfig.from_settings(settings), self.telemetry)
+        # per-stream models (setting streams, service/streams.py): one engine per stream behind the engine's interface
+        self.streams = StreamEngines.from_settings(settings, t, self.instance_id)
+        self.engine = self.streams or Engine(EngineConfig.from_settings(settings), self.telemetry)
         # fits run in a separate process (service/fitter.py): the polling thread never waits on a fit's GIL
         self.fitter = FitProcess(t.registry) if settings.refit_process else None
         self.engine.fitter = self.fitter
@@ -143,8 +146,8 @@ class Worker:
         self.newest_record_ts: float | None = None
         self.last_checkpoint = time.monotonic()
         self.restore_report: checkpoint.RestoreReport | None = None
-        self.checkpointer = (checkpoint.Checkpointer(settings.state_dir, self._checkpoint_done, self._checkpoint_failed)
-                             if settings.state_dir else None)
+        self.checkpointer = ((StreamsCheckpointer if self.streams else checkpoint.Checkpointer)(
+            settings.state_dir, self._checkpoint_done, self._checkpoint_failed) if settings.state_dir else None)
         self.checkpoint_signature: tuple | None = None
         self.records_seen = 0
         self.catchup_from: dict[TopicPartition, int] = {}   # checkpoint offsets not caught up yet
@@ -210,7 +213,8 @@ class Worker:
 
     def _restore(self) -> None:
         s = self.settings
-        self.restore_report = checkpoint.restore(self.engine, s.state_dir)
+        self.restore_report = (self.streams.restore(s.state_dir) if self.streams is not None
+                               else checkpoint.restore(self.engine, s.state_dir))
         self.catchup_from = {TopicPartition(t, p): o for (t, p), o in self.restore_report.offsets.items()
                              if t == s.documents_topic}
         if self.restore_report.status == "restored":
@@ -401,7 +405,7 @@ class Worker:
         dead = []
         for doc, rej in result.rejected:
             tp, offset = doc.source
-            raw = encode_json({"id": doc.id, "text": doc.text})
+            raw = encode_json({"id": doc.id, "text": doc.text, **({"stream": doc.stream} if doc.stream else {})})
             dead.append((dead_letter(raw, rej.reason, rej.detail, tp.topic, tp.partition, offset), rej))
         if dead:
             self._emit([], dead)
@@ -467,6 +471,8 @@ class Worker:
             self._emit([], dead)
 
     def _apply(self, msg: ControlMessage, offset: int) -> list[tuple[dict, Rejected]]:
+        if self.streams is not None:
+            return self.streams.apply_control(msg, offset)
         if msg.op == "refit":
             self.engine.request_refit("request")
             return []
@@ -544,12 +550,15 @@ class Worker:
                 continue
             msg = {"op": "label", "id": seed.id, "labels": list(seed.labels), "text": seed.text,
                    "origin": seed.origin, "label_offset": seed.label_offset}
+            if seed.stream is not None:
+                msg["stream"] = seed.stream
             self.ledger.send(Output(self.settings.control_topic, encode_key(seed.id), encode_json(msg), None))
 
     def _emit_cluster_events(self) -> None:
         """Cluster lifecycle events of the refit rounds since the last call (compacted, key = algorithm/cluster)."""
         for ev in self.engine.drain_cluster_events():
-            key = encode_key(f"{ev['algorithm']}/{ev['cluster']}")
+            key = encode_key(f"{ev['stream']}/{ev['algorithm']}/{ev['cluster']}" if "stream" in ev
+                             else f"{ev['algorithm']}/{ev['cluster']}")
             self.ledger.send(Output(self.settings.clusters_topic, key, encode_json(ev), None))
 
     # ------------------------------------------------------------------ partitions

@@ -1,0 +1,577 @@
+"""Per-stream models: one :class:`~streamsemi.engine.Engine` per stream (setting ``streams``, docs/scaling.md).
+
+Documents carry an optional ``stream`` field; with ``streams`` set, each stream is
+windowed, seeded and fitted apart: :class:`StreamEngines` holds one engine per stream
+(created when the stream's first document or control message arrives, at most
+``max_streams``) and exposes to :class:`~streamsemi.service.worker.Worker` what it uses
+of a single engine:
+
+* :meth:`StreamEngines.process` routes a batch by stream (each stream's documents in
+  their order), runs every stream's engine (its time-driven work runs even without
+  documents) and tags the outputs with their ``stream``; a document of a stream that is
+  not allowed, has no valid name or is beyond ``max_streams`` is rejected
+  (``unknown_stream``: the worker dead-letters it and goes on);
+* :meth:`StreamEngines.apply_control` applies a control message to its stream's engine
+  (no ``stream``: the default stream; op ``refit`` without ``stream``: every stream);
+* suggestions, cluster events, resolved seeds and expired labels of every stream,
+  tagged with their stream; counts summed over streams.
+
+Refits of one stream never block another's: every engine has its own refit thread and
+triggers, and the fits that go through the worker's single fit process
+(:mod:`streamsemi.service.fitter`) are served one at a time, the fits of streams
+without a model first, then in arrival order (:class:`FairFitter`): a stream's first
+model waits for at most the one fit running (and the first models of streams that
+came before it), a later refit for the fits queued before it (at most one per other
+stream); serving never waits on a fit.
+
+Memory: each stream's engine has the bounds of one engine (``window_max_docs``,
+``max_seed_docs``, ``max_pending_labels``, ``max_buffered_docs``, in entries and bytes), so
+the whole is bounded by ``max_streams`` times them.
+
+Checkpoints (:class:`StreamsCheckpointer`): each stream's state in the standard format
+under ``<state_dir>/streams/<stream>/``, all written together with the same offsets;
+:meth:`StreamEngines.restore` restores every stream found there (a checkpoint at the
+root, from a run without streams, becomes the default stream's).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from streamsemi.core.logs import event
+from streamsemi.core.messages import ControlMessage, Document, Rejected
+from streamsemi.core.telemetry import Telemetry
+from streamsemi.engine import Assignment, Engine, EngineConfig, ProcessResult, ResolvedSeed
+from streamsemi.service import checkpoint
+from streamsemi.service.config import Settings, stream_list, stream_name_problem
+
+log = logging.getLogger("streamsemi.service.streams")
+
+ANY = "*"
+STREAMS_DIR = "streams"
+
+
+class FairFitter:
+    """Serve the calls of ``fit`` (the worker's fit process) one at a time: first models first, then in arrival order.
+
+    A plain lock lets the thread that just released it take it again at once, so a
+    stream fitting several algorithms in a row could keep another stream's first fit
+    waiting for its whole round. Here a fit waits only for the fit running and those
+    queued before it, and the fits of a stream without a model yet (``first``) go
+    before the others: a stream's first model waits for at most one fit of an
+    established stream (each engine fits one algorithm at a time).
+    """
+
+    def __init__(self, fit: Callable[..., Any]) -> None:
+        self.fit = fit
+        self._cond = threading.Condition()
+        self._next = 0
+        self._busy = False
+        self._waiting: set[tuple[int, int]] = set()
+
+    def run(self, first: bool, *args: Any, **kwargs: Any) -> Any:
+        """``fit(*args, **kwargs)`` when its turn comes (``first``: for a stream without a model yet)."""
+        with self._cond:
+            key = (0 if first else 1, self._next)
+            self._next += 1
+            self._waiting.add(key)
+            while self._busy or min(self._waiting) != key:
+                self._cond.wait()
+            self._waiting.discard(key)
+            self._busy = True
+        try:
+            return self.fit(*args, **kwargs)
+        finally:
+            with self._cond:
+                self._busy = False
+                self._cond.notify_all()
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.run(False, *args, **kwargs)
+
+
+class _StreamFit:
+    """A stream engine's :attr:`Engine.fitter`: its fits through the shared :class:`FairFitter`."""
+
+    def __init__(self, fair: FairFitter, engine: Engine) -> None:
+        self.fair, self.engine = fair, engine
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.fair.run(not self.engine.ready, *args, **kwargs)
+
+
+class _Union:
+    """The entries of one attribute of every stream's engine, read-only (``len``, truth, iteration)."""
+
+    def __init__(self, owner: StreamEngines, attr: str) -> None:
+        self.owner, self.attr = owner, attr
+
+    def _parts(self) -> list[Any]:
+        return [getattr(e, self.attr) for e in list(self.owner.engines.values())]
+
+    def __len__(self) -> int:
+        return sum(len(p) for p in self._parts())
+
+    def __bool__(self) -> bool:
+        return any(len(p) for p in self._parts())
+
+    def __iter__(self) -> Iterator[Any]:
+        for p in self._parts():
+            yield from p
+
+
+class _Boards:
+    """``suggestion_board.adopt`` of the worker: each id goes to the stream whose window holds it."""
+
+    def __init__(self, owner: StreamEngines) -> None:
+        self.owner = owner
+
+    def adopt(self, ids: Sequence[str]) -> int:
+        owner = self.owner
+        default = owner.default_engine
+        per: dict[int, list[str]] = {}
+        engines = list(owner.engines.values())
+        for k in ids:
+            holder = next((e for e in engines if k in e.window), default)
+            per.setdefault(id(holder), []).append(k)
+        return sum(e.suggestion_board.adopt(per.get(id(e), [])) for e in engines)
+
+
+class StreamEngines:
+    """One engine per stream, behind the interface the worker uses of one engine (module docstring).
+
+    Parameters
+    ----------
+    config : EngineConfig
+        Every stream's engine configuration (bounds are per stream).
+    telemetry : Telemetry
+        Shared by the streams' engines: counters add up; :meth:`process` sets the window,
+        buffer, held-label and seed gauges to the sums over streams, and
+        ``streamsemi_serving_model_version{role, worker, stream}`` per stream.
+    streams : sequence of str
+        Allowed stream names, or ``["*"]`` for any valid name.
+    default_stream : str
+        The stream of documents and control messages without ``stream``.
+    max_streams : int
+        Bound on the number of streams (engines).
+    worker, role : str
+        Label values of the per-stream model version metric.
+    """
+
+    def __init__(self, config: EngineConfig, telemetry: Telemetry, streams: Sequence[str], default_stream: str,
+                 max_streams: int, worker: str = "", role: str = "all") -> None:
+        if max_streams < 1:
+            raise ValueError(f"max_streams must be >= 1, got {max_streams}")
+        names = list(streams)
+        self.any = names == [ANY]
+        self.allowed = frozenset() if self.any else frozenset([*names, default_stream])
+        self.config = config
+        self.telemetry = telemetry
+        self.default_stream = default_stream
+        self.max_streams = max_streams
+        self.worker, self.role = worker, role
+        self.engines: dict[str, Engine] = {}
+        self.unknown = 0  # documents and control messages refused (unknown_stream)
+        self._fitter: FairFitter | None = None
+        self._budget: float | None = None
+        self._backlog = 0
+        self._seed_total = -1
+        self.default_engine = self.engine(default_stream)
+        if self.default_engine is None:  # pragma: no cover - the default is always admitted
+            raise ValueError(f"default stream {default_stream!r} is not a valid stream name")
+        self.window = _Union(self, "window")
+        self.seeds = _Union(self, "seeds")
+        self.pending = _Union(self, "pending")
+        self.buffer = _Union(self, "buffer")
+        self.suggestion_board = _Boards(self)
+
+    @classmethod
+    def from_settings(cls, settings: Settings, telemetry: Telemetry, worker: str = "",
+                      role: str = "all") -> StreamEngines | None:
+        """The streams of ``settings`` (None when ``streams`` is empty: one engine for every document)."""
+        names = stream_list(settings.streams)
+        if not names:
+            return None
+        return cls(EngineConfig.from_settings(settings), telemetry, names, settings.default_stream,
+                   settings.max_streams, worker, role)
+
+    # ------------------------------------------------------------------ routing
+    def route(self, stream: str | None) -> str | Rejected:
+        """The stream a message with ``stream`` goes to (its engine exists afterwards), or why it is refused."""
+        name = self.default_stream if stream is None else stream
+        if name in self.engines:
+            return name
+        problem = stream_name_problem(name)
+        if problem:
+            return Rejected("unknown_stream", f"stream {name[:80]!r}: {problem}")
+        if not self.any and name not in self.allowed:
+            return Rejected("unknown_stream", f"stream {name!r} is not one of the configured streams "
+                                              f"({', '.join(sorted(self.allowed))})")
+        if self.engine(name) is None:
+            return Rejected("unknown_stream", f"stream {name!r}: max_streams={self.max_streams} streams exist already "
+                                              f"({', '.join(sorted(self.engines)[:20])})")
+        return name
+
+    def engine(self, name: str) -> Engine | None:
+        """The engine of stream ``name``, created if the stream is admitted and the bound allows; else None."""
+        eng = self.engines.get(name)
+        if eng is not None:
+            return eng
+        if stream_name_problem(name) or (not self.any and name not in self.allowed) or len(self.engines) >= self.max_streams:
+            return None
+        eng = Engine(self.config, self.telemetry)
+        eng.fitter = None if self._fitter is None else _StreamFit(self._fitter, eng)
+        eng.revision_budget_s = self._budget
+        eng.backlog = self._backlog
+        self.engines[name] = eng
+        self.telemetry.serving_model_version.labels(self.role, self.worker, name).set(0)
+        event(log, "stream_created", stream=name, streams=len(self.engines), max_streams=self.max_streams)
+        return eng
+
+    # ------------------------------------------------------------------ settings the worker makes
+    @property
+    def fitter(self) -> FairFitter | None:
+        return self._fitter
+
+    @fitter.setter
+    def fitter(self, fit: Callable[..., Any] | None) -> None:
+        self._fitter = None if fit is None else (fit if isinstance(fit, FairFitter) else FairFitter(fit))
+        for e in self.engines.values():
+            e.fitter = None if self._fitter is None else _StreamFit(self._fitter, e)
+
+    @property
+    def revision_budget_s(self) -> float | None:
+        return self._budget
+
+    @revision_budget_s.setter
+    def revision_budget_s(self, seconds: float | None) -> None:
+        self._budget = seconds
+        for e in self.engines.values():
+            e.revision_budget_s = seconds
+
+    @property
+    def backlog(self) -> int:
+        return self._backlog
+
+    @backlog.setter
+    def backlog(self, n: int) -> None:
+        """Documents waiting on the broker (every stream's first fit waits for them: they may be its own)."""
+        self._backlog = n
+        for e in self.engines.values():
+            e.backlog = n
+
+    # ------------------------------------------------------------------ documents
+    def process(self, docs: Sequence[Document]) -> ProcessResult:
+        """Route ``docs`` by stream and run every stream's engine; outputs tagged with their stream.
+
+        Each stream's documents keep their order; the assignments come stream by
+        stream (in the order the streams were created), then every stream's revisions.
+        """
+        groups: dict[str, list[Document]] = {}
+        rejected: list[tuple[Document, Rejected]] = []
+        for doc in docs:
+            name = self.route(doc.stream)
+            if isinstance(name, Rejected):
+                self.unknown += 1
+                rejected.append((doc, name))
+            else:
+                groups.setdefault(name, []).append(doc)
+        assignments: list[Assignment] = []
+        revisions: list[Assignment] = []
+        for name, eng in list(self.engines.items()):
+            result = eng.process(groups.get(name, ()))
+            for a in result.assignments:
+                a.stream = name
+            for a in result.revisions:
+                a.stream = name
+            assignments.extend(result.assignments)
+            revisions.extend(result.revisions)
+            rejected.extend(result.rejected)
+        self.publish_gauges()
+        return ProcessResult(assignments, rejected, revisions)
+
+    def absorb(self, docs: Sequence[Document], update_sketch: bool = False) -> int:
+        """Put already-assigned documents back into their stream's window (documents of refused streams skipped)."""
+        groups: dict[str, list[Document]] = {}
+        for doc in docs:
+            name = self.route(doc.stream)
+            if not isinstance(name, Rejected):
+                groups.setdefault(name, []).append(doc)
+        return sum(self.engines[name].absorb(group, update_sketch) for name, group in groups.items())
+
+    def drop_buffered(self, predicate: Callable[[Document], bool]) -> int:
+        return sum(e.drop_buffered(predicate) for e in self.engines.values())
+
+    # ------------------------------------------------------------------ control
+    def apply_control(self, msg: ControlMessage, offset: int) -> list[tuple[dict, Rejected]]:
+        """Apply ``msg`` to its stream's engine; ``(op, rejection)`` pairs for the dead-letter topic."""
+        if msg.op == "refit" and msg.stream is None:
+            self.request_refit("request")
+            return []
+        name = self.route(msg.stream)
+        if isinstance(name, Rejected):
+            self.unknown += 1
+            op = {"op": msg.op, "id": msg.id, "labels": list(msg.labels) or None, "cluster": msg.cluster,
+                  "stream": msg.stream}
+            return [({k: v for k, v in op.items() if v is not None}, name)]
+        eng = self.engines[name]
+        if msg.op == "refit":
+            eng.request_refit("request")
+            return []
+        if msg.op == "unlabel":
+            eng.unlabel(msg.id, offset)
+            out: list[tuple[dict, Rejected]] = []
+        elif msg.op == "name":
+            out = eng.name_cluster(msg.cluster, msg.labels[0], msg.algorithm, offset)
+        else:
+            out = eng.label(msg.id, msg.labels, msg.text, offset, msg.origin, msg.label_offset)
+        for op, _ in out:
+            op["stream"] = name
+        self._seed_total = -1  # the seed gauge is recomputed
+        return out
+
+    def request_refit(self, trigger: str = "request") -> None:
+        """A refit of every stream (``restore``: of the streams restored without all their models)."""
+        for e in self.engines.values():
+            if trigger != "restore" or (e.models and not e.ready):
+                e.request_refit(trigger)
+
+    def name_cluster(self, cluster: str, label: str, algorithm: str | None = None,
+                     offset: int | None = None) -> list[tuple[dict, Rejected]]:
+        """Op ``name`` without a stream: the default stream's cluster."""
+        return self.default_engine.name_cluster(cluster, label, algorithm, offset)
+
+    # ------------------------------------------------------------------ outputs besides assignments
+    def drain_dead(self) -> list[tuple[dict, Rejected]]:
+        out = []
+        for name, e in self.engines.items():
+            for op, rej in e.drain_dead():
+                op["stream"] = name
+                out.append((op, rej))
+        return out
+
+    def drain_resolved(self) -> list[ResolvedSeed]:
+        out = []
+        for name, e in self.engines.items():
+            for seed in e.drain_resolved():
+                seed.stream = name
+                out.append(seed)
+        return out
+
+    def drain_cluster_events(self) -> list[dict[str, Any]]:
+        out = []
+        for name, e in self.engines.items():
+            for ev in e.drain_cluster_events():
+                ev["stream"] = name
+                out.append(ev)
+        return out
+
+    def suggestion_updates(self) -> list[tuple[str, dict[str, Any] | None]]:
+        out = []
+        for name, e in self.engines.items():
+            for doc_id, msg in e.suggestion_updates():
+                if msg is not None:
+                    msg["stream"] = name
+                out.append((doc_id, msg))
+        return out
+
+    def suggestions(self) -> list[dict[str, Any]]:
+        """Every stream's published suggestions, best ranks first."""
+        out = []
+        for name, e in self.engines.items():
+            out.extend({**m, "stream": name} for m in e.suggestions())
+        return sorted(out, key=lambda m: (m["rank"], m["stream"]))
+
+    # ------------------------------------------------------------------ state
+    @property
+    def ready(self) -> bool:
+        """Every stream that exists has a model for every enabled algorithm."""
+        return all(e.ready for e in self.engines.values())
+
+    @property
+    def refitting(self) -> bool:
+        return any(e.refitting for e in self.engines.values())
+
+    @property
+    def holding_backlog(self) -> bool:
+        return any(e.holding_backlog for e in self.engines.values())
+
+    @property
+    def buffer_full(self) -> bool:
+        """A stream's pre-model buffer is full: consumption pauses until its first fit (then resumes)."""
+        return any(e.buffer_full for e in self.engines.values())
+
+    @property
+    def revisions_pending(self) -> int:
+        return sum(e.revisions_pending for e in self.engines.values())
+
+    @property
+    def control_ops(self) -> int:
+        return sum(e.control_ops for e in self.engines.values())
+
+    @property
+    def version(self) -> int:
+        """The highest model version of any stream (versions count per stream)."""
+        return max((e.version for e in self.engines.values()), default=0)
+
+    @property
+    def refit_count(self) -> int:
+        return sum(e.refit_count for e in self.engines.values())
+
+    @property
+    def models(self) -> dict[str, Any]:
+        """Every stream's models, keyed ``stream/algorithm``."""
+        return {f"{name}/{alg}": slot for name, e in self.engines.items() for alg, slot in e.models.items()}
+
+    @property
+    def auto_primary(self) -> bool:
+        return self.default_engine.auto_primary
+
+    @property
+    def primary(self) -> str:
+        return self.default_engine.primary
+
+    @property
+    def last_refit_error(self) -> dict[str, str]:
+        return {f"{name}/{alg}": err for name, e in self.engines.items() for alg, err in e.last_refit_error.items()}
+
+    def wait_for_refit(self, timeout: float | None = None) -> bool:
+        """Block until every stream's running refit ended (True), or ``timeout`` passed (False)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for e in list(self.engines.values()):
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if not e.wait_for_refit(left):
+                return False
+        return True
+
+    def serving_version(self, name: str) -> int:
+        """The version of the model stream ``name`` serves (its primary's; 0 before the first)."""
+        e = self.engines.get(name)
+        if e is None or not e.models:
+            return 0
+        slot = e.models.get(e.primary)
+        return slot.version if slot is not None else max(s.version for s in e.models.values())
+
+    def publish_gauges(self) -> None:
+        """Gauges summed over streams (engines write their own values to the shared ones) and versions per stream."""
+        t = self.telemetry
+        engines = list(self.engines.items())
+        t.window.set(sum(len(e.window) for _, e in engines))
+        t.buffered.set(sum(len(e.buffer) for _, e in engines))
+        t.pending.set(sum(len(e.pending) for _, e in engines))
+        t.revisions_pending.set(sum(e.revisions_pending for _, e in engines))
+        seeds = sum(len(e.seeds) for _, e in engines)
+        if seeds != self._seed_total:
+            counts: dict[str, int] = {}
+            for _, e in engines:
+                for cls, n in e.seeds.class_counts().items():
+                    counts[cls] = counts.get(cls, 0) + n
+            t.set_seed_counts(counts)
+            self._seed_total = seeds
+        versions: dict[str, int] = {}
+        for name, e in engines:
+            t.serving_model_version.labels(self.role, self.worker, name).set(self.serving_version(name))
+            for alg, slot in e.models.items():
+                versions[alg] = max(versions.get(alg, 0), slot.version)
+        for alg, v in versions.items():
+            t.model_version.labels(alg).set(v)
+
+    def stats(self) -> dict[str, Any]:
+        """Counts summed over streams, and each stream's own."""
+        per = {name: e.stats() for name, e in self.engines.items()}
+        total: dict[str, Any] = {
+            "window": len(self.window), "seeds": len(self.seeds), "pending_labels": len(self.pending),
+            "buffered": len(self.buffer), "model_version": self.version, "refits": self.refit_count,
+            "ready": self.ready, "refitting": self.refitting,
+            "seed_classes": len({c for e in self.engines.values() for c in e.seeds.class_counts()}),
+            "unknown_stream": self.unknown, "streams": per,
+        }
+        return total
+
+    # ------------------------------------------------------------------ checkpoints
+    def restore(self, state_dir: str | Path) -> checkpoint.RestoreReport:
+        """Restore every stream checkpointed under ``<state_dir>/streams/`` (module docstring); one merged report.
+
+        A stream directory of a stream that is no longer allowed, or beyond
+        ``max_streams``, is left alone (logged). Offsets are the lowest per partition
+        over the restored streams, so that the window catch-up covers every stream.
+        """
+        root = Path(state_dir)
+        base = root / STREAMS_DIR
+        reports: dict[str, checkpoint.RestoreReport] = {}
+        names = sorted(p.name for p in base.iterdir() if p.is_dir()) if base.is_dir() else []
+        for name in names:
+            eng = None if stream_name_problem(name) else self.engine(name)
+            if eng is None:
+                event(log, "stream_checkpoint_skipped", logging.WARNING, stream=name[:80],
+                      reason="not an allowed stream, or beyond max_streams")
+                continue
+            reports[name] = checkpoint.restore(eng, base / name)
+        if self.default_stream not in reports and checkpoint.read_latest(root)[0] is not None:
+            # a checkpoint from a run without streams: the default stream's
+            reports[self.default_stream] = checkpoint.restore(self.default_engine, root)
+        done = {n: r for n, r in reports.items() if r.status == "restored"}
+        status = "restored" if done else ("unusable" if any(r.status == "unusable" for r in reports.values())
+                                          else "missing")
+        merged = checkpoint.RestoreReport(status, path=str(base),
+                                          problems=[f"{n}: {p}" for n, r in reports.items() for p in r.problems])
+        for name, r in done.items():
+            for key, n in r.counts.items():
+                merged.counts[key] = merged.counts.get(key, 0) + n
+            merged.models.update({f"{name}/{alg}": v for alg, v in r.models.items()})
+            merged.skipped_models.update({f"{name}/{alg}": why for alg, why in r.skipped_models.items()})
+            merged.model_version = max(merged.model_version, r.model_version)
+            for key, off in r.offsets.items():
+                merged.offsets[key] = min(off, merged.offsets.get(key, off))
+        self.request_refit("restore")
+        self._seed_total = -1
+        self.publish_gauges()
+        event(log, "streams_restored", streams=sorted(done), status=status)
+        return merged
+
+
+class StreamsCheckpointer(checkpoint.Checkpointer):
+    """:class:`~streamsemi.service.checkpoint.Checkpointer` of every stream (``<state_dir>/streams/<stream>/``).
+
+    One background thread writes every stream's checkpoint, each with the same offsets;
+    ``on_done`` gets the sums (bytes, counts) and the highest model version.
+    """
+
+    def submit(self, engine: Any, reason: str, offsets: list[list[Any]] | None = None) -> bool:
+        if self.busy:
+            return False
+        states = {name: e.export_state() for name, e in engine.engines.items()}
+        self._thread = threading.Thread(target=self._run_streams, args=(states, offsets, reason),
+                                        name="checkpoint", daemon=True)
+        self._thread.start()
+        return True
+
+    def _run_streams(self, states: dict[str, Any], offsets: list[list[Any]] | None, reason: str) -> None:
+        t0 = time.perf_counter()
+        total: dict[str, Any] = {"reason": reason, "path": str(self.state_dir / STREAMS_DIR), "bytes": 0,
+                                 "counts": {}, "model_version": 0, "skipped_models": [], "streams": {}}
+        try:
+            for name, state in states.items():
+                cap = checkpoint.encode(state, offsets)
+                info = checkpoint.write(self.state_dir / STREAMS_DIR / name, cap)
+                total["bytes"] += info["bytes"]
+                for key, n in cap.manifest["counts"].items():
+                    total["counts"][key] = total["counts"].get(key, 0) + n
+                total["model_version"] = max(total["model_version"], cap.manifest["model_version"])
+                total["skipped_models"] += [f"{name}/{x['algorithm']}" for x in cap.skipped]
+                total["streams"][name] = info["path"]
+        except Exception as exc:  # noqa: BLE001 - reported, never fatal
+            if self.on_error:
+                self.on_error(exc, reason)
+            return
+        total["seconds"] = round(time.perf_counter() - t0, 3)
+        if self.on_done:
+            self.on_done(total)
+
+
+__all__ = ["ANY", "STREAMS_DIR", "FairFitter", "StreamEngines", "StreamsCheckpointer"]
