@@ -175,8 +175,11 @@ def test_stream_settings_are_checked_at_start():
         resolve({"streams": "a,b", "max_streams": "2"})
     with pytest.raises(ConfigError, match="setting 'max_streams'.*1..1000"):
         resolve({"max_streams": "0"})
-    with pytest.raises(ConfigError, match="setting 'streams'.*role 'all' only"):
-        resolve({"streams": "a", "role": "assign"})
+    from streamsemi.service.roles import make_worker
+    from streamsemi.service.stream_roles import StreamAssignWorker, StreamRefitter
+
+    kinds = [type(make_worker(resolve({"streams": "a,b", "role": r, "metrics_port": "0"}))) for r in ("refit", "assign")]
+    assert kinds == [StreamRefitter, StreamAssignWorker]
     assert StreamEngines.from_settings(resolve({}), Telemetry()) is None  # off by default: one engine
 
 
@@ -398,3 +401,78 @@ def test_worker_with_two_streams_of_disjoint_classes_restarts_with_both(broker, 
         assert second.metric("streamsemi_seed_documents") == 100
     finally:
         assert second.terminate() == 0
+
+
+def test_roles_refitter_publishes_per_stream_and_the_assigner_serves_each_streams_model(broker, tmp_path):
+    """One refitter and one assigner with streams news and tech: the models topic is keyed by stream, versions
+    count per stream (a refit of tech alone moves only tech's), and each document is served by its stream's model."""
+    from kafka_utils import Topics, WorkerProcess, producer, read_topic, send_json, wait_until
+
+    from streamsemi.service.kafka_io import ensure_topics
+
+    topics = Topics()
+    ensure_topics(topics.settings(broker.bootstrap))
+    models_topic = f"{topics.prefix}.models"
+    common = ["--streams", "news,tech", "--default-stream", "news", "--models-topic", models_topic,
+              "--refit-leader-topic", f"{topics.prefix}.leader", "--algorithms", "constrained-kmeans",
+              "--min-docs-first-refit", "40", "--min-seed-classes", "4", "--min-seeds-per-class", "3",
+              "--first-fit-stable-seeds", "0", "--refit-growth", "0", "--refit-idle-s", "0",
+              "--refit-every-docs", "100000", "--n-features", "4096", "--model-chunk-bytes", "20000"]
+    refit = WorkerProcess(broker.bootstrap, topics, ["--role", "refit", "--instance-id", "refit-a", *common],
+                          log_dir=tmp_path).start()
+    assign = WorkerProcess(broker.bootstrap, topics, ["--role", "assign", "--instance-id", "assign-0", *common],
+                           log_dir=tmp_path).start()
+    rng = random.Random(7)
+    try:
+        assert assign.wait_assigned(60)
+        p = producer(broker.bootstrap)
+        for stream, classes in (("news", NEWS), ("tech", TECH)):
+            for i in range(20):
+                msg = {"op": "label", "id": f"{stream}-s{i}", "labels": [classes[i % 4]],
+                       "text": _text(rng, classes[i % 4])}
+                if stream == "tech" or i % 2:
+                    msg["stream"] = stream
+                send_json(p, topics.control, msg, key=msg["id"])
+        truth = {}
+        for i in range(80):
+            for stream, classes in (("news", NEWS), ("tech", TECH)):
+                doc = {"id": f"{stream}-d{i}", "text": _text(rng, classes[i % 4])}
+                if stream == "tech" or i % 2:
+                    doc["stream"] = stream
+                truth[doc["id"]] = (stream, classes[i % 4])
+                send_json(p, topics.documents, doc, key=doc["id"])
+        send_json(p, topics.documents, {"id": "x", "text": "golf match report", "stream": "sports"}, key="x")
+        p.flush()
+        out = _first_emissions(broker.bootstrap, topics.assignments, set(truth), timeout=90)
+        assert {m["id"] for m in out} == set(truth)
+        for m in out:
+            stream, cls = truth[m["id"]]
+            assert (m["stream"], m["worker"], m["model_version"]) == (stream, "assign-0", 1)
+        assert sum(m["label"] == truth[m["id"]][1] for m in out) >= 0.9 * len(out)
+        keys = {r.key.decode().split("/")[0] for r in read_topic(broker.bootstrap, models_topic, idle=1.5)}
+        assert keys == {"news", "tech"}
+        dead = _values(read_topic(broker.bootstrap, topics.deadletter, expect=1, timeout=30))
+        assert [d["reason"] for d in dead] == ["unknown_stream"]
+        # a refit of tech alone: tech's version moves to 2 on both sides, news stays at 1
+        send_json(p, topics.control, {"op": "refit", "stream": "tech"})
+        p.flush()
+        assert assign.wait_metric("streamsemi_serving_model_version", 2, 60,
+                                  {"role": "assign", "stream": "tech"}) == 2
+        served = {s: assign.metric("streamsemi_serving_model_version", {"role": "assign", "stream": s})
+                  for s in ("news", "tech", "default")}
+        published = {s: refit.metric("streamsemi_serving_model_version", {"role": "refit", "stream": s})
+                     for s in ("news", "tech", "default")}
+        assert served == published == {"news": 1, "tech": 2, "default": None}
+        assert refit.metric("streamsemi_models_published_total", {"stream": "tech"}) == 2
+        later = {}
+        for i in range(10):
+            later[f"tech-e{i}"] = TECH[i % 4]
+            send_json(p, topics.documents, {"id": f"tech-e{i}", "text": _text(rng, TECH[i % 4]), "stream": "tech"},
+                      key=f"tech-e{i}")
+        p.flush()
+        got = _first_emissions(broker.bootstrap, topics.assignments, set(later), timeout=60)
+        assert {m["model_version"] for m in got} == {2} and {m["label"] for m in got} <= set(TECH)
+        assert wait_until(lambda: refit.metric("streamsemi_refit_leader") == 1, 5)
+    finally:
+        for w in (assign, refit):
+            assert w.terminate(timeout=30) == 0

@@ -521,10 +521,6 @@ def resolve(flags: Mapping[str, Any] | None = None, env: Mapping[str, str] | Non
 
 def _check_streams(settings: Settings) -> None:
     names = stream_list(settings.values["streams"])
-    if names and settings.values["role"] != "all":
-        raise ConfigError(f"{settings.where('streams')}: per-stream models run with role 'all' only (the refit and "
-                          f"assign roles publish and serve one model), got streams={settings.values['streams']!r} with "
-                          f"role {settings.values['role']!r}")
     if not names or names == ["*"]:
         return
     allowed = set(names) | {settings.values["default_stream"]}

@@ -399,7 +399,7 @@ class ModelsReader(threading.Thread):
                     for _, records in sorted(batch.items(), key=lambda kv: kv[0].partition):
                         for r in records:
                             with self.lock:
-                                done = self.assembler.feed(r)
+                                done = self._feed(r)
                             if done is not None:
                                 self.publications += 1
                                 event(log, "model_publication_read", version=done.version, bytes=done.payload_bytes,
@@ -419,6 +419,10 @@ class ModelsReader(threading.Thread):
                         consumer.close()
                     except Exception:  # noqa: BLE001
                         pass
+
+    def _feed(self, record: Any) -> Publication | None:
+        """One record to the assembler (per-stream readers route it by stream: streamsemi.service.stream_roles)."""
+        return self.assembler.feed(record)
 
     def stop(self) -> None:
         self.stop_event.set()

@@ -129,13 +129,16 @@ class AssignWorker(Worker):
 
     def start(self) -> None:
         ensure_role_topics(self.settings)
-        self.models_reader = ModelsReader(self.settings, self.engine.config, on_error=self.broker_error,
-                                          on_reject=lambda reason: self.roles.rejected.labels(reason).inc())
+        self.models_reader = self._make_models_reader()
         self.models_reader.start()
         super().start()
         if self.control is not None:  # assigners keep no seeds: the control topic is the refitter's
             self.control.stop()
             self.control = None
+
+    def _make_models_reader(self) -> ModelsReader:
+        return ModelsReader(self.settings, self.engine.config, on_error=self.broker_error,
+                            on_reject=lambda reason: self.roles.rejected.labels(reason).inc())
 
     def step(self) -> None:
         self._swap()
@@ -297,8 +300,7 @@ class Refitter:
         event(log, "refitter_starting", worker=self.instance_id, algorithms=s.algorithm_list,
               models_topic=s.models_topic, leader_topic=s.refit_leader_topic,
               metrics=f"http://{s.metrics_host}:{self.http.port}/metrics")
-        self.models_reader = ModelsReader(s, self.engine.config, on_error=self.broker_error,
-                                          on_reject=lambda reason: self.roles.rejected.labels(reason).inc())
+        self.models_reader = self._make_models_reader()
         self.models_reader.start()
         self.control = ControlReader(s, on_error=self.broker_error)
         self.control.start()
@@ -308,6 +310,10 @@ class Refitter:
         self._seek_window(tps)
         self.election = LeaderElection(s, self.instance_id, on_error=self.broker_error)
         self.election.start()
+
+    def _make_models_reader(self) -> ModelsReader:
+        return ModelsReader(self.settings, self.engine.config, on_error=self.broker_error,
+                            on_reject=lambda reason: self.roles.rejected.labels(reason).inc())
 
     def _seek_window(self, tps: list[TopicPartition]) -> None:
         """Start each partition ``window_max_docs`` records before its end (the window holds no more).
@@ -525,6 +531,10 @@ class Refitter:
 def make_worker(settings: Settings) -> Any:
     """The process of ``settings.role``: :class:`Worker` (all), :class:`Refitter` or :class:`AssignWorker`."""
     role = settings.role
+    if settings.streams and role in ("refit", "assign"):  # per-stream models (streamsemi.service.stream_roles)
+        from streamsemi.service import stream_roles
+
+        return (stream_roles.StreamRefitter if role == "refit" else stream_roles.StreamAssignWorker)(settings)
     if role == "refit":
         return Refitter(settings)
     if role == "assign":

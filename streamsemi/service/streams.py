@@ -180,6 +180,7 @@ class StreamEngines:
         self._fitter: FairFitter | None = None
         self._budget: float | None = None
         self._backlog = 0
+        self._refits_enabled = True
         self._seed_total = -1
         self.default_engine = self.engine(default_stream)
         if self.default_engine is None:  # pragma: no cover - the default is always admitted
@@ -228,6 +229,7 @@ class StreamEngines:
         eng.fitter = None if self._fitter is None else _StreamFit(self._fitter, eng)
         eng.revision_budget_s = self._budget
         eng.backlog = self._backlog
+        eng.refits_enabled = self._refits_enabled
         self.engines[name] = eng
         self.telemetry.serving_model_version.labels(self.role, self.worker, name).set(0)
         event(log, "stream_created", stream=name, streams=len(self.engines), max_streams=self.max_streams)
@@ -265,13 +267,20 @@ class StreamEngines:
         for e in self.engines.values():
             e.backlog = n
 
-    # ------------------------------------------------------------------ documents
-    def process(self, docs: Sequence[Document]) -> ProcessResult:
-        """Route ``docs`` by stream and run every stream's engine; outputs tagged with their stream.
+    @property
+    def refits_enabled(self) -> bool:
+        return self._refits_enabled
 
-        Each stream's documents keep their order; the assignments come stream by
-        stream (in the order the streams were created), then every stream's revisions.
-        """
+    @refits_enabled.setter
+    def refits_enabled(self, on: bool) -> None:
+        """False: no stream starts a refit (assigners; a standby refitter, streamsemi.service.stream_roles)."""
+        self._refits_enabled = on
+        for e in self.engines.values():
+            e.refits_enabled = on
+
+    # ------------------------------------------------------------------ documents
+    def _group(self, docs: Sequence[Document]) -> tuple[dict[str, list[Document]], list[tuple[Document, Rejected]]]:
+        """``docs`` by stream (each stream's in their order) and the refused ones (``unknown_stream``)."""
         groups: dict[str, list[Document]] = {}
         rejected: list[tuple[Document, Rejected]] = []
         for doc in docs:
@@ -281,6 +290,35 @@ class StreamEngines:
                 rejected.append((doc, name))
             else:
                 groups.setdefault(name, []).append(doc)
+        return groups, rejected
+
+    def serve(self, docs: Sequence[Document]) -> ProcessResult:
+        """:meth:`Engine.serve` per stream (the ``assign`` role: published models, no window)."""
+        groups, rejected = self._group(docs)
+        assignments: list[Assignment] = []
+        for name, eng in list(self.engines.items()):
+            result = eng.serve(groups.get(name, ()))
+            for a in result.assignments:
+                a.stream = name
+            assignments.extend(result.assignments)
+            rejected.extend(result.rejected)
+        self.publish_gauges()
+        return ProcessResult(assignments, rejected)
+
+    def learn(self, docs: Sequence[Document]) -> int:
+        """:meth:`Engine.learn` per stream (the ``refit`` role); documents of refused streams are skipped."""
+        groups, _ = self._group(docs)
+        n = sum(eng.learn(groups.get(name, ())) for name, eng in list(self.engines.items()))
+        self.publish_gauges(versions=False)
+        return n
+
+    def process(self, docs: Sequence[Document]) -> ProcessResult:
+        """Route ``docs`` by stream and run every stream's engine; outputs tagged with their stream.
+
+        Each stream's documents keep their order; the assignments come stream by
+        stream (in the order the streams were created), then every stream's revisions.
+        """
+        groups, rejected = self._group(docs)
         assignments: list[Assignment] = []
         revisions: list[Assignment] = []
         for name, eng in list(self.engines.items()):
@@ -457,8 +495,11 @@ class StreamEngines:
         slot = e.models.get(e.primary)
         return slot.version if slot is not None else max(s.version for s in e.models.values())
 
-    def publish_gauges(self) -> None:
-        """Gauges summed over streams (engines write their own values to the shared ones) and versions per stream."""
+    def publish_gauges(self, versions: bool = True) -> None:
+        """Gauges summed over streams (engines write their own values to the shared ones) and versions per stream.
+
+        ``versions=False`` (the refit role): the per-stream version gauge is the published version, set there.
+        """
         t = self.telemetry
         engines = list(self.engines.items())
         t.window.set(sum(len(e.window) for _, e in engines))
@@ -473,12 +514,14 @@ class StreamEngines:
                     counts[cls] = counts.get(cls, 0) + n
             t.set_seed_counts(counts)
             self._seed_total = seeds
-        versions: dict[str, int] = {}
+        if not versions:
+            return
+        per_alg: dict[str, int] = {}
         for name, e in engines:
             t.serving_model_version.labels(self.role, self.worker, name).set(self.serving_version(name))
             for alg, slot in e.models.items():
-                versions[alg] = max(versions.get(alg, 0), slot.version)
-        for alg, v in versions.items():
+                per_alg[alg] = max(per_alg.get(alg, 0), slot.version)
+        for alg, v in per_alg.items():
             t.model_version.labels(alg).set(v)
 
     def stats(self) -> dict[str, Any]:

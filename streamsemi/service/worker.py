@@ -127,7 +127,7 @@ class Worker:
                              max_labels_per_doc=settings.max_labels_per_doc)
         self.telemetry = t = Telemetry(max_class_labels=min(settings.max_classes, 100))
         # per-stream models (setting streams, service/streams.py): one engine per stream behind the engine's interface
-        self.streams = StreamEngines.from_settings(settings, t, self.instance_id)
+        self.streams = StreamEngines.from_settings(settings, t, self.instance_id, settings.role)
         self.engine = self.streams or Engine(EngineConfig.from_settings(settings), self.telemetry)
         # fits run in a separate process (service/fitter.py): the polling thread never waits on a fit's GIL
         self.fitter = FitProcess(t.registry) if settings.refit_process else None
