@@ -109,11 +109,13 @@ def cmd_produce(args: argparse.Namespace) -> int:
     return 0
 
 
-def _send_control(settings: Settings, messages: list[dict]) -> None:
+def _send_control(settings: Settings, messages: list[dict], stream: str | None = None) -> None:
     from streamsemi.core.messages import Limits, Rejected, encode_json, parse_control
     from streamsemi.service.kafka_io import ensure_topics
 
     limits = Limits()
+    if stream is not None:  # per-stream models (docs/scaling.md): messages without their own stream get this one
+        messages = [m if "stream" in m else {**m, "stream": stream} for m in messages]
     for m in messages:
         parsed = parse_control(encode_json(m), limits)
         if isinstance(parsed, Rejected):
@@ -144,6 +146,8 @@ def cmd_label(args: argparse.Namespace) -> int:
                 msg = {"op": "label", "id": obj.get("id"), "labels": labels}
                 if obj.get("text"):
                     msg["text"] = obj["text"]
+                if "stream" in obj:
+                    msg["stream"] = obj["stream"]
                 messages.append(msg)
     if args.id:
         if not args.label:
@@ -154,17 +158,17 @@ def cmd_label(args: argparse.Namespace) -> int:
         messages.append(msg)
     if not messages:
         raise ConfigError("label: give --id ID --label L, or --file seeds.jsonl")
-    _send_control(settings, messages)
+    _send_control(settings, messages, args.stream)
     return 0
 
 
 def cmd_unlabel(args: argparse.Namespace) -> int:
-    _send_control(_client_settings(args), [{"op": "unlabel", "id": args.id}])
+    _send_control(_client_settings(args), [{"op": "unlabel", "id": args.id}], args.stream)
     return 0
 
 
 def cmd_refit(args: argparse.Namespace) -> int:
-    _send_control(_client_settings(args), [{"op": "refit"}])
+    _send_control(_client_settings(args), [{"op": "refit"}], args.stream)
     return 0
 
 
@@ -172,7 +176,7 @@ def cmd_name(args: argparse.Namespace) -> int:
     msg = {"op": "name", "cluster": args.cluster, "label": args.label}
     if args.algorithm:
         msg["algorithm"] = args.algorithm
-    _send_control(_client_settings(args), [msg])
+    _send_control(_client_settings(args), [msg], args.stream)
     return 0
 
 
@@ -283,16 +287,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--id")
     p.add_argument("--label", action="append")
     p.add_argument("--text", default=None, help="the document's text (for documents the worker has not seen)")
-    p.add_argument("--file", default=None, help="JSON lines: {id, labels|label, text?}")
+    p.add_argument("--file", default=None, help="JSON lines: {id, labels|label, text?, stream?}")
+    p.add_argument("--stream", default=None, help="per-stream models: the stream it is for (default: default_stream)")
     p.set_defaults(func=cmd_label)
 
     p = sub.add_parser("unlabel", help="remove a seed label")
     _add_client_flags(p)
     p.add_argument("--id", required=True)
+    p.add_argument("--stream", default=None, help="per-stream models: the stream it is for (default: default_stream)")
     p.set_defaults(func=cmd_unlabel)
 
     p = sub.add_parser("refit", help="ask the workers to refit now")
     _add_client_flags(p)
+    p.add_argument("--stream", default=None, help="per-stream models: the stream it is for (default: default_stream; without it: every stream)")
     p.set_defaults(func=cmd_refit)
 
     p = sub.add_parser("name", help="turn a discovered cluster into a class: its most central documents become seeds")
@@ -300,6 +307,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("cluster", help="a discovered cluster id, new-N (see the clusters topic)")
     p.add_argument("label", help="the class name (an existing class gets the documents added)")
     p.add_argument("--algorithm", default=None, help="whose cluster (default: the primary algorithm)")
+    p.add_argument("--stream", default=None, help="per-stream models: the stream it is for (default: default_stream)")
     p.set_defaults(func=cmd_name)
 
     p = sub.add_parser("tail", help="print the output topic from the beginning, one JSON object per line")

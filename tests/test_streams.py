@@ -343,7 +343,10 @@ def test_worker_with_two_streams_of_disjoint_classes_restarts_with_both(broker, 
                 doc["stream"] = "news"   # the others have no stream: the default one
             send_json(p, topics.documents, doc, key=f"r{k}")
         send_json(p, topics.documents, {"id": "x1", "text": "a sports story", "stream": "sports"}, key="x1")
-        send_json(p, topics.control, {"op": "label", "id": "x2", "labels": ["golf"], "stream": "sports"}, key="x2")
+        from streamsemi.cli import main
+
+        assert main(["label", "--id", "x2", "--label", "golf", "--stream", "sports", "--bootstrap-servers",
+                     broker.bootstrap, "--control-topic", topics.control]) == 0
         p.flush()
         time.sleep(1.0)
         for k in range(0, 300, 6):
@@ -454,8 +457,10 @@ def test_roles_refitter_publishes_per_stream_and_the_assigner_serves_each_stream
         dead = _values(read_topic(broker.bootstrap, topics.deadletter, expect=1, timeout=30))
         assert [d["reason"] for d in dead] == ["unknown_stream"]
         # a refit of tech alone: tech's version moves to 2 on both sides, news stays at 1
-        send_json(p, topics.control, {"op": "refit", "stream": "tech"})
-        p.flush()
+        from streamsemi.cli import main
+
+        assert main(["refit", "--bootstrap-servers", broker.bootstrap, "--control-topic", topics.control,
+                     "--stream", "tech"]) == 0
         assert assign.wait_metric("streamsemi_serving_model_version", 2, 60,
                                   {"role": "assign", "stream": "tech"}) == 2
         served = {s: assign.metric("streamsemi_serving_model_version", {"role": "assign", "stream": s})
