@@ -1,0 +1,134 @@
+"""Per-stream models (issue 17 part 2): the cost of routing by stream, in process, no Kafka.
+
+For the same documents (R8, cycled with unique ids) and the same fitted models, the
+docs/s of ``process()`` in batches of ``--batch`` (the worker's ``max_poll_records``):
+
+* ``engine``: one :class:`~streamsemi.engine.Engine` (the default path, ``streams`` empty);
+* ``streams=K``: :class:`~streamsemi.service.streams.StreamEngines` with K streams, the
+  documents spread round-robin over them (each stream has its own engine, seeds and
+  model, fitted on its share of the window).
+
+Refits are off during the measurement (the models fitted before the clock starts), so
+the figure is vectorising + assigning + the routing; revisions off. Each variant is run
+``--repeats`` times, the variants interleaved; the median is reported (with the load average).
+
+Results: ``benchmarks/results/streams[_TAG].json`` and ``.md`` (the command at the top).
+
+Example::
+
+    python benchmarks/streams.py --docs 6000 --streams 1,2,8
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+from streamsemi.core import datasets
+from streamsemi.core.messages import Document
+from streamsemi.core.telemetry import Telemetry
+from streamsemi.engine import Engine, EngineConfig
+from streamsemi.service.streams import StreamEngines
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def _config() -> EngineConfig:
+    return EngineConfig(algorithms=["constrained-kmeans"], background_refit=False, min_docs_first_refit=50,
+                        min_seed_classes=2, first_fit_stable_seeds=0, refit_growth=0, refit_every_docs=0,
+                        refit_idle_s=0, first_fit_max_wait_s=0, drift_detection=False, revisions="off",
+                        suggestions_top_n=0, window_max_docs=5000)
+
+
+def _docs(ds: datasets.Dataset, n: int, offset: int, streams: int) -> list[Document]:
+    out = []
+    for k in range(n):
+        i = (offset + k) % len(ds.texts)
+        out.append(Document(id=f"d{offset + k}", text=ds.texts[i],
+                            stream=None if streams == 0 else f"s{k % streams}"))
+    return out
+
+
+def _prepared(ds: datasets.Dataset, streams: int, warm: int) -> Engine | StreamEngines:
+    """An engine (streams = 0) or K stream engines, each with seeds and a fitted model."""
+    if streams == 0:
+        eng: Engine | StreamEngines = Engine(_config(), Telemetry())
+    else:
+        eng = StreamEngines(_config(), Telemetry(), ["*"], "s0", max(streams, 1), worker="bench")
+    for k in range(0, 400):
+        i = k * 7 % len(ds.texts)
+        name = None if streams == 0 else f"s{k % streams}"
+        msg_engine = eng if streams == 0 else eng.engine(name)
+        msg_engine.label(f"seed{k}", [ds.labels[i]], ds.texts[i], offset=k)
+    eng.process(_docs(ds, warm, 10**7, streams))   # first fits (seed policy met, window >= 50)
+    eng.request_refit("bench")
+    assert eng.ready, "every stream has a model"
+    while eng.buffer:   # the documents buffered before the first fit: assigned before the clock starts
+        eng.process([])
+    return eng
+
+
+def measure(ds: datasets.Dataset, streams: int, n_docs: int, batch: int, warm: int) -> dict:
+    eng = _prepared(ds, streams, warm)
+    docs = _docs(ds, n_docs, 0, streams)
+    t0 = time.perf_counter()
+    assigned = rejected = 0
+    for start in range(0, n_docs, batch):
+        result = eng.process(docs[start:start + batch])
+        assigned += len(result.assignments)
+        rejected += len(result.rejected)   # no_terms (a few R8 texts)
+    seconds = time.perf_counter() - t0
+    return {"docs_per_s": n_docs / seconds, "assigned": assigned, "rejected": rejected, "seconds": seconds}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--docs", type=int, default=6000)
+    ap.add_argument("--batch", type=int, default=500)
+    ap.add_argument("--warm", type=int, default=2000, help="documents windowed before the first fit")
+    ap.add_argument("--streams", default="1,2,8", help="stream counts to measure besides the single engine")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--tag", default="")
+    args = ap.parse_args(argv)
+    ds = datasets.load("reuters-r8")
+    variants = [0] + [int(x) for x in args.streams.split(",") if x.strip()]
+    runs: dict[int, list[dict]] = {k: [] for k in variants}
+    load = [os.getloadavg()[0]]
+    for _ in range(args.repeats):   # variants interleaved: a busy machine's drift hits them alike
+        for k in variants:
+            r = measure(ds, k, args.docs, args.batch, args.warm)
+            assert r["assigned"] + r["rejected"] == args.docs
+            runs[k].append(r)
+            print(json.dumps({"streams": k, "docs_per_s": round(r["docs_per_s"], 1)}), flush=True)
+        load.append(os.getloadavg()[0])
+    rows = []
+    for k in variants:
+        rate = statistics.median(r["docs_per_s"] for r in runs[k])
+        rows.append({"variant": "engine" if k == 0 else f"streams={k}", "streams": k, "docs_per_s": round(rate, 1),
+                     "runs": [round(r["docs_per_s"], 1) for r in runs[k]]})
+    base = rows[0]["docs_per_s"]
+    for r in rows:
+        r["relative"] = round(r["docs_per_s"] / base, 3)
+    command = "python benchmarks/streams.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    out = {"command": command.strip(), "python": platform.python_version(), "machine": platform.machine(),
+           "docs": args.docs, "batch": args.batch, "repeats": args.repeats, "load_average_1min": load, "rows": rows}
+    RESULTS.mkdir(exist_ok=True)
+    name = "streams" + (f"_{args.tag}" if args.tag else "")
+    (RESULTS / f"{name}.json").write_text(json.dumps(out, indent=2) + "\n")
+    lines = [f"`{out['command']}`", "", f"R8, {args.docs} documents in batches of {args.batch}, constrained k-means, "
+             f"median of {args.repeats} (variants interleaved; 1-minute load average {min(load):.1f}..{max(load):.1f} "
+             "on this shared 2-core machine)", "", "| variant | docs/s | vs one engine | runs |", "|---|---|---|---|"]
+    lines += [f"| {r['variant']} | {r['docs_per_s']:,.0f} | {r['relative']:.2f} | {', '.join(map(str, r['runs']))} |"
+              for r in rows]
+    (RESULTS / f"{name}.md").write_text("\n".join(lines) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
