@@ -481,3 +481,49 @@ def test_roles_refitter_publishes_per_stream_and_the_assigner_serves_each_stream
     finally:
         for w in (assign, refit):
             assert w.terminate(timeout=30) == 0
+
+
+def test_models_reader_assembles_each_stream_apart_and_bounds_the_streams():
+    """The per-stream models reader (no Kafka: records fed as the reader thread does): one assembler per allowed
+    stream, versions per stream, tombstones routed by key, other streams ignored."""
+    from dataclasses import dataclass
+
+    from streamsemi.service.models_topic import chunk_key, chunk_records, encode_publication
+    from streamsemi.service.stream_roles import StreamModelsReader
+
+    @dataclass
+    class Rec:
+        key: bytes
+        value: bytes | None
+        headers: list
+        offset: int = 0
+
+    rng = random.Random(8)
+    se = _streams()
+    _seed(se, "news", NEWS, rng)
+    _seed(se, "tech", TECH, rng, offset=100)
+    se.process(_docs("news", NEWS, rng, 30) + _docs("tech", TECH, rng, 30))
+    s = resolve({"streams": "news,tech", "default_stream": "news", "max_streams": "2", "metrics_port": "0",
+                 "n_features": str(2**12)})
+    reader = StreamModelsReader(s, se.config)
+
+    def publish(stream: str, version: int, pub: str) -> list[Rec]:
+        eng = se.engines.get(stream) or se.engines["news"]
+        payload, _ = encode_publication(eng.models, version=version, parent_version=None, writer="w", primary=None,
+                                        n_features=2**12, stop_words="english", window={}, seeds=1, stream=stream)
+        return [Rec(k, v, h) for k, v, h in chunk_records(payload, stream=stream, version=version,
+                                                          publication_id=pub, chunk_bytes=4096)]
+
+    done = [reader._feed(r) for r in publish("news", 3, "n3") + publish("tech", 1, "t1") + publish("tech", 2, "t2")
+            + publish("sports", 9, "s9")]
+    assert [d.publication_id for d in done if d is not None] == ["n3", "t1", "t2"]
+    latest = reader.latest_all()
+    assert {k: (p.stream, p.version) for k, p in latest.items()} == {"news": ("news", 3), "tech": ("tech", 2)}
+    assert set(latest["tech"].models["constrained-kmeans"].classes) == set(TECH)
+    assert (reader.max_seen_of("news"), reader.max_seen_of("tech"), reader.max_seen_of("sports")) == (3, 2, 0)
+    assert sorted(reader.assemblers) == ["news", "tech"]   # sports is not an allowed stream
+    t1_chunks = reader.obsolete_of("tech", keep=1)
+    assert [v for v, _ in t1_chunks] == [1] and reader.obsolete_of("news", keep=1) == []
+    for i in range(t1_chunks[0][1]):   # tombstones of tech's v1, routed by the key's stream
+        reader._feed(Rec(chunk_key("tech", 1, i), None, []))
+    assert reader.obsolete_of("tech", keep=0) == [(2, latest["tech"].chunks)]
