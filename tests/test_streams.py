@@ -527,3 +527,24 @@ def test_models_reader_assembles_each_stream_apart_and_bounds_the_streams():
     for i in range(t1_chunks[0][1]):   # tombstones of tech's v1, routed by the key's stream
         reader._feed(Rec(chunk_key("tech", 1, i), None, []))
     assert reader.obsolete_of("tech", keep=0) == [(2, latest["tech"].chunks)]
+
+
+def test_a_stream_without_seeds_buffers_within_its_bound_and_is_assigned_once_seeded():
+    rng = random.Random(9)
+    se = _streams(max_buffered_docs=20)
+    _seed(se, "news", NEWS, rng)
+    got = se.process(_docs("news", NEWS, rng, 30))
+    assert len(got.assignments) == 30 and se.engines["news"].ready
+    tech = _docs("tech", TECH, rng, 25)
+    for k, d in enumerate(tech):
+        d.source = ("documents-0", k)
+    out = se.process(tech)
+    assert out.assignments == [] and len(se.buffer) == 25 and se.buffer_full   # the worker pauses consumption
+    assert [d.source for d, _ in se.buffer] == [d.source for d in tech]        # the commit is held at the oldest
+    assert not se.ready and se.engines["news"].ready
+    # news keeps being served meanwhile
+    assert {a.stream for a in se.process(_docs("news", NEWS, rng, 5, 100)).assignments} == {"news"}
+    _seed(se, "tech", TECH, rng, offset=100)
+    flushed = se.process([]).assignments
+    assert [a.id for a in flushed] == [d.id for d in tech] and {a.stream for a in flushed} == {"tech"}
+    assert {a.label for a in flushed} <= set(TECH) and not se.buffer_full and se.ready
