@@ -147,6 +147,12 @@ def test_control_refit_without_stream_refits_every_stream_and_expired_labels_nam
     se.process([doc])
     se.apply_control(ControlMessage(op="label", id=doc.id, labels=("mac",), stream="tech"), 203)
     assert [(s.id, s.stream) for s in se.drain_resolved()] == [(doc.id, "tech")]
+    # unlabel and name go to their stream's engine
+    before = {n: len(e.seeds) for n, e in se.engines.items()}
+    assert se.apply_control(ControlMessage(op="unlabel", id="tech-s0", stream="tech"), 204) == []
+    assert {n: len(e.seeds) for n, e in se.engines.items()} == {**before, "tech": before["tech"] - 1}
+    dead = se.apply_control(ControlMessage(op="name", cluster="new-7", labels=("shipping",), stream="tech"), 205)
+    assert [(op["op"], op["stream"], r.reason) for op, r in dead] == [("name", "tech", "unknown_cluster")]
 
 
 def test_control_stream_field_is_parsed_for_every_op():
