@@ -12,6 +12,9 @@ Refits are off during the measurement (the models fitted before the clock starts
 the figure is vectorising + assigning + the routing; revisions off. Each variant is run
 ``--repeats`` times, the variants interleaved; the median is reported (with the load average).
 
+``blocking`` (``--blocking-window``): :func:`measure_blocking`, the time to a small stream's
+first model alone and while a big stream refits, through the real fit process.
+
 Results: ``benchmarks/results/streams[_TAG].json`` and ``.md`` (the command at the top).
 
 Example::
@@ -87,6 +90,77 @@ def measure(ds: datasets.Dataset, streams: int, n_docs: int, batch: int, warm: i
     return {"docs_per_s": n_docs / seconds, "assigned": assigned, "rejected": rejected, "seconds": seconds}
 
 
+def _ng_docs(ds: datasets.Dataset, idx: list[int], stream: str, prefix: str) -> list[Document]:
+    return [Document(id=f"{prefix}{k}", text=ds.texts[i], stream=stream) for k, i in enumerate(idx)]
+
+
+def measure_blocking(window: int, algorithms: list[str]) -> dict:
+    """Time to a small stream's first model: alone, and while a big stream refits, through the real fit process.
+
+    Stream ``big`` has a first model on ``window`` 20NG documents (5% seeds), then refits
+    (every algorithm, one fit each); ``small`` (400 R8 documents, 40 seeds) starts its first
+    round while big's refit is fitting. Fits go through one :class:`FitProcess`, as in the worker.
+    """
+    import random
+
+    from streamsemi.service.fitter import FitProcess
+
+    ng, r8 = datasets.load("20newsgroups"), datasets.load("reuters-r8")
+    rng = random.Random(0)
+    calls: list[tuple[str, int, float, float]] = []
+    fitter = FitProcess(nice=0).start()
+
+    def recorded(name, est, X, y, doc_ids, warm=None):
+        t0 = time.monotonic()
+        out = fitter(name, est, X, y, doc_ids, warm)
+        calls.append((name, X.shape[0], t0, time.monotonic()))
+        return out
+
+    def engines() -> StreamEngines:
+        cfg = EngineConfig(algorithms=list(algorithms), primary=algorithms[0], min_docs_first_refit=50,
+                           min_seed_classes=2, first_fit_stable_seeds=0, refit_growth=0, refit_every_docs=0,
+                           refit_idle_s=0, first_fit_max_wait_s=0, drift_detection=False, revisions="off",
+                           suggestions_top_n=0, window_max_docs=window, max_buffered_docs=window)
+        se = StreamEngines(cfg, Telemetry(), ["big", "small"], "big", 2, worker="bench")
+        se.fitter = recorded
+        return se
+
+    small_idx = rng.sample(range(len(r8.texts)), 400)
+
+    def small_first_model(se: StreamEngines) -> float:
+        for k, i in enumerate(small_idx[:40]):
+            se.engine("small").label(f"s{k}", [r8.labels[i]], r8.texts[i], offset=k)
+        t0 = time.monotonic()
+        se.process(_ng_docs(r8, small_idx, "small", "s"))
+        while not se.engines["small"].ready:
+            time.sleep(0.01)
+            se.process([])
+        return time.monotonic() - t0
+
+    try:
+        alone = small_first_model(engines())
+        se = engines()
+        big_idx = rng.sample(range(len(ng.texts)), window)
+        big = se.engine("big")
+        for k, i in enumerate(big_idx[:: 20]):
+            big.label(f"b{k}", [ng.labels[i]], None, offset=k)
+        se.process(_ng_docs(ng, big_idx, "big", "b"))
+        assert se.wait_for_refit(3600) and big.ready
+        calls.clear()
+        t_big = time.monotonic()
+        se.request_refit()
+        while not any(c for c in calls) and not (fitter.pid and big.refitting and time.monotonic() - t_big > 0.5):
+            time.sleep(0.01)
+        during = small_first_model(se)
+        assert se.wait_for_refit(3600)
+        big_fits = [round(c[3] - c[2], 3) for c in calls if c[1] > 1000]
+        return {"window": window, "algorithms": algorithms, "small_first_model_alone_s": round(alone, 3),
+                "small_first_model_during_big_refit_s": round(during, 3), "big_fit_seconds": big_fits,
+                "big_round_s": round(max(c[3] for c in calls if c[1] > 1000) - t_big, 3)}
+    finally:
+        fitter.close()
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--docs", type=int, default=6000)
@@ -94,6 +168,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--warm", type=int, default=2000, help="documents windowed before the first fit")
     ap.add_argument("--streams", default="1,2,8", help="stream counts to measure besides the single engine")
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--blocking-window", type=int, default=10000,
+                    help="window of the big stream in the blocking measurement (0 = skip it)")
+    ap.add_argument("--blocking-algorithms", default="constrained-kmeans,seeded-kmeans")
     ap.add_argument("--tag", default="")
     args = ap.parse_args(argv)
     ds = datasets.load("reuters-r8")
@@ -112,12 +189,16 @@ def main(argv: list[str] | None = None) -> int:
         rate = statistics.median(r["docs_per_s"] for r in runs[k])
         rows.append({"variant": "engine" if k == 0 else f"streams={k}", "streams": k, "docs_per_s": round(rate, 1),
                      "runs": [round(r["docs_per_s"], 1) for r in runs[k]]})
+    blocking = (measure_blocking(args.blocking_window, args.blocking_algorithms.split(","))
+                if args.blocking_window else None)
+    print(json.dumps({"blocking": blocking}), flush=True)
     base = rows[0]["docs_per_s"]
     for r in rows:
         r["relative"] = round(r["docs_per_s"] / base, 3)
     command = "python benchmarks/streams.py " + " ".join(argv if argv is not None else sys.argv[1:])
     out = {"command": command.strip(), "python": platform.python_version(), "machine": platform.machine(),
-           "docs": args.docs, "batch": args.batch, "repeats": args.repeats, "load_average_1min": load, "rows": rows}
+           "docs": args.docs, "batch": args.batch, "repeats": args.repeats, "load_average_1min": load, "rows": rows,
+           "blocking": blocking}
     RESULTS.mkdir(exist_ok=True)
     name = "streams" + (f"_{args.tag}" if args.tag else "")
     (RESULTS / f"{name}.json").write_text(json.dumps(out, indent=2) + "\n")
@@ -126,6 +207,12 @@ def main(argv: list[str] | None = None) -> int:
              "on this shared 2-core machine)", "", "| variant | docs/s | vs one engine | runs |", "|---|---|---|---|"]
     lines += [f"| {r['variant']} | {r['docs_per_s']:,.0f} | {r['relative']:.2f} | {', '.join(map(str, r['runs']))} |"
               for r in rows]
+    if blocking:
+        b = blocking
+        lines += ["", f"Blocking: a stream's first model (400 R8 documents, 40 seeds, {', '.join(b['algorithms'])}) "
+                  f"through the one fit process: {b['small_first_model_alone_s']} s alone, "
+                  f"{b['small_first_model_during_big_refit_s']} s while a stream with a {b['window']:,}-document 20NG "
+                  f"window refits (its fits {b['big_fit_seconds']} s, its round {b['big_round_s']} s)."]
     (RESULTS / f"{name}.md").write_text("\n".join(lines) + "\n")
     return 0
 
