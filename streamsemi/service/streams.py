@@ -571,8 +571,7 @@ class StreamEngines:
             merged.model_version = max(merged.model_version, r.model_version)
             for key, off in r.offsets.items():
                 merged.offsets[key] = min(off, merged.offsets.get(key, off))
-        self.request_refit("restore")
-        self._seed_total = -1
+        self._seed_total = -1  # (the worker asks request_refit("restore") for streams restored without every model)
         self.publish_gauges()
         event(log, "streams_restored", streams=sorted(done), status=status)
         return merged
