@@ -383,9 +383,11 @@ class Bench:
             warm_s = time.monotonic() - t0
             msgs = self.take(name, n, self.args.seed_fraction)
             events_before = len(worker_events(log_path))
+            spy = start_profiler(proc.pid, self.work / f"profile-{name}.txt")
             sent = send(producer, topics, msgs, rate)
             producer.close()
             complete = reader.wait_for(list(sent), drain_s, lambda: proc.poll() is None)
+            stop_profiler(spy)
             if complete:
                 out = rate_of(sent, reader.first)
             else:  # the worker did not keep up: the rate of what it served
@@ -418,6 +420,56 @@ class Bench:
                     proc.wait()
         out["rss_max_mib"] = round(max(rss) / 1024, 1) if rss else None
         return out
+
+
+def start_profiler(pid: int, path: Path) -> subprocess.Popen | None:
+    """With ``THROUGHPUT_PROFILE=1`` (or ``gil``): py-spy (``pip install py-spy``, not a dependency) samples ``pid`` to ``path``.
+
+    Raw collapsed stacks of every thread (``--threads --gil --idle`` are not set: only
+    threads running Python count); read them with ``python benchmarks/throughput.py
+    profile PATH``. The measured figures of a profiled run are not comparable (py-spy
+    takes CPU on a 2-core machine).
+    """
+    if not os.environ.get("THROUGHPUT_PROFILE"):
+        return None
+    spy = Path(sys.executable).with_name("py-spy")
+    cmd = [str(spy), "record", "--pid", str(pid), "--format", "raw", "--rate", "200", "--nonblocking", "--nolineno", "-o", str(path)]
+    if os.environ["THROUGHPUT_PROFILE"] == "gil":
+        cmd.append("--gil")  # only the thread holding the GIL: where the polling thread's time goes
+    print(f"profiling the worker: {path}", flush=True)
+    return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def stop_profiler(spy: subprocess.Popen | None) -> None:
+    if spy is not None:
+        spy.send_signal(signal.SIGINT)  # py-spy writes its output on Ctrl-C
+        try:
+            spy.wait(30)
+        except subprocess.TimeoutExpired:
+            spy.kill()
+            spy.wait()
+
+
+def profile_summary(path: Path, top: int = 40) -> str:
+    """Inclusive and self sample shares per function of a py-spy raw file (``frame;frame;... count`` lines)."""
+    total = 0
+    incl: dict[str, int] = {}
+    own: dict[str, int] = {}
+    for line in path.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not stack:
+            continue
+        n = int(count)
+        total += n
+        frames = stack.split(";")
+        for f in set(frames):
+            incl[f] = incl.get(f, 0) + n
+        own[frames[-1]] = own.get(frames[-1], 0) + n
+    out = [f"{total} samples", "", "inclusive:"]
+    out += [f"{100 * c / total:5.1f}%  {f}" for f, c in sorted(incl.items(), key=lambda kv: -kv[1])[:top]]
+    out += ["", "self:"]
+    out += [f"{100 * c / total:5.1f}%  {f}" for f, c in sorted(own.items(), key=lambda kv: -kv[1])[:top]]
+    return "\n".join(out)
 
 
 def _finite(x: float) -> float | None:
@@ -479,9 +531,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--tag", default="")
     ap.add_argument("--commit", default="", help="commit measured, when run from an exported tree (no .git)")
+    pr = sub.add_parser("profile", help="summarise a py-spy raw profile (THROUGHPUT_PROFILE=1)")
+    pr.add_argument("path", type=Path)
+    pr.add_argument("--top", type=int, default=40)
     args = ap.parse_args(argv)
     if args.mode == "bare":
         return bare_main(args)
+    if args.mode == "profile":
+        print(profile_summary(args.path, args.top))
+        return 0
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # run the cleanup (worker, broker) when terminated
     phases = [p.strip() for p in args.phases.split(",") if p.strip()]
     work = Path(tempfile.mkdtemp(prefix="streamsemi-throughput-"))
