@@ -113,10 +113,12 @@ def test_near_duplicates_are_never_suggested_together():
 def test_suggestions_spread_over_the_predicted_classes():
     # the four most uncertain documents are all predicted 'a'; with two suggestions, one goes to each class
     P = [[0.5, 0.5, 0]] * 4 + [[0.3, 0.7, 0]] * 2
-    out = sg.rank([f"d{i}" for i in range(6)], distinct_rows(6), view(P), [], {"a": 9, "b": 9}, 2, 1, density=False)
+    out = sg.rank([f"d{i}" for i in range(6)], distinct_rows(6), view(P), [], {"a": 9, "b": 9}, 2, 1, density=False,
+                  diversity="classes")
     assert sorted(s.label for s in out) == ["a", "b"]
     # the second pass fills the list beyond the per-class share
-    out = sg.rank([f"d{i}" for i in range(6)], distinct_rows(6), view(P), [], {"a": 9, "b": 9}, 5, 1, density=False)
+    out = sg.rank([f"d{i}" for i in range(6)], distinct_rows(6), view(P), [], {"a": 9, "b": 9}, 5, 1, density=False,
+                  diversity="classes")
     assert len(out) == 5 and len({s.id for s in out}) == 5
 
 
@@ -163,6 +165,27 @@ def test_cluster_diversity_takes_the_best_of_each_cluster_of_the_pool():
     assert by_cluster.tolist() == [0, 2, 4], "one per topic, the most uncertain of each"
     with pytest.raises(ValueError, match="diversity"):
         sg.select_diverse(pr, Xn, np.zeros(6, dtype=int), 3, diversity="both")
+
+
+def test_centre_similarity_is_the_weighted_mean_cosine_to_the_cluster():
+    G = np.array([[1.0, 0.5, 0.0], [0.5, 1.0, 0.0], [0.0, 0.0, 1.0]])
+    out = sg.centre_similarity(G, np.array([1.0, 3.0, 1.0]), np.array([0, 0, 1]))
+    assert np.allclose(out, [(1.0 + 3 * 0.5) / 4, (0.5 + 3 * 1.0) / 4, 1.0])
+
+
+def test_centre_diversity_takes_the_most_central_member_of_each_cluster():
+    # two topics of three documents; the most uncertain of each topic is its least central member
+    X = sp.csr_matrix(np.array([[1, 0, 0], [0.9, 0.3, 0], [1, 0.1, 0], [0, 0, 1], [0.1, 0, 1], [0.3, 0, 1]]))
+    Xn = sg.normalize_rows(X)
+    pr = np.array([1.0, 0.9, 0.8, 0.7, 0.6, 0.5])
+    groups = np.zeros(6, dtype=int)
+    assert sg.select_diverse(pr, Xn, groups, 2, max_similarity=1.1, diversity="clusters").tolist() == [0, 3]
+    # the most central of each cluster (rows 2 and 4), listed in priority order
+    assert sg.select_diverse(pr, Xn, groups, 2, max_similarity=1.1, diversity="centres").tolist() == [2, 4]
+    # a pinned row (a discovered cluster's representative) is taken whatever its centrality
+    pinned = np.array([False, True, False, False, False, False])
+    assert sg.select_diverse(pr, Xn, groups, 2, max_similarity=1.1, diversity="centres",
+                             pinned=pinned).tolist() == [1, 4]
 
 
 def test_a_likely_member_of_a_class_with_few_seeds_is_a_rare_class_suggestion():

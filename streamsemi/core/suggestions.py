@@ -22,13 +22,17 @@ The priority of a document is the weighted sum of its scores, times its typicali
 (cosine to the mean of its predicted class, information density: Settles & Craven
 2008), so that outliers do not crowd the queue, times its coverage (one minus its
 largest cosine to a seeded document), so that regions the seeds already cover give way
-to those they do not; the reason is the largest weighted score. Diversity: candidates are taken greedily in priority order, skipping any whose
-cosine to an already chosen one exceeds ``max_similarity`` (near-duplicates) and, in a
-first pass, any beyond an equal share of the list per predicted class; a second pass
-fills the list without the share. Cost: the candidates are a random sample of at most
+to those they do not; the reason is the largest weighted score. Diversity (diverse
+mini-batch active learning, Zhdanov 2019): the ``POOL_FACTOR * top_n`` candidates of
+highest priority are clustered into ``top_n`` clusters (kernel k-means on their cosines,
+weighted by priority, :func:`pool_clusters`) and a first pass takes from each cluster the
+member nearest its weighted centre, skipping any whose cosine to an already chosen one
+exceeds ``max_similarity`` (near-duplicates); a second pass fills the list in priority
+order (``diversity="classes"``: the groups are the predicted classes instead, and the
+first pass takes an equal share per class in priority order). Cost: the candidates are a random sample of at most
 ``CANDIDATE_SAMPLE`` unlabelled window documents (a new one each round); one
 ``predict_proba`` of the primary model on them, the others' on at most
-``DISAGREEMENT_SAMPLE``, sparse products, and a greedy pass over at most
+``DISAGREEMENT_SAMPLE``, sparse products, a kernel k-means and a greedy pass over at most
 ``POOL_FACTOR * top_n`` candidates.
 """
 
@@ -50,10 +54,14 @@ SCORES_IN_MESSAGE = 3
 MAX_TOP_N = 1000
 CANDIDATE_SAMPLE = 2000      # window documents ranked per round (a fresh random sample each round)
 DISAGREEMENT_SAMPLE = 2000   # documents the other algorithms are asked about (half: the least certain)
-POOL_FACTOR = 8              # candidates considered by the diversity pass per suggestion
-#: how the diversity pass spreads the list: "classes" (an equal share per predicted class) or "clusters"
+# POOL_FACTOR and DIVERSITY were chosen on development corpora only (20NG talk.* and rec.*, seeds 40-45;
+# checked on sci.*), never on the evaluation corpora R8 and 20NG comp.*: benchmarks/active_learning.py
+POOL_FACTOR = 4              # candidates considered by the diversity pass per suggestion
+#: how the diversity pass spreads the list: "classes" (an equal share per predicted class), "clusters"
 #: (one per cluster of the candidate pool, weighted kernel k-means: Zhdanov's diverse mini-batch AL)
-DIVERSITY = "classes"
+DIVERSITY = "centres"
+#: "centres": the clusters of "clusters", but each cluster's member nearest its weighted centre (Zhdanov's choice)
+DIVERSITY_MODES = ("classes", "clusters", "centres")
 POOL_KMEANS_ITER = 10        # assignment rounds of the pool's kernel k-means
 MAX_SIMILARITY = 0.8         # cosine of term counts above which two documents are near-duplicates
 RARE_BELOW = 5               # classes with fewer seeds than this are rare
@@ -308,9 +316,35 @@ def pool_clusters(G: np.ndarray, weights: np.ndarray, k: int, n_iter: int = POOL
     return codes.astype(np.int64)
 
 
+def centre_similarity(G: np.ndarray, weights: np.ndarray, labels: np.ndarray) -> np.ndarray:
+    """Per row, its weighted mean cosine to the members of its cluster (itself included).
+
+    Proportional to the row's cosine to the cluster's weighted centre (kernel form:
+    ``sum_j w_j G[i, j] / sum_j w_j`` over the members ``j``).
+
+    Parameters
+    ----------
+    G : ndarray (m, m) cosine similarities
+    weights : ndarray (m,) non-negative
+    labels : ndarray (m,) int cluster codes
+
+    Returns
+    -------
+    ndarray (m,)
+    """
+    m = G.shape[0]
+    if m == 0:
+        return np.zeros(0)
+    w = np.clip(np.asarray(weights, dtype=np.float64), 0.0, None) + 1e-12
+    k = int(labels.max()) + 1
+    H = np.zeros((m, k))
+    H[np.arange(m), labels] = w
+    return (np.asarray(G) @ H)[np.arange(m), labels] / H.sum(axis=0)[labels]
+
+
 def select_diverse(priority: np.ndarray, Xn: sp.csr_matrix, groups: np.ndarray, top_n: int,
                    max_similarity: float = MAX_SIMILARITY, pool: int | None = None,
-                   diversity: str | None = None) -> np.ndarray:
+                   diversity: str | None = None, pinned: np.ndarray | None = None) -> np.ndarray:
     """Greedy choice of ``top_n`` rows by priority without near-duplicates, spread over groups.
 
     A row is skipped when its cosine (rows of ``Xn`` have unit norm) to a chosen row
@@ -329,8 +363,12 @@ def select_diverse(priority: np.ndarray, Xn: sp.csr_matrix, groups: np.ndarray, 
     max_similarity : float
     pool : int, optional
         Only the ``pool`` highest priorities are considered (default ``POOL_FACTOR * top_n``).
-    diversity : {"classes", "clusters"}, optional
-        Default :data:`DIVERSITY`.
+    diversity : {"classes", "clusters", "centres"}, optional
+        Default :data:`DIVERSITY`. ``"centres"``: the clusters of ``"clusters"``, the first
+        pass taking each cluster's member nearest its weighted centre (:func:`centre_similarity`).
+    pinned : ndarray (n,) of bool, optional
+        ``"centres"``: rows the first pass takes before any other (discovered clusters'
+        representatives), whatever their cluster's centre.
 
     Returns
     -------
@@ -343,16 +381,20 @@ def select_diverse(priority: np.ndarray, Xn: sp.csr_matrix, groups: np.ndarray, 
     cand = top_rows(priority, pool)
     G = np.asarray((Xn[cand] @ Xn[cand].T).todense())
     mode = DIVERSITY if diversity is None else diversity
-    if mode not in ("classes", "clusters"):
-        raise ValueError(f"diversity must be 'classes' or 'clusters', not {mode!r}")
+    if mode not in DIVERSITY_MODES:
+        raise ValueError(f"diversity must be one of {DIVERSITY_MODES}, not {mode!r}")
     g = groups[cand] if mode == "classes" else pool_clusters(G, priority[cand], top_n)
+    first = np.arange(pool)
+    if mode == "centres":   # first pass: pinned rows, then the rows nearest their cluster's weighted centre
+        pin = np.zeros(pool) if pinned is None else np.asarray(pinned, dtype=bool)[cand].astype(np.float64)
+        first = first[np.lexsort((first, -centre_similarity(G, priority[cand], g), -pin))]
     share = math.ceil(top_n / max(1, np.unique(g).size))
     chosen: list[int] = []
     taken = np.zeros(pool, dtype=bool)
     blocked = np.zeros(pool, dtype=bool)   # near-duplicate of a chosen row
     per_group: dict[int, int] = {}
     for capped in (True, False):
-        for i in range(pool):
+        for i in (first if capped else range(pool)):
             if len(chosen) >= top_n:
                 break
             if taken[i] or blocked[i]:
@@ -363,6 +405,8 @@ def select_diverse(priority: np.ndarray, Xn: sp.csr_matrix, groups: np.ndarray, 
             chosen.append(i)
             per_group[int(g[i])] = per_group.get(int(g[i]), 0) + 1
             blocked |= G[i] > max_similarity
+        if capped:   # the list is in priority order (the first pass' picks, then the second's)
+            chosen.sort()
     return cand[np.asarray(chosen, dtype=np.int64)]
 
 
@@ -440,7 +484,8 @@ def rank(ids: Sequence[str], X: sp.spmatrix, primary: ModelView, others: Sequenc
     if cpow and seeds_X is not None and seeds_X.shape[0]:
         priority *= coverage(Xn, normalize_rows(seeds_X)) ** cpow
     priority += weighted[3]
-    order = select_diverse(priority, Xn, top, min(top_n, MAX_TOP_N), max_similarity, diversity=diversity)
+    order = select_diverse(priority, Xn, top, min(top_n, MAX_TOP_N), max_similarity, diversity=diversity,
+                           pinned=scores[3] > 0)
     reason = weighted.argmax(axis=0)
     out = []
     for r, i in enumerate(order):
@@ -593,7 +638,7 @@ def message_bytes(msg: Mapping[str, Any]) -> int:
     return SUGGESTION_OVERHEAD_BYTES + sum(len(s.encode("utf-8", "replace")) for s in strings)
 
 
-__all__ = ["MAX_TOP_N", "REASONS", "ModelView", "Suggestion", "SuggestionBoard", "cluster_representatives", "coverage",
+__all__ = ["MAX_TOP_N", "REASONS", "ModelView", "Suggestion", "SuggestionBoard", "centre_similarity", "cluster_representatives", "coverage",
            "candidate_sample", "disagreement", "disagreement_sample",
            "margins", "message_bytes", "normalize_rows", "pool_clusters", "rank", "rare_class_scores", "select_diverse", "snippet",
            "to_message", "top_rows", "typicality"]
