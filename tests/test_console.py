@@ -55,7 +55,7 @@ def test_state_tables_stay_bounded_under_a_flood():
         assert len(table) <= 100 and table.bytes <= 60_000 and table.evicted >= 1900
     o = st.overview()
     assert o["labels_held"] == len(st.labels) and o["classes"][0] == {"name": "a", "documents": len(st.labels),
-                                                                      "seeds": 0, "new": False}
+                                                                      "seeds": 0, "new": False, "stream": None}
 
 
 def test_counts_kept_incrementally_equal_a_recount_through_replacements_and_evictions():
@@ -63,20 +63,32 @@ def test_counts_kept_incrementally_equal_a_recount_through_replacements_and_evic
 
     st = ConsoleState(Bounds(max_entries=50, max_bytes=200_000))
     for i in range(400):
-        doc = f"d{(i * 7) % 90}"  # ids come back: replacements as well as evictions
+        doc = f"d{(i * 7) % 90}"  # ids come back: replacements as well as evictions (also into another stream)
         cluster = ["a", "b", "new-0"][(i * 5) % 3]
         m = {"id": doc, "algorithm": ["ck", "dl"][i % 2], "cluster": cluster, "label": None if cluster == "new-0"
              else cluster, "primary": i % 2 == 0, "revision": i % 3, "labels": {cluster: 0.9}, "explain": ["w"]}
+        if i % 4:
+            m["stream"] = ["news", "tech", "news"][i % 3]
         st.ingest("assignments", doc.encode(), _j(m))
         st.ingest("labels", doc.encode(), _j(m))
         if i % 50 == 0:
             st.ingest("labels", doc.encode(), None)  # a tombstone
-    assert st.label_counts == Counter(v.cluster for _, v in st.labels.items())
-    assert st.cluster_sizes == Counter((k[0], v.cluster) for k, v in st.assignments.items())
+    assert st.label_counts == Counter((v.stream, v.cluster) for _, v in st.labels.items())
+    assert st.cluster_sizes == Counter((v.stream, k[0], v.cluster) for k, v in st.assignments.items())
+    assert {s for s, _ in st.label_counts} == {None, "news", "tech"} and st.streams() == ["news", "tech"]
     assert st.labels.evicted > 0 and st.assignments.evicted > 0
-    assert {r["name"]: r["documents"] for r in st.class_counts()} == dict(st.label_counts)
+    assert {(r["stream"], r["name"]): r["documents"] for r in st.class_counts()} == dict(st.label_counts)
+    for only in ("news", "tech"):
+        assert {r["name"]: r["documents"] for r in st.class_counts(only)} == {
+            c: n for (s, c), n in st.label_counts.items() if s == only}
+        assert st.overview(only)["labels_held"] == sum(1 for _, v in st.labels.items() if v.stream == only)
+    assert {r["stream"]: r["labels"] for r in st.overview()["streams"]} == {
+        s: sum(1 for _, v in st.labels.items() if v.stream == s) for s in ("news", "tech")}
     view = st.clusters_view()
-    assert {(alg, r["cluster"]): r["size"] for alg, rows in view.items() for r in rows} == dict(st.cluster_sizes)
+    assert {(r["stream"], r["algorithm"], r["cluster"]): r["size"] for rows in view.values() for r in rows} \
+        == dict(st.cluster_sizes)
+    assert set(view) >= {"ck", "news/ck", "tech/dl"}
+    assert {r["stream"] for rows in st.clusters_view(only="tech").values() for r in rows} == {"tech"}
 
 
 # ---------------------------------------------------------------- reading the topics
@@ -138,6 +150,56 @@ def test_queue_without_suggestions_ranks_the_primary_models_least_certain_docume
     assert items[1]["scores"] == (("b", 0.6), ("a", 0.3)), "best first"
     assert st.classes() == ["a", "b"]
     assert ConsoleState().queue() == ([], "none")
+
+
+def test_streams_seeds_queue_clusters_and_counts_are_kept_per_stream():
+    """Per-stream models: the same id in two streams is two seeds; hiding, filters and classes go by stream."""
+    st = ConsoleState()
+    for stream, cls in (("news", "grain"), ("tech", "graphics")):
+        st.ingest("suggestions", b"d1", _j({"id": "d1", "snippet": "x", "rank": 0, "stream": stream}))
+        st.ingest("control", b"d9", _j({"op": "label", "id": "d9", "labels": [cls], "stream": stream}), 0, 1)
+        st.ingest("clusters", f"{stream}/ck/new-0".encode(), _j({"cluster": "new-0", "algorithm": "ck",
+                                                                  "size": 3, "stream": stream}))
+    st.ingest("suggestions", b"d2", _j({"id": "d2", "snippet": "y", "rank": 1, "stream": "news"}))
+    assert st.streams() == ["news", "tech"] and st.multi_stream()
+    # the suggestions topic is keyed by id: d1's latest suggestion (tech) is the one held
+    assert [(i["id"], i["stream"]) for i in st.queue()[0]] == [("d1", "tech"), ("d2", "news")]
+    assert [i["id"] for i in st.queue(only="news")[0]] == ["d2"]
+    st.hide("d1", "skipped", "news")  # another stream's d1: tech's stays
+    assert [i["id"] for i in st.queue(only="tech")[0]] == ["d1"]
+    st.hide("d1", "skipped", "tech")
+    assert [i["id"] for i in st.queue()[0]] == ["d2"]
+    assert {(s["stream"], s["id"]): s["labels"] for s in st.recent_seeds()} == {
+        ("news", "d9"): ["grain"], ("tech", "d9"): ["graphics"]}
+    assert [s["labels"] for s in st.recent_seeds(only="tech")] == [["graphics"]]
+    st.ingest("control", b"d9", _j({"op": "unlabel", "id": "d9", "stream": "tech"}), 0, 2)
+    assert [s["stream"] for s in st.recent_seeds()] == ["news"], "the unlabel undid tech's seed only"
+    assert st.classes("news") == ["grain"] and st.classes("tech") == [] and st.classes() == ["grain"]
+    assert [(r["stream"], r["cluster"]) for r in st.new_clusters()] == [("news", "new-0"), ("tech", "new-0")]
+    assert [r["stream"] for r in st.new_clusters(only="tech")] == ["tech"]
+    assert {r["stream"]: (r["seeds"], r["suggestions"]) for r in st.overview()["streams"]} == {
+        "news": (1, 1), "tech": (0, 1)}
+    assert st.overview("news")["seeds"] == 1 and st.overview("tech")["suggestions"] == 1
+    assert st.document("d9", "news")["seed"] == ["grain"] and st.document("d9", "tech") is None
+    # an invalid stream is malformed (counted, skipped); the streams listed are bounded
+    st.ingest("suggestions", b"d3", _j({"id": "d3", "stream": "bad/name"}))
+    st.ingest("control", b"d3", _j({"op": "label", "id": "d3", "labels": ["a"], "stream": 7}), 0, 3)
+    assert st.counts.malformed == {"suggestions": 1, "control": 1} and "d3" not in st.suggestions
+    from streamsemi.console.state import MAX_STREAMS
+
+    for i in range(MAX_STREAMS + 5):
+        st.ingest("suggestions", b"z", _j({"id": "z", "stream": f"s{i}"}))
+    assert len(st.streams()) == MAX_STREAMS and st.streams_unlisted == 7
+    # with per-stream models configured, records and ops without stream are the default stream's
+    st = ConsoleState(default_stream="news")
+    st.ingest("control", b"d1", _j({"op": "label", "id": "d1", "labels": ["grain"]}), 0, 1)
+    st.ingest("suggestions", b"d2", _j({"id": "d2", "stream": "news"}))
+    assert st.streams() == ["news"] and not st.multi_stream()
+    assert [s["stream"] for s in st.recent_seeds()] == ["news"] and st.queue()[0][0]["stream"] == "news"
+    # without: nothing carries a stream and nothing changes
+    st = ConsoleState()
+    st.ingest("suggestions", b"d2", _j({"id": "d2"}))
+    assert st.streams() == [] and st.queue()[0][0]["stream"] is None and not st.overview()["streams"]
 
 
 def test_clusters_view_from_assignments_then_from_the_clusters_topic():
@@ -341,3 +403,54 @@ def test_reader_backfills_the_streams_and_adopts_a_topic_created_later(broker):
         reader.stop()
         reader.join(10)
     assert not reader.is_alive() and reader.errors == 0
+
+
+def test_per_stream_console_writes_name_the_stream_of_the_item_through_the_broker(console_app, broker):
+    """Per-stream models: a label clicked on a non-default stream's suggestion reaches the control topic with
+    that stream (so do unlabel, name and a filtered refit); the queue shows each item's stream and its own
+    stream's classes; the stream filter is bounded to the streams seen and escaped."""
+    topics, state, writer, settings = console_app
+    for stream, doc, cls in (("news", "n1", "grain"), ("tech", "t1", "graphics")):
+        state.ingest("documents", doc.encode(), _j({"id": doc, "text": f"text of {doc}", "stream": stream}))
+        state.ingest("suggestions", doc.encode(), _j({"id": doc, "snippet": f"text of {doc}", "rank": 0,
+                                                     "reason": "uncertain", "stream": stream}))
+        state.ingest("control", b"s-" + doc.encode(), _j({"op": "label", "id": "s-" + doc, "labels": [cls],
+                                                          "stream": stream}), 0, 1)
+    state.ingest("clusters", b"tech/ck/new-0", _j({"cluster": "new-0", "algorithm": "ck", "size": 4, "stream": "tech"}))
+    app = create_app(state, writer, ConsoleOptions(control_topic=topics.control))
+    csrf = app.state.csrf_token
+    with Served(app) as s:
+        code, page, _ = _request(s.url("/queue"))
+        items = {seg.split('"', 1)[0]: seg for seg in page.split('<li class="suggestion')[1:]
+                 for seg in [seg.split('data-id="', 1)[1]]}
+        assert code == 200 and set(items) == {"n1", "t1"} and 'id="stream-filter"' in page
+        assert '<input type="hidden" name="stream" value="tech">' in items["t1"]
+        assert 'value="graphics"' in items["t1"] and 'value="grain"' not in items["t1"], "its own stream's classes"
+        code, page, _ = _request(s.url("/queue?stream=tech"))
+        assert 'data-id="t1"' in page and 'data-id="n1"' not in page and 'href="/seeds?stream=tech"' in page
+        code, page, _ = _request(s.url("/queue?stream=" + urllib.parse.quote("<b>x</b>")))
+        assert code == 200 and "&lt;b&gt;x&lt;/b&gt;" in page and "<b>x</b>" not in page
+        assert 'data-id="n1"' in page and 'data-id="t1"' in page, "an unknown stream filters nothing"
+        code, page, _ = _request(s.url("/seeds"))
+        assert '<td class="stream">tech</td>' in page and '<td class="stream">news</td>' in page
+        code, page, _ = _request(s.url("/"))
+        assert 'id="streams"' in page and 'data-stream="tech"' in page
+        code, _, headers = _request(s.url("/label"), {"id": "t1", "label": "graphics", "stream": "tech",
+                                                      "csrf": csrf, "next": "/queue?stream=tech"})
+        assert code == 303 and headers["location"].startswith("/queue?stream=tech&msg=labelled")
+        code, page, _ = _request(s.url("/queue"))
+        assert 'data-id="t1"' not in page and 'data-id="n1"' in page, "tech's t1 hidden, news' n1 not"
+        assert _request(s.url("/unlabel"), {"id": "t1", "stream": "tech", "csrf": csrf})[0] == 303
+        assert _request(s.url("/name"), {"cluster": "new-0", "algorithm": "ck", "label": "gpu", "stream": "tech",
+                                         "csrf": csrf})[0] == 303
+        assert _request(s.url("/refit"), {"stream": "tech", "csrf": csrf})[0] == 303
+        code, _, headers = _request(s.url("/label"), {"id": "t1", "label": "a", "stream": "bad/name", "csrf": csrf})
+        assert code == 303 and "err=refused" in headers["location"], "an invalid stream name is refused"
+    sent = [json.loads(r.value) for r in read_topic(broker.bootstrap, topics.control, expect=4, timeout=20)]
+    by_op = {m["op"]: m for m in sent}  # (keys differ: partitions differ, so only one id's ops are ordered)
+    assert len(sent) == 4 and by_op == {
+        "label": {"op": "label", "id": "t1", "labels": ["graphics"], "stream": "tech", "text": "text of t1"},
+        "unlabel": {"op": "unlabel", "id": "t1", "stream": "tech"},
+        "name": {"op": "name", "cluster": "new-0", "label": "gpu", "stream": "tech", "algorithm": "ck"},
+        "refit": {"op": "refit", "stream": "tech"}}
+    assert [m["op"] for m in sent if m.get("id") == "t1"] == ["label", "unlabel"]

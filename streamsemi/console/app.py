@@ -164,11 +164,21 @@ def create_app(state: ConsoleState, writer: ControlWriter, options: ConsoleOptio
     metrics = WorkerMetrics(options.worker_url)
     token = options.auth_token
 
-    def render(request: Request, template: str, status: int = 200, **ctx: Any) -> HTMLResponse:
+    def render(request: Request, template: str, status: int = 200, *, only: str | None = None, **ctx: Any) -> HTMLResponse:
+        err = request.query_params.get("err")
+        asked = request.query_params.get("stream")
+        if asked and only is None:
+            err = f"no stream {asked[:80]!r} seen: showing every stream"
         body = env.get_template(template).render(
             csrf=csrf_token, path=request.url.path, full_path=_full_path(request), msg=request.query_params.get("msg"),
-            err=request.query_params.get("err"), auth=token is not None, **ctx)
+            err=err, auth=token is not None, streams=state.streams(), multi=state.multi_stream(), only=only,
+            q=("?" + urllib.parse.urlencode({"stream": only})) if only else "", **ctx)
         return HTMLResponse(body, status_code=status)
+
+    def only_of(request: Request) -> str | None:
+        """The page's stream filter: query parameter ``stream``, one of the streams seen (else no filter)."""
+        asked = request.query_params.get("stream")
+        return asked if asked and asked in state.streams() else None
 
     def _full_path(request: Request) -> str:
         q = request.url.query
@@ -183,29 +193,48 @@ def create_app(state: ConsoleState, writer: ControlWriter, options: ConsoleOptio
 
     # ------------------------------------------------------------ pages
     async def overview(request: Request) -> Response:
-        return render(request, "overview.html", o=state.overview(), worker=await run_in_threadpool(metrics.read),
+        only = only_of(request)
+        return render(request, "overview.html", only=only, o=await run_in_threadpool(state.overview, only),
+                      worker=await run_in_threadpool(metrics.read),
                       bootstrap=options.bootstrap_servers, control_topic=options.control_topic)
 
     async def clusters(request: Request) -> Response:
-        return render(request, "clusters.html", views=await run_in_threadpool(state.clusters_view))
+        only = only_of(request)
+        views = await run_in_threadpool(lambda: state.clusters_view(only=only))
+        return render(request, "clusters.html", only=only, views=views)
 
     async def new_clusters(request: Request) -> Response:
-        return render(request, "new_clusters.html", rows=await run_in_threadpool(state.new_clusters))
+        only = only_of(request)
+        return render(request, "new_clusters.html", only=only, rows=await run_in_threadpool(state.new_clusters, only))
+
+    def with_classes(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Each item with the classes of its own stream (the buttons that label it) and their shortcuts."""
+        per: dict[str | None, list[str]] = {}
+        for it in items:
+            if it["stream"] not in per:
+                per[it["stream"]] = state.classes(it["stream"])
+            it["classes"] = per[it["stream"]]
+            it["shortcuts"] = min(SHORTCUT_CLASSES, len(it["classes"]))
+        return items
 
     async def queue(request: Request) -> Response:
-        items, source = await run_in_threadpool(state.queue)
-        classes = await run_in_threadpool(state.classes)
-        return render(request, "queue.html", items=items, source=source, classes=classes,
-                      suggestions_topic=options.suggestions_topic,
-                      shortcuts=min(SHORTCUT_CLASSES, len(classes)), o=state.overview())
+        only = only_of(request)
+        items, source = await run_in_threadpool(lambda: state.queue(only=only))
+        items = await run_in_threadpool(with_classes, items)
+        return render(request, "queue.html", only=only, items=items, source=source,
+                      suggestions_topic=options.suggestions_topic)
 
     async def seeds(request: Request) -> Response:
-        return render(request, "seeds.html", seeds=state.recent_seeds(), ops=list(reversed(state.recent_ops)))
+        only = only_of(request)
+        ops = [op for op in reversed(state.recent_ops) if only is None or op.get("stream") == only]
+        return render(request, "seeds.html", only=only, seeds=state.recent_seeds(only=only), ops=ops)
 
     async def doc(request: Request) -> Response:
         doc_id = request.query_params.get("id", "").strip()
-        found = state.document(doc_id) if doc_id else None
-        return render(request, "doc.html", doc_id=doc_id, d=found, classes=state.classes(),
+        only = only_of(request)
+        found = state.document(doc_id, only) if doc_id else None
+        classes = state.classes(found["stream"]) if found is not None else []
+        return render(request, "doc.html", only=only, doc_id=doc_id, d=found, classes=classes,
                       status=404 if doc_id and found is None else 200)
 
     # ------------------------------------------------------------ writes
@@ -218,6 +247,14 @@ def create_app(state: ConsoleState, writer: ControlWriter, options: ConsoleOptio
             return back(request, form, err=f"not sent ({type(exc).__name__}): {exc}"[:300])
         return back(request, form, msg=f"{done} (control topic partition {partition}, offset {offset})")
 
+    def stream_of(form: Any, msg: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
+        """``msg`` with the form's ``stream`` (the stream of the item acted on; none: the default stream's)."""
+        stream = str(form.get("stream", "")).strip() or None
+        return ({**msg, "stream": stream} if stream else msg), stream
+
+    def where(stream: str | None) -> str:
+        return f" (stream {stream})" if stream else ""
+
     async def label(request: Request) -> Response:
         form = request.state.form
         doc_id = str(form.get("id", "")).strip()
@@ -225,29 +262,32 @@ def create_app(state: ConsoleState, writer: ControlWriter, options: ConsoleOptio
         lab = new or str(form.get("label", "")).strip()
         if not doc_id or not lab:
             return back(request, form, err="a document id and a class are needed")
-        msg: dict[str, Any] = {"op": "label", "id": doc_id, "labels": [lab]}
-        text, complete = state.text_of(doc_id)
+        msg, stream = stream_of(form, {"op": "label", "id": doc_id, "labels": [lab]})
+        text, complete = state.text_of(doc_id, stream)
         if text and complete:
             msg["text"] = text  # a worker that no longer holds the document still gets the seed
-        resp = await _send(request, form, msg, f"labelled {doc_id} as {lab}")
+        resp = await _send(request, form, msg, f"labelled {doc_id} as {lab}{where(stream)}")
         if "err=" not in resp.headers.get("location", ""):
-            state.hide(doc_id, "labeled")
+            state.hide(doc_id, "labeled", stream)
         return resp
 
     async def skip(request: Request) -> Response:
         form = request.state.form
         doc_id = str(form.get("id", "")).strip()
+        stream = stream_of(form, {})[1]
         if doc_id:
-            state.hide(doc_id, "skipped")
-        return back(request, form, msg=f"skipped {doc_id}")
+            state.hide(doc_id, "skipped", stream)
+        return back(request, form, msg=f"skipped {doc_id}{where(stream)}")
 
     async def unlabel(request: Request) -> Response:
         form = request.state.form
         doc_id = str(form.get("id", "")).strip()
-        return await _send(request, form, {"op": "unlabel", "id": doc_id}, f"removed the seed of {doc_id}")
+        msg, stream = stream_of(form, {"op": "unlabel", "id": doc_id})
+        return await _send(request, form, msg, f"removed the seed of {doc_id}{where(stream)}")
 
     async def refit(request: Request) -> Response:
-        return await _send(request, request.state.form, {"op": "refit"}, "refit requested")
+        msg, stream = stream_of(request.state.form, {"op": "refit"})
+        return await _send(request, request.state.form, msg, f"refit requested{where(stream)}")
 
     async def name(request: Request) -> Response:
         form = request.state.form
@@ -256,10 +296,10 @@ def create_app(state: ConsoleState, writer: ControlWriter, options: ConsoleOptio
         lab = str(form.get("label", "")).strip()
         if not cluster or not lab:
             return back(request, form, err="a cluster and a name are needed")
-        msg: dict[str, Any] = {"op": "name", "cluster": cluster, "label": lab}
+        msg, stream = stream_of(form, {"op": "name", "cluster": cluster, "label": lab})
         if algorithm:
             msg["algorithm"] = algorithm
-        return await _send(request, form, msg, f"named {cluster} {lab}")
+        return await _send(request, form, msg, f"named {cluster} {lab}{where(stream)}")
 
     # ------------------------------------------------------------ auth
     async def login_page(request: Request) -> Response:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from streamsemi.console.state import Bounds, ConsoleState
 from streamsemi.core.errors import ConfigError
-from streamsemi.service.config import Settings
+from streamsemi.service.config import Settings, stream_list
 
 TOKEN_ENV = "STREAMSEMI_CONSOLE_TOKEN"
 MIN_TOKEN_CHARS = 16
@@ -105,7 +105,11 @@ def serve(settings: Settings, opts: ServeOptions) -> int:
 
     opts = check_options(opts)
     sock = bind_socket(opts.host, opts.port)
-    state = ConsoleState(Bounds(max_entries=opts.max_entries, max_bytes=int(opts.max_mb * 1024 * 1024)))
+    # with per-stream models (settings streams / default_stream, from --config or the environment), records and
+    # ops without stream belong to the default stream: the console counts them there and names it in its writes
+    default_stream = settings.default_stream if stream_list(settings.streams) else None
+    state = ConsoleState(Bounds(max_entries=opts.max_entries, max_bytes=int(opts.max_mb * 1024 * 1024)),
+                         default_stream=default_stream)
     reader = TopicReader(settings, state, backfill=opts.backfill)
     writer = ControlWriter(settings)
     app = create_app(state, writer, ConsoleOptions(

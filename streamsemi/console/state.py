@@ -19,6 +19,8 @@ from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from streamsemi.service.config import stream_name_problem
+
 #: kinds of topic the reader feeds in
 KINDS = ("documents", "assignments", "labels", "control", "clusters", "suggestions")
 
@@ -39,6 +41,8 @@ RATE_WINDOW_S = 30.0
 #: algorithms tracked by name (the topics are untrusted: a flood of made-up names stays bounded)
 MAX_ALGORITHMS = 64
 MAX_NAME_CHARS = 100
+#: streams tracked by name (the stream filter and the per-stream counts); the worker's own bound is max_streams
+MAX_STREAMS = 64
 #: classes kept per assignment (best first): the queue's margin needs two, the pages show three
 SCORES_KEPT = 3
 
@@ -150,6 +154,7 @@ class Seed:
     offset: int
     ts: float
     text: str | None = None
+    stream: str | None = None
 
 
 @dataclass
@@ -204,6 +209,7 @@ class Verdict(NamedTuple):
     model_version: int
     revision: int
     provisional: bool
+    stream: str | None = None
 
 
 class ConsoleState:
@@ -215,27 +221,44 @@ class ConsoleState:
         Entries and bytes of each table.
     clock : callable
         Epoch seconds (tests pass a fake).
+    default_stream : str, optional
+        With per-stream models (the ``streams`` setting), the stream of records without
+        ``stream`` (control ops sent without one go to it); None: such records have no
+        stream (a deployment without per-stream models, where nothing carries one).
+
+    Records may carry ``stream`` (per-stream models, docs/scaling.md): seeds, the queue's
+    hidden marks and the counts are kept per stream (a document id is unique within its
+    stream); the labels, suggestions and texts tables are keyed by id as their topics are.
+    The views take an optional ``stream`` filter.
     """
 
-    def __init__(self, bounds: Bounds | None = None, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, bounds: Bounds | None = None, clock: Callable[[], float] = time.time,
+                 default_stream: str | None = None) -> None:
         self.bounds = bounds = bounds or Bounds()
         self.clock = clock
+        self.default_stream = default_stream
+        #: streams seen in records (at most MAX_STREAMS names; later ones are counted, not listed)
+        self.stream_names: dict[str, None] = {} if default_stream is None else {default_stream: None}
+        self.streams_unlisted = 0
         self.lock = threading.RLock()
         b = (bounds.max_entries, bounds.max_bytes)
-        self.texts = BoundedTable(*b)          # id -> (text[:TEXT_CHARS], complete)
+        self.texts = BoundedTable(*b)          # id -> (text[:TEXT_CHARS], complete, stream)
         # counts kept up to date as entries come and go (the pages do not scan the tables for them)
-        self.label_counts: Counter = Counter()     # class or cluster -> documents whose latest primary label it is
-        self.cluster_sizes: Counter = Counter()    # (algorithm, cluster) -> documents whose latest assignment it is
-        self.labels = BoundedTable(*b, on_remove=lambda k, v: self._count(self.label_counts, v.cluster or v.label or "?"))
-        self.assignments = BoundedTable(*b, on_remove=lambda k, v: self._count(self.cluster_sizes, (k[0], v.cluster)))
-        self.seeds = BoundedTable(*b)          # id -> Seed
-        self.unlabeled = BoundedTable(*b)      # id -> offset of the latest unlabel (orders late resolved labels)
-        self.clusters = BoundedTable(*b)       # "algorithm/cluster" -> clusters-topic value
+        self.label_counts: Counter = Counter()     # (stream, class or cluster) -> documents whose latest primary label it is
+        self.cluster_sizes: Counter = Counter()    # (stream, algorithm, cluster) -> documents whose latest assignment it is
+        self.labels = BoundedTable(*b, on_remove=lambda k, v: self._count(
+            self.label_counts, (v.stream, v.cluster or v.label or "?")))
+        self.assignments = BoundedTable(*b, on_remove=lambda k, v: self._count(
+            self.cluster_sizes, (v.stream, k[0], v.cluster)))
+        self.seeds = BoundedTable(*b)          # (stream, id) -> Seed
+        self.unlabeled = BoundedTable(*b)      # (stream, id) -> offset of the latest unlabel (orders late resolved labels)
+        self.clusters = BoundedTable(*b)       # "[stream/]algorithm/cluster" -> clusters-topic value
         self.suggestions = BoundedTable(*b)    # id -> suggestions-topic value
-        self.hidden = BoundedTable(*b)         # id -> why the console hides it from the queue (labeled, skipped)
+        self.hidden = BoundedTable(*b)         # (stream, id) -> why the console hides it from the queue (labeled, skipped)
         self.recent_ops: deque[dict[str, Any]] = deque(maxlen=200)  # control operations, newest last
-        self.fresh_ts: deque[float] = deque(maxlen=100_000)        # ts of fresh primary assignments
+        self.fresh_ts: deque[tuple[float, str | None]] = deque(maxlen=100_000)  # (ts, stream) of fresh primaries
         self.model_version: dict[str, int] = {}                      # algorithm -> newest model version seen
+        self.stream_versions: dict[tuple[str | None, str], int] = {}  # (stream, algorithm) -> its newest version
         self.primary_algorithm: str | None = None
         self.counts = Counts()
         self.topics_seen: set[str] = set()
@@ -248,6 +271,30 @@ class ConsoleState:
             counter[key] = n
         else:
             del counter[key]
+
+    # ---------------------------------------------------------------- streams
+    def _stream(self, m: dict) -> str | None:
+        """The stream of record ``m`` (its ``stream``, else the default stream); an invalid one raises ValueError."""
+        v = m.get("stream")
+        if v is None:
+            return self.default_stream
+        if not isinstance(v, str) or stream_name_problem(v):
+            raise ValueError("'stream' is not a stream name")
+        if v not in self.stream_names:
+            if len(self.stream_names) >= MAX_STREAMS:
+                self.streams_unlisted += 1
+            else:
+                self.stream_names[v] = None
+        return sys.intern(v)
+
+    def streams(self) -> list[str]:
+        """The streams seen (sorted; at most MAX_STREAMS): the values the stream filter accepts."""
+        with self.lock:
+            return sorted(self.stream_names)
+
+    def multi_stream(self) -> bool:
+        """More than one stream seen: the pages show a stream column and the filter."""
+        return len(self.stream_names) > 1
 
     # ---------------------------------------------------------------- ingest
     def ingest(self, kind: str, key: bytes | None, raw: bytes | None, partition: int = 0, offset: int = 0,
@@ -282,19 +329,21 @@ class ConsoleState:
         m = self._json(raw)
         if m is None or not isinstance(m.get("id"), str) or not isinstance(m.get("text"), str):
             return False
+        stream = self._stream(m)
         text = m["text"]
         kept = text[:TEXT_CHARS]
-        self.texts.put(m["id"], (kept, len(kept) == len(text)), len(m["id"]) + len(kept.encode()) + ENTRY_OVERHEAD)
+        self.texts.put(m["id"], (kept, len(kept) == len(text), stream),
+                       len(m["id"]) + len(kept.encode()) + ENTRY_OVERHEAD)
         return True
 
-    @staticmethod
-    def _verdict(m: dict) -> Verdict:
+    def _verdict(self, m: dict) -> Verdict:
         label = m.get("label")
         explain = m.get("explain")
         return Verdict(_name(m.get("algorithm", "")), _name(label) if isinstance(label, str) else None,
                        _name(m.get("cluster", "")), _float(m.get("score")), _scores(m.get("labels")),
                        tuple(_name(w) for w in explain[:10]) if isinstance(explain, list) else (),
-                       _int(m.get("model_version")), _int(m.get("revision")), bool(m.get("provisional")))
+                       _int(m.get("model_version")), _int(m.get("revision")), bool(m.get("provisional")),
+                       self._stream(m))
 
     def _on_assignments(self, key, raw, partition, offset, ts_ms) -> bool:
         m = self._json(raw)
@@ -304,14 +353,17 @@ class ConsoleState:
         alg = s.algorithm
         if alg in self.model_version or len(self.model_version) < MAX_ALGORITHMS:
             self.model_version[alg] = max(self.model_version.get(alg, 0), s.model_version)
+            if s.stream in self.stream_names:  # listed streams only: bounded by MAX_STREAMS x MAX_ALGORITHMS
+                self.stream_versions[(s.stream, alg)] = max(self.stream_versions.get((s.stream, alg), 0),
+                                                            s.model_version)
         if m.get("primary") is True:
             self.primary_algorithm = alg
             if s.revision == 0:
                 ts = m.get("ts")
-                self.fresh_ts.append(_float(ts, (ts_ms or 0) / 1000.0))
+                self.fresh_ts.append((_float(ts, (ts_ms or 0) / 1000.0), s.stream))
         self.assignments.put((alg, m["id"]), s, VERDICT_BYTES + 2 * len(m["id"]))
         if (alg, m["id"]) in self.assignments:
-            self._count(self.cluster_sizes, (alg, s.cluster), +1)
+            self._count(self.cluster_sizes, (s.stream, alg, s.cluster), +1)
         return True
 
     def _on_labels(self, key, raw, partition, offset, ts_ms) -> bool:
@@ -325,7 +377,7 @@ class ConsoleState:
         s = self._verdict(m)
         self.labels.put(m["id"], s, VERDICT_BYTES + 2 * len(m["id"]))
         if m["id"] in self.labels:
-            self._count(self.label_counts, s.cluster or s.label or "?", +1)
+            self._count(self.label_counts, (s.stream, s.cluster or s.label or "?"), +1)
         return True
 
     def _on_control(self, key, raw, partition, offset, ts_ms) -> bool:
@@ -335,37 +387,40 @@ class ConsoleState:
         op = m.get("op")
         ts = (ts_ms or 0) / 1000.0 or self.clock()
         doc_id = m.get("id") if isinstance(m.get("id"), str) else None
+        stream = self._stream(m)
+        key = (stream, doc_id)
         # one document's operations share a partition (key = id): offsets order them
         order = (partition, offset)
         if op == "label" and doc_id and isinstance(m.get("labels"), list):
             labels = tuple(str(x) for x in m["labels"])
             resolved = m.get("origin") == "resolved" and isinstance(m.get("label_offset"), int)
             effective = (partition, m["label_offset"]) if resolved else order
-            undone = self.unlabeled.get(doc_id)
+            undone = self.unlabeled.get(key)
             if undone is not None and undone > effective:
                 return True  # a resolved copy of a label that a later unlabel removed
             text = m.get("text") if isinstance(m.get("text"), str) else None
-            prev = self.seeds.get(doc_id)
+            prev = self.seeds.get(key)
             if text is None and prev is not None:
                 text = prev.text
             if resolved and prev is not None:
                 ts = prev.ts  # the worker's copy of a seed (with its text) is not a new seed
             text = text[:SNIPPET_CHARS] if text else None
-            self.seeds.put(doc_id, Seed(labels, offset, ts, text),
+            self.seeds.put(key, Seed(labels, offset, ts, text, stream),
                            len(doc_id) + (len(text.encode()) if text else 0) + ENTRY_OVERHEAD + 100,
                            keep_place=resolved)
-            self.hidden.put(doc_id, "labeled", len(doc_id) + ENTRY_OVERHEAD)
+            self.hidden.put(key, "labeled", len(doc_id) + ENTRY_OVERHEAD)
             if not resolved:
-                self.recent_ops.append({"op": "label", "id": doc_id, "labels": list(labels), "ts": ts})
+                self.recent_ops.append({"op": "label", "id": doc_id, "labels": list(labels), "ts": ts,
+                                        "stream": stream})
             return True
         if op == "unlabel" and doc_id:
-            self.seeds.pop(doc_id)
-            self.unlabeled.put(doc_id, order, len(doc_id) + ENTRY_OVERHEAD)
-            self.recent_ops.append({"op": "unlabel", "id": doc_id, "ts": ts})
+            self.seeds.pop(key)
+            self.unlabeled.put(key, order, len(doc_id) + ENTRY_OVERHEAD)
+            self.recent_ops.append({"op": "unlabel", "id": doc_id, "ts": ts, "stream": stream})
             return True
         if op in ("refit", "name"):
             self.recent_ops.append({"op": op, **{k: m.get(k) for k in ("algorithm", "cluster", "label") if k in m},
-                                    "ts": ts})
+                                    "ts": ts, "stream": stream})
             return True
         return False
 
@@ -378,7 +433,8 @@ class ConsoleState:
             return True
         if not isinstance(m.get("cluster"), str):
             return False
-        k = k or f"{m.get('algorithm', '')}/{m['cluster']}"
+        stream = self._stream(m)
+        k = k or "/".join([*([stream] if stream else []), str(m.get("algorithm", "")), m["cluster"]])
         self.clusters.put(k, m, PARSED_FACTOR * self._size(key, raw))
         return True
 
@@ -390,24 +446,26 @@ class ConsoleState:
             return True
         if not isinstance(m.get("id"), str):
             return False
+        self._stream(m)  # a valid stream (or none), and listed
         self.suggestions.put(m["id"], m, PARSED_FACTOR * self._size(key, raw))
         return True
 
     # ---------------------------------------------------------------- local marks
-    def hide(self, doc_id: str, why: str) -> None:
-        """Take a document out of the queue at once (labelled or skipped from this console)."""
+    def hide(self, doc_id: str, why: str, stream: str | None = None) -> None:
+        """Take a document of ``stream`` out of the queue at once (labelled or skipped from this console)."""
         with self.lock:
-            self.hidden.put(doc_id, why, len(doc_id) + ENTRY_OVERHEAD)
+            self.hidden.put((stream, doc_id), why, len(doc_id) + ENTRY_OVERHEAD)
             self._cache.clear()
 
     # ---------------------------------------------------------------- views
-    def text_of(self, doc_id: str) -> tuple[str | None, bool]:
+    # ``only``: a stream filter (one of :meth:`streams`), None for every stream
+    def text_of(self, doc_id: str, stream: str | None = None) -> tuple[str | None, bool]:
         """The document's text as read (at most TEXT_CHARS) and whether it is complete."""
         with self.lock:
             t = self.texts.get(doc_id)
             if t is not None:
-                return t
-            seed = self.seeds.get(doc_id)
+                return t[0], t[1]
+            seed = self.seeds.get((stream, doc_id))
             if seed is not None and seed.text:
                 return seed.text, False
             sug = self.suggestions.get(doc_id)
@@ -415,37 +473,72 @@ class ConsoleState:
                 return sug["snippet"], False
             return None, False
 
-    def docs_per_second(self) -> float:
+    def docs_per_second(self, only: str | None = None) -> float:
         with self.lock:
             now = self.clock()
-            n = sum(1 for t in self.fresh_ts if now - RATE_WINDOW_S <= t <= now + 5)
+            n = sum(1 for t, s in self.fresh_ts if now - RATE_WINDOW_S <= t <= now + 5 and (only is None or s == only))
         return n / RATE_WINDOW_S
 
-    def classes(self) -> list[str]:
-        """Known classes (seeded, or served by the primary model), sorted: the queue's buttons."""
+    def classes(self, only: str | None = None) -> list[str]:
+        """Known classes (seeded, or served by the primary model) of stream ``only`` (None: every stream), sorted."""
         with self.lock:
-            found = {c for c in self.label_counts if not c.startswith("new-") and c != "?"}
-            for _, seed in self.seeds.items():
-                found.update(seed.labels)
+            found = {c for (s, c) in self.label_counts if (only is None or s == only)
+                     and not c.startswith("new-") and c != "?"}
+            for (s, _), seed in self.seeds.items():
+                if only is None or s == only:
+                    found.update(seed.labels)
         return sorted(found)
 
-    def class_counts(self) -> list[dict[str, Any]]:
-        """Per class (or discovered cluster): documents whose latest primary label it is, and seeds."""
+    def class_counts(self, only: str | None = None) -> list[dict[str, Any]]:
+        """Per stream and class (or discovered cluster): documents whose latest primary label it is, and seeds."""
         with self.lock:
-            docs = Counter(self.label_counts)
+            docs = Counter({k: n for k, n in self.label_counts.items() if only is None or k[0] == only})
             seeds: Counter = Counter()
-            for _, seed in self.seeds.items():
-                seeds.update(seed.labels)
-        names = sorted(set(docs) | set(seeds), key=lambda c: (c.startswith("new-"), -docs[c], c))
-        return [{"name": c, "documents": docs[c], "seeds": seeds[c], "new": c.startswith("new-")} for c in names]
+            for (s, _), seed in self.seeds.items():
+                if only is None or s == only:
+                    seeds.update((s, c) for c in seed.labels)
+        keys = sorted(set(docs) | set(seeds), key=lambda k: (k[1].startswith("new-"), -docs[k], k[1], k[0] or ""))
+        return [{"name": c, "stream": s, "documents": docs[(s, c)], "seeds": seeds[(s, c)], "new": c.startswith("new-")}
+                for s, c in keys]
 
-    def overview(self) -> dict[str, Any]:
+    def stream_counts(self) -> list[dict[str, Any]]:
+        """Per stream seen: labels held, seeds, suggestions and its model versions (the overview's stream table)."""
         with self.lock:
+            per: dict[str | None, dict[str, Any]] = {
+                s: {"stream": s, "labels": 0, "seeds": 0, "suggestions": 0, "model_version": {}}
+                for s in self.stream_names}
+            for (s, _), n in self.label_counts.items():
+                if s in per:
+                    per[s]["labels"] += n
+            for (s, _), _seed in self.seeds.items():
+                if s in per:
+                    per[s]["seeds"] += 1
+            for _, m in self.suggestions.items():
+                s = self._stream(m)
+                if s in per:
+                    per[s]["suggestions"] += 1
+            for (s, alg), v in self.stream_versions.items():
+                if s in per:
+                    per[s]["model_version"][alg] = v
+        return [per[s] for s in sorted(per, key=lambda x: x or "")]
+
+    def overview(self, only: str | None = None) -> dict[str, Any]:
+        with self.lock:
+            if only is None:
+                versions, labels_held = self.model_version.copy(), len(self.labels)
+                seeds, suggestions = len(self.seeds), len(self.suggestions)
+            else:
+                versions = {alg: v for (s, alg), v in self.stream_versions.items() if s == only}
+                labels_held = sum(n for (s, _), n in self.label_counts.items() if s == only)
+                seeds = sum(1 for (s, _), _seed in self.seeds.items() if s == only)
+                suggestions = sum(1 for _, m in self.suggestions.items() if self._stream(m) == only)
             return {
-                "docs_per_s": self.docs_per_second(), "model_version": self.model_version.copy(),
-                "primary": self.primary_algorithm, "classes": self.class_counts(),
-                "labels_held": len(self.labels), "labels_evicted": self.labels.evicted,
-                "seeds": len(self.seeds), "suggestions": len(self.suggestions),
+                "docs_per_s": self.docs_per_second(only), "model_version": versions,
+                "primary": self.primary_algorithm, "classes": self.class_counts(only),
+                "labels_held": labels_held, "labels_evicted": self.labels.evicted,
+                "seeds": seeds, "suggestions": suggestions,
+                "streams": self.stream_counts() if self.multi_stream() else [],
+                "streams_unlisted": self.streams_unlisted,
                 "read": dict(self.counts.read), "malformed": dict(self.counts.malformed),
                 "bytes": sum(t.bytes for t in self._tables()),
             }
@@ -454,105 +547,128 @@ class ConsoleState:
         return [self.texts, self.labels, self.assignments, self.seeds, self.unlabeled, self.clusters,
                 self.suggestions, self.hidden]
 
-    def clusters_view(self, examples: int = 3, words: int = 10) -> dict[str, list[dict[str, Any]]]:
-        """Per algorithm, its clusters: size, top words and example documents.
+    def clusters_view(self, examples: int = 3, words: int = 10,
+                      only: str | None = None) -> dict[str, list[dict[str, Any]]]:
+        """Per algorithm (``stream/algorithm`` for a stream's), its clusters: size, top words and example documents.
 
-        From the clusters topic where it has entries for an algorithm; otherwise built from
+        From the clusters topic where it has entries for a stream's algorithm; otherwise built from
         the assignments held (size = documents whose latest assignment is in the cluster, kept
         up to date as entries come and go; top words and examples = the most frequent
         explanation words and the latest documents among the newest SCAN_NEWEST assignments).
+        Every row carries its ``stream`` and ``algorithm``.
         """
         with self.lock:
-            cached = self._cache.get("clusters")
+            cached = self._cache.get(f"clusters/{only}")
             if cached is not None:
                 return cached[1]
-            out: dict[str, list[dict[str, Any]]] = {}
-            from_topic: dict[str, list[dict[str, Any]]] = {}
+            out: dict[tuple[str | None, str], list[dict[str, Any]]] = {}
+            from_topic: dict[tuple[str | None, str], list[dict[str, Any]]] = {}
             for k, m in self.clusters.items():
-                alg = str(m.get("algorithm") or str(k).partition("/")[0])
-                if m.get("event") == "retired":
+                stream = self._stream(m)
+                if m.get("event") == "retired" or (only is not None and stream != only):
                     continue
+                parts = str(k).split("/")
+                alg = str(m.get("algorithm") or (parts[-2] if len(parts) > 1 else ""))
                 exs = [{"id": str(e.get("id")), "snippet": str(e.get("snippet", ""))[:SNIPPET_CHARS]}
                        for e in (m.get("examples") or [])[:examples] if isinstance(e, dict)]
-                from_topic.setdefault(alg, []).append({
+                from_topic.setdefault((stream, alg), []).append({
                     "cluster": m["cluster"], "size": _int(m.get("size")), "top_words": _str_list(m.get("top_words"), words),
                     "examples": exs, "new": str(m["cluster"]).startswith("new-"), "event": str(m.get("event", "")),
-                    "source": "clusters topic", "name": m.get("label") if isinstance(m.get("label"), str) else None})
-            sizes: dict[str, Counter] = {}
-            for (alg, c), n in self.cluster_sizes.items():
-                if alg not in from_topic:
-                    sizes.setdefault(alg, Counter())[c] = n
+                    "source": "clusters topic", "name": m.get("label") if isinstance(m.get("label"), str) else None,
+                    "stream": stream, "algorithm": alg})
+            sizes: dict[tuple[str | None, str], Counter] = {}
+            for (stream, alg, c), n in self.cluster_sizes.items():
+                if (stream, alg) not in from_topic and (only is None or stream == only):
+                    sizes.setdefault((stream, alg), Counter())[c] = n
             # top words and examples: from the newest assignments only (a page must not scan the whole table)
-            word_counts: dict[tuple[str, str], Counter] = {}
-            recent: dict[tuple[str, str], list[str]] = {}
+            word_counts: dict[tuple[str | None, str, str], Counter] = {}
+            recent: dict[tuple[str | None, str, str], list[str]] = {}
             for (alg, doc_id), s in self.assignments.newest(SCAN_NEWEST):
-                if alg in sizes:
-                    word_counts.setdefault((alg, s.cluster), Counter()).update(s.explain)
-                    ids = recent.setdefault((alg, s.cluster), [])
+                if (s.stream, alg) in sizes:
+                    key = (s.stream, alg, s.cluster)
+                    word_counts.setdefault(key, Counter()).update(s.explain)
+                    ids = recent.setdefault(key, [])
                     if len(ids) < examples and doc_id in self.texts:
                         ids.append(doc_id)
-            for alg, counter in sizes.items():
-                out[alg] = [{"cluster": c, "size": n, "new": c.startswith("new-"), "event": "",
-                             "top_words": [w for w, _ in word_counts.get((alg, c), Counter()).most_common(words)],
-                             "examples": [{"id": i, "snippet": self.texts.get(i)[0][:SNIPPET_CHARS]}
-                                          for i in recent.get((alg, c), [])],
-                             "source": "assignments", "name": None} for c, n in counter.most_common()]
-            for alg, rows in from_topic.items():
-                out[alg] = sorted(rows, key=lambda r: (-r["size"], r["cluster"]))
-            result = dict(sorted(out.items()))
-            self._cache["clusters"] = (self.clock(), result)
+            for (stream, alg), counter in sizes.items():
+                out[(stream, alg)] = [
+                    {"cluster": c, "size": n, "new": c.startswith("new-"), "event": "",
+                     "top_words": [w for w, _ in word_counts.get((stream, alg, c), Counter()).most_common(words)],
+                     "examples": [{"id": i, "snippet": self.texts.get(i)[0][:SNIPPET_CHARS]}
+                                  for i in recent.get((stream, alg, c), [])],
+                     "source": "assignments", "name": None, "stream": stream, "algorithm": alg}
+                    for c, n in counter.most_common()]
+            for key, rows in from_topic.items():
+                out[key] = sorted(rows, key=lambda r: (-r["size"], r["cluster"]))
+            result = {(alg if stream is None else f"{stream}/{alg}"): rows
+                      for (stream, alg), rows in sorted(out.items(), key=lambda kv: (kv[0][0] or "", kv[0][1]))}
+            self._cache[f"clusters/{only}"] = (self.clock(), result)
             return result
 
-    def new_clusters(self) -> list[dict[str, Any]]:
-        """Discovered clusters (``new-N``) of every algorithm, largest first."""
-        rows = [dict(r, algorithm=alg) for alg, rs in self.clusters_view().items() for r in rs if r["new"]]
-        return sorted(rows, key=lambda r: (-r["size"], r["algorithm"], r["cluster"]))
+    def new_clusters(self, only: str | None = None) -> list[dict[str, Any]]:
+        """Discovered clusters (``new-N``) of every algorithm (of stream ``only``), largest first."""
+        rows = [r for rs in self.clusters_view(only=only).values() for r in rs if r["new"]]
+        return sorted(rows, key=lambda r: (-r["size"], r["stream"] or "", r["algorithm"], r["cluster"]))
 
-    def queue(self, limit: int = 20) -> tuple[list[dict[str, Any]], str]:
-        """The suggestion queue and where it comes from.
+    def queue(self, limit: int = 20, only: str | None = None) -> tuple[list[dict[str, Any]], str]:
+        """The suggestion queue (of stream ``only``; every stream's when None) and where it comes from.
 
         The worker's suggestions topic when it has entries; otherwise the primary model's
         least certain documents (smallest margin between its two best classes) among the
         newest SCAN_NEWEST labels held, as long as their text was read. Documents labelled or skipped
-        here are left out.
+        here are left out. Each item carries its ``stream``: the console's writes for it name it.
         """
         with self.lock:
             items: list[dict[str, Any]] = []
             if len(self.suggestions):
                 for doc_id, m in self.suggestions.items():
-                    if doc_id in self.hidden or doc_id in self.seeds:
+                    stream = self._stream(m)
+                    if (only is not None and stream != only) or (stream, doc_id) in self.hidden \
+                            or (stream, doc_id) in self.seeds:
                         continue
                     items.append({"id": doc_id, "snippet": str(m.get("snippet", ""))[:SNIPPET_CHARS],
                                   "label": m.get("label") if isinstance(m.get("label"), str) else None,
                                   "scores": _scores(m.get("scores")), "reason": str(m.get("reason", "")),
                                   "priority": _float(m.get("priority")), "rank": _int(m.get("rank"), 10**9),
-                                  "algorithm": str(m.get("algorithm", ""))})
-                items.sort(key=lambda s: (s["rank"], -s["priority"]))
-                return items[:limit], "suggestions"
+                                  "algorithm": str(m.get("algorithm", "")), "stream": stream})
+                items = heapq.nsmallest(limit, items, key=lambda s: (s["rank"], -s["priority"]))
+                if items or only is None:
+                    return items, "suggestions"
             ranked = heapq.nsmallest(limit, ((margin(s.scores), doc_id, s) for doc_id, s in
-                                             self.labels.newest(SCAN_NEWEST) if doc_id not in self.hidden
-                                             and doc_id not in self.seeds and doc_id in self.texts),
+                                             self.labels.newest(SCAN_NEWEST)
+                                             if (only is None or s.stream == only)
+                                             and (s.stream, doc_id) not in self.hidden
+                                             and (s.stream, doc_id) not in self.seeds and doc_id in self.texts),
                                      key=lambda t: (t[0], t[1]))
             items = [{"id": doc_id, "snippet": self.texts.get(doc_id)[0][:SNIPPET_CHARS],
                       "label": s.label or s.cluster, "scores": s.scores, "reason": "uncertain",
-                      "priority": 1.0 - m, "rank": 0, "algorithm": s.algorithm} for m, doc_id, s in ranked]
+                      "priority": 1.0 - m, "rank": 0, "algorithm": s.algorithm, "stream": s.stream}
+                     for m, doc_id, s in ranked]
             return items, ("labels" if items else "none")
 
-    def recent_seeds(self, limit: int = 50) -> list[dict[str, Any]]:
+    def recent_seeds(self, limit: int = 50, only: str | None = None) -> list[dict[str, Any]]:
+        """The newest seeds (of stream ``only``), at most ``limit``, from at most SCAN_NEWEST of the table."""
         with self.lock:
-            return [{"id": k, "labels": list(s.labels), "ts": s.ts, "snippet": (s.text or "")[:SNIPPET_CHARS]}
-                    for k, s in self.seeds.newest(limit)]
+            found = self.seeds.newest(limit) if only is None else [
+                (k, s) for k, s in self.seeds.newest(SCAN_NEWEST) if k[0] == only][:limit]
+            return [{"id": k[1], "stream": k[0], "labels": list(s.labels), "ts": s.ts,
+                     "snippet": (s.text or "")[:SNIPPET_CHARS]} for k, s in found]
 
-    def document(self, doc_id: str) -> dict[str, Any] | None:
-        """Everything held about one document (None when nothing is)."""
+    def document(self, doc_id: str, stream: str | None = None) -> dict[str, Any] | None:
+        """Everything held about one document (of ``stream``, else of the stream its records name; None: nothing)."""
         with self.lock:
-            text, complete = self.text_of(doc_id)
+            held = self.texts.get(doc_id)
             primary = self.labels.get(doc_id)
-            per_alg = [s for s in (self.assignments.get((alg, doc_id)) for alg in self.model_version) if s]
-            seed = self.seeds.get(doc_id)
             sug = self.suggestions.get(doc_id)
+            if stream is None:
+                named = [primary.stream if primary else None, held[2] if held else None,
+                         self._stream(sug) if sug else None, self.default_stream]
+                stream = next((s for s in named if s is not None), None)
+            text, complete = self.text_of(doc_id, stream)
+            per_alg = [s for s in (self.assignments.get((alg, doc_id)) for alg in self.model_version) if s]
+            seed = self.seeds.get((stream, doc_id))
             if text is None and primary is None and not per_alg and seed is None and sug is None:
                 return None
-            return {"id": doc_id, "text": text, "complete": complete, "primary": primary,
+            return {"id": doc_id, "stream": stream, "text": text, "complete": complete, "primary": primary,
                     "assignments": sorted(per_alg, key=lambda s: s.algorithm),
                     "seed": list(seed.labels) if seed else None, "suggestion": sug}

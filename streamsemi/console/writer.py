@@ -8,7 +8,7 @@ from typing import Any
 
 from streamsemi.core.logs import event
 from streamsemi.core.messages import ControlMessage, Limits, Rejected, encode_json, parse_control
-from streamsemi.service.config import Settings
+from streamsemi.service.config import Settings, stream_name_problem
 
 log = logging.getLogger("streamsemi.console")
 
@@ -45,7 +45,11 @@ class ControlWriter:
     def validate(self, message: dict[str, Any]) -> str | None:
         """Why ``message`` would be refused (None when it is valid)."""
         parsed = check_control(message, self.limits)
-        return parsed.detail if isinstance(parsed, Rejected) else None
+        if isinstance(parsed, Rejected):
+            return parsed.detail
+        if parsed.stream is not None and stream_name_problem(parsed.stream):  # the worker would dead-letter it
+            return f"stream {parsed.stream[:80]!r}: {stream_name_problem(parsed.stream)}"
+        return None
 
     def send(self, message: dict[str, Any]) -> tuple[int, int]:
         """Validate and send one control message; returns its (partition, offset).
