@@ -38,6 +38,7 @@ import threading
 import time
 from collections import Counter, OrderedDict, deque
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -356,6 +357,18 @@ class _Snapshot:
     n_window: int
     trigger: str
     provisional: bool = False
+
+
+_PREDICT_POOL: list[ThreadPoolExecutor] = []
+_PREDICT_POOL_LOCK = threading.Lock()
+
+
+def _predict_pool() -> ThreadPoolExecutor:
+    """The process's one helper thread for :meth:`Engine._assign_all` (shared by every engine, e.g. per stream)."""
+    with _PREDICT_POOL_LOCK:
+        if not _PREDICT_POOL:
+            _PREDICT_POOL.append(ThreadPoolExecutor(max_workers=1, thread_name_prefix="predict"))
+        return _PREDICT_POOL[0]
 
 
 class Engine:
@@ -787,9 +800,10 @@ class Engine:
             for doc, _ in items:
                 served.pop(doc.id, None)   # a document sent again starts over (revision 0)
                 served[doc.id] = _Served(len(self.config.algorithms))
+        verdicts = self._assign_all(models, X)
         for k, name in enumerate(self.config.algorithms):
             slot = models[name]
-            per_doc = self._assign_with(slot, X)
+            per_doc = verdicts[name]
             is_primary = name == primary
             for (doc, _), (label, score, labels, cluster, new) in zip(items, per_doc, strict=True):
                 out.append(Assignment(doc.id, name, slot.version, label, score, labels, cluster, new,
@@ -955,10 +969,11 @@ class Engine:
         primary = self.primary
         now = self.clock()
         changed: dict[str, list[Assignment]] = {}
+        verdicts = self._assign_all(models, X)
         for k, name in enumerate(cfg.algorithms):
             slot = models[name]
             is_primary = name == primary
-            for doc_id, (label, score, labels, cluster, new) in zip(ids, self._assign_with(slot, X), strict=True):
+            for doc_id, (label, score, labels, cluster, new) in zip(ids, verdicts[name], strict=True):
                 entry = self._served[doc_id]
                 before = entry.verdicts[k]
                 verdict = (sys.intern(cluster), slot.provisional, is_primary, slot.version)
@@ -975,19 +990,43 @@ class Engine:
             entry.revision += 1
             for a in revised:
                 a.revision = entry.revision
-                self.telemetry.revisions.labels(a.algorithm).inc()
             out.extend(revised)
+        for name, count in Counter(a.algorithm for a in out).items():  # metrics once per chunk
+            self.telemetry.revisions.labels(name).inc(count)
         self.revisions_sent += len(out)
         self._revision_cost = (time.perf_counter() - t0) / len(ids)
         if not self._pass_ids:
             event(log, "revision_pass_done", model_version=max(s.version for s in models.values()))
         return out
 
+    def _assign_all(self, models: dict[str, ModelSlot], X: sp.csr_matrix) -> dict[str, list]:
+        """:meth:`_assign_with` of every algorithm on ``X``.
+
+        The ``predict_proba`` of estimators whose compiled kernel releases the GIL
+        (class attribute ``predict_releases_gil``: D-LDA's fold-in, CLE's neighbour
+        search) is queued for a helper thread, so that it uses the second core while this
+        thread assigns with the others (issue 16); a queued prediction the helper has not
+        started when this thread is done is taken back and run here. The results are the same.
+        """
+        algorithms = self.config.algorithms
+        heavy = [a for a in algorithms if getattr(models[a].model, "predict_releases_gil", False)]
+        futures: dict[str, Future] = {}
+        if heavy and X.shape[0]:
+            pool = _predict_pool()
+            futures = {a: pool.submit(models[a].model.predict_proba, X) for a in heavy}
+        out = {a: self._assign_with(models[a], X) for a in algorithms if a not in futures}
+        for a in reversed(list(futures)):  # what the helper has not started yet, this thread predicts itself
+            f = futures[a]
+            out[a] = self._assign_with(models[a], X, None if f.cancel() else f.result())
+        return out
+
     @staticmethod
-    def _assign_with(slot: ModelSlot, X: sp.csr_matrix) -> list[tuple[str | None, float, dict[str, float], str, bool]]:
+    def _assign_with(slot: ModelSlot, X: sp.csr_matrix,
+                     proba: Any = None) -> list[tuple[str | None, float, dict[str, float], str, bool]]:
         # vectorised over the batch (argmax, row-wise argsort, masks); the per-document loop only builds the
-        # small label dicts, from Python floats (round() as before: the messages are unchanged)
-        P = np.asarray(slot.model.predict_proba(X), dtype=np.float64)
+        # small label dicts, from Python floats (round() as before: the messages are unchanged).
+        # proba: slot.model.predict_proba(X) when already computed (_assign_all)
+        P = np.asarray(slot.model.predict_proba(X) if proba is None else proba, dtype=np.float64)
         classes = [str(c) for c in slot.classes]
         n = P.shape[0]
         if n == 0:
@@ -1187,9 +1226,10 @@ class Engine:
             return None
         idx = np.linspace(0, snap.n_window - 1, n).astype(int)
         X = snap.X[idx]
-        a = [c for _, _, _, c, _ in self._assign_with(old, X)]
-        b = [c for _, _, _, c, _ in self._assign_with(new, X)]
-        return float(np.mean([x == y for x, y in zip(a, b, strict=True)]))
+        # the cluster _assign_with gives (the most probable class), without the label dicts: this runs on the
+        # refit thread and held the GIL the polling thread needs
+        a, b = (np.asarray(m.classes, dtype=str)[np.asarray(m.model.predict_proba(X)).argmax(axis=1)] for m in (old, new))
+        return float(np.mean(a == b))
 
     def _refit_round(self, snap: _Snapshot) -> None:
         t_round = time.perf_counter()

@@ -175,7 +175,7 @@ def _heap_push(hv: np.ndarray, hi: np.ndarray, hn: int, k: int, v: float, j: int
     return hn
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)  # predictions run on the polling thread, agreement checks on the refit thread
 def _top_k_inverted(q_indptr: np.ndarray, q_indices: np.ndarray, q_data: np.ndarray,
                     t_indptr: np.ndarray, t_indices: np.ndarray, t_data: np.ndarray,
                     n_r: int, k: int, self_offset: int) -> tuple[np.ndarray, np.ndarray]:
@@ -240,9 +240,14 @@ def top_k_inverted(Q: sp.csr_matrix, RT: sp.csr_matrix, n_neighbors: int,
         return np.zeros((Q.shape[0], 0), dtype=np.int64), np.zeros((Q.shape[0], 0))
     Q = sp.csr_matrix(Q, dtype=np.float64)
     RT = sp.csr_matrix(RT, dtype=np.float64)
-    return _top_k_inverted(Q.indptr.astype(np.int64), Q.indices.astype(np.int64), Q.data,
-                           RT.indptr.astype(np.int64), RT.indices.astype(np.int64), RT.data,
+    # the index arrays as they are (int32 or int64; numba compiles each): a window's RT is not copied per call
+    return _top_k_inverted(_index_array(Q.indptr), _index_array(Q.indices), Q.data,
+                           _index_array(RT.indptr), _index_array(RT.indices), RT.data,
                            int(n_r), int(k), -1 if exclude_self_offset is None else int(exclude_self_offset))
+
+
+def _index_array(a: np.ndarray) -> np.ndarray:
+    return a if a.dtype == np.int32 or a.dtype == np.int64 else a.astype(np.int64)
 
 
 def find_neighbors(Q: sp.csr_matrix, R: sp.csr_matrix, RT: sp.csr_matrix, n_neighbors: int,
@@ -562,6 +567,9 @@ class CLE(DiscoveryMixin, ScoresClassifierMixin, TransformerMixin, StreamsemiEst
     fit_times_ : dict
         Seconds spent in "graph", "eigen" and "assign".
     """
+
+    #: predict_proba runs in a compiled kernel that releases the GIL (the engine predicts on a helper thread)
+    predict_releases_gil = True
 
     _parameter_constraints = {
         "n_neighbors": [Interval(Integral, 1, None, closed="left")],

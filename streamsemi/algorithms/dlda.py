@@ -257,6 +257,9 @@ class DLDA(DiscoveryMixin, ClassifierMixin, StreamsemiEstimator):
     warm_started_ : bool
     """
 
+    #: predict_proba runs in a compiled kernel that releases the GIL (the engine predicts on a helper thread)
+    predict_releases_gil = True
+
     supports_warm_start = True
 
     _parameter_constraints = {

@@ -45,6 +45,7 @@ class Telemetry:
         self.dead_letters = Counter("streamsemi_dead_letters", "Messages sent to the dead-letter topic, by reason", ["reason"], registry=r)
         self.control = Counter("streamsemi_control_messages", "Control messages applied, by op", ["op"], registry=r)
         self.seeds = Gauge("streamsemi_seed_documents", "Seed-labeled documents held, by class (bounded)", ["class"], registry=r)
+        self._seed_counts: dict[str, int] = {}  # what self.seeds exports (set_seed_counts)
         self.pending = Gauge("streamsemi_pending_labels", "Labels waiting for their document", registry=r)
         self.window = Gauge("streamsemi_window_documents", "Documents in the refit window", registry=r)
         self.window_age = Gauge("streamsemi_window_age_seconds", "Age of the oldest window document", registry=r)
@@ -123,6 +124,11 @@ class Telemetry:
         for name, n in counts.items():
             key = self.class_label(name)
             folded[key] = folded.get(key, 0) + n
-        self.seeds.clear()
+        # only what changed (called for every seed: clearing re-created every class's child gauge, issue 16)
+        with self._lock:
+            before, self._seed_counts = self._seed_counts, folded
+        for key in before.keys() - folded.keys():
+            self.seeds.remove(key)
         for key, n in folded.items():
-            self.seeds.labels(key).set(n)
+            if before.get(key) != n:
+                self.seeds.labels(key).set(n)

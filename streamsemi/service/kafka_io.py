@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import NewTopic
 from kafka.errors import KafkaConfigurationError, KafkaError, TopicAlreadyExistsError
+from kafka.partitioner import DefaultPartitioner, murmur2
 
 from streamsemi.core.errors import ConfigError
 from streamsemi.core.logs import event
@@ -90,12 +91,37 @@ def create_missing_topics(settings: Settings, specs: dict[str, tuple[int, dict[s
     raise ConnectionError(f"cannot reach Kafka at {settings.bootstrap_servers} to create {what}: {last}")
 
 
+class KeyPartitioner(DefaultPartitioner):
+    """kafka-python's default partitioner (murmur2 of the key), hashing a key once for consecutive records.
+
+    The worker sends the records of one document one after the other (one assignment
+    per algorithm, the labels record): the pure-Python murmur2 ran for each of them.
+    The partition is the default partitioner's, so records keep their partitions.
+    """
+
+    def __init__(self) -> None:
+        self._last: tuple[bytes | None, int] = (None, 0)
+
+    def partition(self, topic: str, key: Any, serialized_key: bytes | None, value: Any, serialized_value: Any,
+                  cluster: Any) -> int:
+        if serialized_key is None:
+            return super().partition(topic, key, serialized_key, value, serialized_value, cluster)
+        if topic not in cluster.topics():
+            raise ValueError(f"Topic {topic} not found in ClusterMetadata")
+        last = self._last
+        if last[0] != serialized_key:
+            last = (serialized_key, murmur2(serialized_key) & 0x7fffffff)
+            self._last = last
+        partitions = sorted(cluster.partitions_for_topic(topic))
+        return partitions[last[1] % len(partitions)]
+
+
 def make_producer(settings: Settings, **overrides: Any) -> KafkaProducer:
     """Producer for outputs, dead letters and control messages (batched, idempotent with acks=all)."""
     acks: Any = settings.producer_acks if settings.producer_acks == "all" else int(settings.producer_acks)
     conf: dict[str, Any] = dict(
         bootstrap_servers=settings.bootstrap_servers, acks=acks, linger_ms=10, batch_size=128 * 1024,
-        enable_idempotence=settings.producer_acks == "all", client_id="streamsemi-producer",
+        enable_idempotence=settings.producer_acks == "all", client_id="streamsemi-producer", partitioner=KeyPartitioner(),
         max_request_size=max(1_048_576, settings.max_message_bytes * 2),
         **kafka_security(settings),
     )

@@ -1,0 +1,103 @@
+"""The worker's hot path (issue 16): the same partitions, metrics and verdicts as the code it replaces."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from kafka.partitioner import DefaultPartitioner
+from prometheus_client import generate_latest
+
+from streamsemi.core.telemetry import Telemetry
+from streamsemi.service.kafka_io import KeyPartitioner
+
+
+class _Cluster:
+    """The two ClusterMetadata calls a partitioner makes, for fixed topics."""
+
+    def __init__(self, partitions: dict[str, int]) -> None:
+        self.parts = {t: set(range(n)) for t, n in partitions.items()}
+
+    def topics(self) -> set[str]:
+        return set(self.parts)
+
+    def partitions_for_topic(self, topic: str) -> set[int]:
+        return self.parts[topic]
+
+    def available_partitions_for_topic(self, topic: str) -> set[int]:
+        return self.parts[topic]
+
+
+def test_key_partitioner_chooses_the_default_partitioners_partition() -> None:
+    cluster = _Cluster({"a": 1, "b": 3, "c": 12})
+    ours, default = KeyPartitioner(), DefaultPartitioner()
+    rng = np.random.default_rng(0)
+    keys = [bytes(rng.integers(0, 256, size=int(rng.integers(0, 40)), dtype=np.uint8)) for _ in range(300)]
+    spread = set()
+    for key in keys:
+        for topic in ("c", "a", "c", "b", "c"):  # the records of one document, then the next document's
+            got = ours.partition(topic, key, key, None, b"v", cluster)
+            assert got == default.partition(topic, key, key, None, b"v", cluster)
+            spread.add((topic, got))
+    assert {p for t, p in spread if t == "c"} == set(range(12))
+    assert ours.partition("b", None, None, None, b"v", cluster) in {0, 1, 2}
+    with pytest.raises(ValueError):
+        ours.partition("missing", b"k", b"k", None, b"v", cluster)
+
+
+def _seed_gauge(t: Telemetry) -> dict[str, float]:
+    out = {}
+    for line in generate_latest(t.registry).decode().splitlines():
+        if line.startswith("streamsemi_seed_documents{"):
+            out[line.split('"')[1]] = float(line.rpartition(" ")[2])
+    return out
+
+
+def test_seed_counts_gauge_follows_every_update() -> None:
+    t = Telemetry(max_class_labels=2)
+    t.set_seed_counts({"a": 1})
+    assert _seed_gauge(t) == {"a": 1.0}
+    t.set_seed_counts({"a": 2, "b": 1, "c": 4, "d": 1})   # beyond 2 classes: summed into "other"
+    assert _seed_gauge(t) == {"a": 2.0, "b": 1.0, "other": 5.0}
+    t.set_seed_counts({"b": 3})                            # classes gone: their series go
+    assert _seed_gauge(t) == {"b": 3.0}
+    t.set_seed_counts({})
+    assert _seed_gauge(t) == {}
+
+
+def test_gil_releasing_predictions_run_on_the_helper_thread_with_the_same_verdicts(monkeypatch) -> None:
+    import threading
+
+    from streamsemi.algorithms.cle import CLE
+    from streamsemi.algorithms.dlda import DLDA
+    from streamsemi.core.datasets import load
+    from streamsemi.core.messages import Document
+    from streamsemi.engine import Engine, EngineConfig
+
+    ds = load("reuters-r8")
+    order = [int(i) for i in np.random.default_rng(5).permutation(len(ds))[:260]]
+    eng = Engine(EngineConfig(algorithms=["constrained-kmeans", "d-lda", "cle"], background_refit=False,
+                              n_features=2**12, refit_every_docs=0, min_docs_first_refit=150, drift_detection=False,
+                              min_seed_classes=2, min_seeds_per_class=1, first_fit_stable_seeds=0, refit_growth=0,
+                              refit_idle_s=0))
+    for i in order[:40]:
+        eng.label(f"r{i}", [ds.labels[i]], text=ds.texts[i])
+    eng.process([Document(id=f"r{i}", text=ds.texts[i]) for i in order[:180]])
+    assert eng.ready
+    assert DLDA.predict_releases_gil and CLE.predict_releases_gil
+    threads: dict[str, set[str]] = {}
+    for cls in (DLDA, CLE):
+        original = cls.predict_proba
+
+        def spy(self, X, _original=original, _name=cls.__name__):
+            threads.setdefault(_name, set()).add(threading.current_thread().name)
+            return _original(self, X)
+
+        monkeypatch.setattr(cls, "predict_proba", spy)
+    X = eng.featurizer.transform([ds.texts[i] for i in order[180:]], update_sketch=False)
+    parallel = eng._assign_all(eng.models, X)
+    assert set(threads) == {"DLDA", "CLE"}
+    assert any(name.startswith("predict") for names in threads.values() for name in names), "the helper thread"
+    assert all(len(names) == 1 for names in threads.values()), "each prediction runs once"
+    sequential = {a: Engine._assign_with(slot, X) for a, slot in eng.models.items()}
+    assert parallel == sequential
+    assert len(parallel["cle"]) == X.shape[0]
