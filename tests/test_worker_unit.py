@@ -11,7 +11,7 @@ from kafka_fakes import FakeConsumer, FakeProducer
 from streamsemi.core.datasets import load
 from streamsemi.engine import Engine, EngineConfig
 from streamsemi.service.config import resolve
-from streamsemi.service.worker import Worker
+from streamsemi.service.worker import REVISION_BUDGET_BUSY_S, REVISION_BUDGET_S, Worker
 
 
 @pytest.fixture(scope="module")
@@ -145,3 +145,17 @@ def test_a_batch_in_flight_at_a_crash_is_processed_one_record_at_a_time(r8, tmp_
     w.step()
     assert [m["ranges"] for m in markers[1:]] == [[[tp.topic, 0, k, k]] for k in range(3, 7)]
     assert _assigned(w) == {f"d{i}" for i in range(7)} and not _dead(w)
+
+
+def test_a_revision_pass_gets_a_smaller_budget_while_documents_wait_on_the_broker(r8):
+    w, tp = _worker(r8)
+    w.consumer = FakeConsumer([tp], highwater={tp: 100})
+    w.consumer.feed(tp, [_doc(r8, i) for i in range(6)])
+    w.step()
+    assert w.engine.backlog == 94 and w.engine.revision_budget_s == REVISION_BUDGET_S, "nothing waited before the poll"
+    w.step()
+    assert w.engine.revision_budget_s == REVISION_BUDGET_BUSY_S < REVISION_BUDGET_S
+    w.consumer.hw[tp] = 6  # caught up
+    w.step()
+    w.step()
+    assert w.engine.backlog == 0 and w.engine.revision_budget_s == REVISION_BUDGET_S

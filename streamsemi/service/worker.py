@@ -74,6 +74,7 @@ log = logging.getLogger("streamsemi.service.worker")
 
 FLUSH_TIMEOUT_S = 10.0
 REVISION_BUDGET_S = 0.1  # seconds of revision work per loop (Engine.revision_budget_s)
+REVISION_BUDGET_BUSY_S = 0.02  # ... while documents wait on the broker: fresh documents first (issue 16)
 MAX_ERROR_CHARS = 500
 
 Position = tuple[TopicPartition, int]
@@ -286,6 +287,8 @@ class Worker:
         self.ledger.resend()
         self._apply_control()
         records = self._poll()
+        # a revision pass runs on what the fresh documents leave: less of it while documents wait on the broker
+        self.engine.revision_budget_s = REVISION_BUDGET_BUSY_S if self.engine.backlog else REVISION_BUDGET_S
         if records is not None:
             self._process(records)
             self._emit_suggestions()
