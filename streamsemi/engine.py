@@ -1520,6 +1520,14 @@ class Engine:
         self.telemetry.pending.set(len(self.pending))
         return n
 
+    def track_unserved(self, ids: Sequence[str]) -> None:
+        """Window documents emitted without a model (``streamsemi.service.streams``): the next revision pass assigns them."""
+        for doc_id in ids:
+            if doc_id in self.window:
+                self._served.pop(doc_id, None)
+                self._served[doc_id] = _Served(len(self.config.algorithms))
+        self._bound_served()
+
     # ------------------------------------------------------------------ roles (used by streamsemi.service.roles)
     def learn(self, docs: Sequence[Document]) -> int:
         """Window ``docs`` without assigning them, then run the refit triggers (the ``refit`` role).

@@ -315,9 +315,27 @@ def _first_emissions(bootstrap: str, topic: str, ids: set[str], timeout: float =
         time.sleep(1.0)
 
 
+def _latest_emissions(bootstrap: str, topic: str, ids: set[str], timeout: float = 90.0) -> dict[str, dict]:
+    """Per id of ``ids`` its latest assignment (highest revision), once every one is from a model (or ``timeout``)."""
+    from kafka_utils import read_topic
+
+    deadline = time.monotonic() + timeout
+    while True:
+        latest: dict[str, dict] = {}
+        for m in _values(read_topic(bootstrap, topic, idle=1.0, timeout=30)):
+            if m["id"] in ids and m["revision"] >= latest.get(m["id"], {"revision": -1})["revision"]:
+                latest[m["id"]] = m
+        if (set(latest) >= ids and all(m["model_version"] >= 1 for m in latest.values())) \
+                or time.monotonic() > deadline:
+            return latest
+        time.sleep(1.0)
+
+
 def test_worker_with_two_streams_of_disjoint_classes_restarts_with_both(broker, tmp_path):
     """R8 news as stream 'news' (the default), 20NG comp.* posts as 'tech': each stream's outputs use only its
-    classes, model versions per stream, an unknown stream is dead-lettered, a restart restores both streams."""
+    classes, model versions per stream, an unknown stream is dead-lettered, a restart restores both streams.
+    News's seeds come after its documents: its buffer (200) fills and its other documents are emitted 'no model
+    yet' while tech is served (no stall), then revised by news's first model."""
     from kafka_utils import Topics, WorkerProcess, producer, read_topic, send_json
 
     from streamsemi.core import datasets
@@ -332,7 +350,7 @@ def test_worker_with_two_streams_of_disjoint_classes_restarts_with_both(broker, 
     state = tmp_path / "state"
     args = ["--streams", "news,tech", "--default-stream", "news", "--max-streams", "2", "--state-dir", str(state),
             "--instance-id", "w1", "--refit-every-docs", "0", "--min-docs-first-refit", "100",
-            "--first-fit-stable-seeds", "0", "--refit-idle-s", "1"]
+            "--first-fit-stable-seeds", "0", "--refit-idle-s", "1", "--max-buffered-docs", "200"]
     p = producer(broker.bootstrap)
     news_ids = {f"r{k}": r8.labels[news[k]] for k in range(300)}
     tech_ids = {f"t{i}": ng.labels[i] for i in comp[:300]}
@@ -354,20 +372,38 @@ def test_worker_with_two_streams_of_disjoint_classes_restarts_with_both(broker, 
         assert main(["label", "--id", "x2", "--label", "golf", "--stream", "sports", "--bootstrap-servers",
                      broker.bootstrap, "--control-topic", topics.control]) == 0
         p.flush()
-        time.sleep(1.0)
+        # news has no seeds yet: its full buffer pauses nothing, its further documents are emitted "no model yet"
+        deadline = time.monotonic() + 90
+        while True:
+            early = [m for m in _values(read_topic(broker.bootstrap, topics.assignments, idle=1.0, timeout=30))
+                     if m["revision"] == 0]
+            unserved = {m["id"] for m in early if m["model_version"] == 0}
+            served_tech = {m["id"] for m in early if m["id"] in tech_ids}
+            if (len(unserved) >= 100 and served_tech == set(tech_ids)) or time.monotonic() > deadline:
+                break
+            time.sleep(1.0)
+        assert served_tech == set(tech_ids), "tech was served while news's buffer was full"
+        assert 100 <= len(unserved) < 300 and unserved <= set(news_ids)
+        assert all(m["label"] is None and m["provisional"] and m["cluster"] == "" and m["stream"] == "news"
+                   for m in early if m["model_version"] == 0)
+        assert any(e.get("event") == "stream_spilling" and e.get("stream") == "news" for e in first.logs())
         for k in range(0, 300, 6):
             msg = {"op": "label", "id": f"r{k}", "labels": [r8.labels[news[k]]]}
             if k % 12:
                 msg["stream"] = "news"
             send_json(p, topics.control, msg, key=f"r{k}")
         p.flush()
-        out = _first_emissions(broker.bootstrap, topics.assignments, set(news_ids) | set(tech_ids))
-        assert {m["id"] for m in out} == set(news_ids) | set(tech_ids)
+        seeded = {f"r{k}" for k in range(0, 300, 6)}  # seeds are not revised (their label is the seed)
+        latest = _latest_emissions(broker.bootstrap, topics.assignments, set(news_ids) - seeded | set(tech_ids))
+        assert all(latest[i]["revision"] == 1 and latest[i]["model_version"] >= 1 for i in unserved - seeded), \
+            "news's first model revised what it emitted without a model"
+        out = list(latest.values())
+        assert {m["id"] for m in out} == set(news_ids) - seeded | set(tech_ids)
         for m in out:
             stream, classes = ("news", r8_classes) if m["id"] in news_ids else ("tech", comp_classes)
             assert m["stream"] == stream and m["worker"] == "w1"
             assert m["label"] in classes, m
-        news_acc = sum(m["label"] == news_ids[m["id"]] for m in out if m["id"] in news_ids) / 300
+        news_acc = sum(m["label"] == news_ids[m["id"]] for m in out if m["id"] in news_ids) / 250
         assert len({m["label"] for m in out if m["id"] in tech_ids}) >= 4 and news_acc > 0.6
         dead = _values(read_topic(broker.bootstrap, topics.deadletter, expect=2, timeout=30))
         assert sorted(d["reason"] for d in dead) == ["unknown_stream", "unknown_stream"]
@@ -535,22 +571,59 @@ def test_models_reader_assembles_each_stream_apart_and_bounds_the_streams():
     assert reader.obsolete_of("tech", keep=0) == [(2, latest["tech"].chunks)]
 
 
-def test_a_stream_without_seeds_buffers_within_its_bound_and_is_assigned_once_seeded():
+def test_a_stream_without_seeds_spills_no_model_yet_outputs_instead_of_pausing_and_its_first_model_revises_them():
+    """Issue 17 follow-up: a stream whose buffer is full while it cannot fit stalls no other stream."""
     rng = random.Random(9)
-    se = _streams(max_buffered_docs=20)
+    se = _streams(max_buffered_docs=20, revision_chunk=8)
     _seed(se, "news", NEWS, rng)
     got = se.process(_docs("news", NEWS, rng, 30))
     assert len(got.assignments) == 30 and se.engines["news"].ready
-    tech = _docs("tech", TECH, rng, 25)
+    tech = _docs("tech", TECH, rng, 25) + [Document(id="tech-empty", text="the of and", stream="tech")]
+    tech += _docs("tech", TECH, rng, 10, 25)
     for k, d in enumerate(tech):
         d.source = ("documents-0", k)
-    out = se.process(tech)
-    assert out.assignments == [] and len(se.buffer) == 25 and se.buffer_full   # the worker pauses consumption
-    assert [d.source for d, _ in se.buffer] == [d.source for d in tech]        # the commit is held at the oldest
-    assert not se.ready and se.engines["news"].ready
-    # news keeps being served meanwhile
+    out = se.process(tech[:26])
+    eng = se.engines["tech"]
+    # the buffer takes its bound (the commit is held at its oldest document); the rest is emitted "no model yet"
+    assert len(se.buffer) == 20 and [d.source for d, _ in se.buffer] == [d.source for d in tech[:20]]
+    assert not se.buffer_full, "no pause: the other streams keep flowing"
+    spilled = [a.to_message() for a in out.assignments]
+    assert [m["id"] for m in spilled] == [d.id for d in tech[20:25]]
+    assert all(m["model_version"] == 0 and m["label"] is None and m["cluster"] == "" and m["provisional"]
+               and m["primary"] and m["revision"] == 0 and m["stream"] == "tech" for m in spilled)
+    assert [(d.id, r.reason) for d, r in out.rejected] == [("tech-empty", "no_terms")]
+    assert {a.id for a in out.assignments} | {d.id for d, _ in se.buffer} | {d.id for d, _ in out.rejected} \
+        == {d.id for d in tech[:26]}, "every document buffered, emitted or dead-lettered: none lost"
+    out = se.process(tech[26:])
+    assert [a.id for a in out.assignments] == [d.id for d in tech[26:]] and len(se.buffer) == 20
+    assert se.stats()["unserved"] == 15 and se.stats()["spilling"] == ["tech"] and len(eng.window) == 35
     assert {a.stream for a in se.process(_docs("news", NEWS, rng, 5, 100)).assignments} == {"news"}
+    # seeds of two classes: tech's first fit; its buffer is flushed and the revision pass revises what it spilled
+    _seed(se, "tech", TECH, rng, offset=100)
+    flushed, revised = [], []
+    for _ in range(20):
+        r = se.process([])
+        flushed += r.assignments
+        revised += r.revisions
+        if se.ready and not se.buffer and not se.revisions_pending:
+            break
+    assert [a.id for a in flushed] == [d.id for d in tech[:20]] and {a.label for a in flushed} <= set(TECH)
+    spilled_ids = [d.id for d in tech[20:] if d.id != "tech-empty"]
+    assert sorted(a.id for a in revised if a.id in spilled_ids) == sorted(spilled_ids)
+    assert all(a.revision == 1 and a.model_version >= 1 and a.label in TECH and a.stream == "tech"
+               for a in revised if a.id in spilled_ids)
+    assert not se.buffer_full and se.ready and se.stats()["spilling"] == []
+
+
+def test_with_revisions_off_a_full_buffer_still_pauses_consumption():
+    """Nothing would revise 'no model yet' outputs: the stream keeps the single-engine backpressure."""
+    rng = random.Random(4)
+    se = _streams(max_buffered_docs=20, revisions="off")
+    out = se.process(_docs("tech", TECH, rng, 25))
+    assert out.assignments == [] and len(se.buffer) == 25 and se.buffer_full   # the worker pauses consumption
     _seed(se, "tech", TECH, rng, offset=100)
     flushed = se.process([]).assignments
-    assert [a.id for a in flushed] == [d.id for d in tech] and {a.stream for a in flushed} == {"tech"}
-    assert {a.label for a in flushed} <= set(TECH) and not se.buffer_full and se.ready
+    assert len(flushed) == 25 and {a.label for a in flushed} <= set(TECH) and not se.buffer_full
+    assert se.engines["tech"].ready and not se.engines["news"].ready
+
+

@@ -24,6 +24,16 @@ model waits for at most the one fit running (and the first models of streams tha
 came before it), a later refit for the fits queued before it (at most one per other
 stream); serving never waits on a fit.
 
+A stream's pre-model buffer never stalls another stream: consumption pauses (backpressure,
+the single-engine behaviour) only for a full buffer whose stream can fit (seeds of two
+classes: the full buffer starts its first fit at once). A stream whose buffer is full while it
+cannot fit *spills*: its further documents are windowed (not buffered) and emitted at once
+as "no model yet" assignments (``label`` null, ``cluster`` "", ``model_version`` 0,
+``provisional`` true), which the revision pass after its first model revises (``revision``
+1, the model's verdict); so the other streams keep flowing and every document still has an
+output before its offset is committed. With ``revisions = off`` nothing would revise them:
+such a stream pauses consumption as before.
+
 Memory: each stream's engine has the bounds of one engine (``window_max_docs``,
 ``max_seed_docs``, ``max_pending_labels``, ``max_buffered_docs``, in entries and bytes), so
 the whole is bounded by ``max_streams`` times them.
@@ -177,6 +187,8 @@ class StreamEngines:
         self.worker, self.role = worker, role
         self.engines: dict[str, Engine] = {}
         self.unknown = 0  # documents and control messages refused (unknown_stream)
+        self.unserved = 0  # documents emitted "no model yet" by a stream whose full buffer cannot fit (spilled)
+        self._spilling: set[str] = set()
         self._fitter: FairFitter | None = None
         self._budget: float | None = None
         self._backlog = 0
@@ -322,7 +334,17 @@ class StreamEngines:
         assignments: list[Assignment] = []
         revisions: list[Assignment] = []
         for name, eng in list(self.engines.items()):
-            result = eng.process(groups.get(name, ()))
+            group = groups.get(name, ())
+            if group and self.spills(eng):
+                # what the buffer still holds is buffered; the rest is windowed and emitted "no model yet"
+                room = max(0, 0 if eng.buffer_full else self.config.max_buffered_docs - len(eng.buffer))
+                if room < len(group):
+                    group, spilled = group[:room], group[room:]
+                    assignments.extend(self._unserved(name, eng, spilled, rejected))
+            elif name in self._spilling and not self.spills(eng):
+                self._spilling.discard(name)
+                event(log, "stream_spill_ended", stream=name, ready=eng.ready, buffered=len(eng.buffer))
+            result = eng.process(group)
             for a in result.assignments:
                 a.stream = name
             for a in result.revisions:
@@ -332,6 +354,38 @@ class StreamEngines:
             rejected.extend(result.rejected)
         self.publish_gauges()
         return ProcessResult(assignments, rejected, revisions)
+
+    @staticmethod
+    def spills(eng: Engine) -> bool:
+        """Whether the further documents of ``eng``'s stream spill once its buffer is full (module docstring).
+
+        It has no model and cannot fit one (seeds of fewer than two classes: its first fit
+        would not start), and revisions are on (its first model revises what it spilled).
+        """
+        return not eng.ready and len(eng.seeds.class_counts()) < 2 and eng.config.revisions != "off"
+
+    def _unserved(self, name: str, eng: Engine, docs: Sequence[Document],
+                  rejected: list[tuple[Document, Rejected]]) -> list[Assignment]:
+        """Window ``docs`` of stream ``name`` and their "no model yet" assignments (one per algorithm)."""
+        eng.absorb(docs, update_sketch=True)
+        held = [d for d in docs if d.id in eng.window]
+        kept = {d.id for d in held}
+        for d in docs:
+            if d.id not in kept:
+                rejected.append((d, Rejected("no_terms", "the text has no indexable terms "
+                                                         "(only stop words, digits or punctuation)")))
+        eng.track_unserved([d.id for d in held])
+        if name not in self._spilling:
+            self._spilling.add(name)
+            event(log, "stream_spilling", logging.WARNING, stream=name, buffered=len(eng.buffer),
+                  seed_classes=len(eng.seeds.class_counts()),
+                  action="its buffer is full and it cannot fit: further documents get 'no model yet' "
+                         "assignments, revised by its first model; the other streams keep flowing")
+        self.unserved += len(held)
+        now = eng.clock()
+        algorithms = eng.config.algorithms
+        return [Assignment(d.id, alg, 0, None, 0.0, {}, "", False, [], alg == eng.primary, now, False, d, 0, True,
+                           stream=name) for d in held for alg in algorithms]
 
     def absorb(self, docs: Sequence[Document], update_sketch: bool = False) -> int:
         """Put already-assigned documents back into their stream's window (documents of refused streams skipped)."""
@@ -441,8 +495,11 @@ class StreamEngines:
 
     @property
     def buffer_full(self) -> bool:
-        """A stream's pre-model buffer is full: consumption pauses until its first fit (then resumes)."""
-        return any(e.buffer_full for e in self.engines.values())
+        """A stream that can fit has a full pre-model buffer: consumption pauses until its first fit (then resumes).
+
+        A full buffer of a stream that cannot fit pauses nothing: that stream spills (module docstring).
+        """
+        return any(e.buffer_full and not self.spills(e) for e in self.engines.values())
 
     @property
     def revisions_pending(self) -> int:
@@ -532,7 +589,8 @@ class StreamEngines:
             "buffered": len(self.buffer), "model_version": self.version, "refits": self.refit_count,
             "ready": self.ready, "refitting": self.refitting,
             "seed_classes": len({c for e in self.engines.values() for c in e.seeds.class_counts()}),
-            "unknown_stream": self.unknown, "streams": per,
+            "unknown_stream": self.unknown, "unserved": self.unserved, "spilling": sorted(self._spilling),
+            "streams": per,
         }
         return total
 
