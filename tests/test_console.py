@@ -177,6 +177,9 @@ def test_streams_seeds_queue_clusters_and_counts_are_kept_per_stream():
     assert st.classes("news") == ["grain"] and st.classes("tech") == [] and st.classes() == ["grain"]
     assert [(r["stream"], r["cluster"]) for r in st.new_clusters()] == [("news", "new-0"), ("tech", "new-0")]
     assert [r["stream"] for r in st.new_clusters(only="tech")] == ["tech"]
+    st.ingest("assignments", b"d5", _j({"id": "d5", "algorithm": "dl", "cluster": "", "label": None, "model_version": 0,
+                                        "provisional": True, "primary": True, "stream": "tech"}))
+    assert "tech/dl" not in st.clusters_view(), "a 'no model yet' assignment is in no cluster"
     assert {r["stream"]: (r["seeds"], r["suggestions"]) for r in st.overview()["streams"]} == {
         "news": (1, 1), "tech": (0, 1)}
     assert st.overview("news")["seeds"] == 1 and st.overview("tech")["suggestions"] == 1

@@ -578,7 +578,8 @@ class ConsoleState:
                     "stream": stream, "algorithm": alg})
             sizes: dict[tuple[str | None, str], Counter] = {}
             for (stream, alg, c), n in self.cluster_sizes.items():
-                if (stream, alg) not in from_topic and (only is None or stream == only):
+                # (cluster "": a stream's "no model yet" assignments, docs/messages.md: in no cluster)
+                if c and (stream, alg) not in from_topic and (only is None or stream == only):
                     sizes.setdefault((stream, alg), Counter())[c] = n
             # top words and examples: from the newest assignments only (a page must not scan the whole table)
             word_counts: dict[tuple[str | None, str, str], Counter] = {}
