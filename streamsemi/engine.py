@@ -51,7 +51,7 @@ from streamsemi.algorithms._discovery import warm_start_discovery
 from streamsemi.algorithms._explain import window_membership
 from streamsemi.core import suggestions as sg
 from streamsemi.core.clusters import Membership, Transition, cluster_number, match_rounds
-from streamsemi.core.explain import explain_classes
+from streamsemi.core.explain import distinctive_scores, explain_classes
 from streamsemi.core.features import TextFeaturizer
 from streamsemi.core.logs import event
 from streamsemi.core.messages import Document, Rejected
@@ -1171,10 +1171,13 @@ class Engine:
             if self.config.explain_words and not probe:
                 # distinctive words against the whole window (core/explain.py), not the most frequent
                 member = window_membership(est, snap.X, multilabel)
+                # the scores outside the sketch's lock (the polling thread takes it to vectorise), the model's own
+                # words only when a class has no distinctive word
+                scores = distinctive_scores(snap.X, member, len(est.classes_))
                 with self.sketch_lock:
                     explain = explain_classes(est.classes_, snap.X, member, self.featurizer.sketch,
-                                              self.config.explain_words,
-                                              fallback=est.explain(self.featurizer.sketch, self.config.explain_words))
+                                              self.config.explain_words, scores=scores,
+                                              fallback=lambda: est.explain(self.featurizer.sketch, self.config.explain_words))
         except Exception as exc:  # noqa: BLE001 - explanations are best effort
             event(log, "explain_failed", logging.WARNING, algorithm=name, error=str(exc))
             explain = {}

@@ -101,3 +101,45 @@ def test_gil_releasing_predictions_run_on_the_helper_thread_with_the_same_verdic
     sequential = {a: Engine._assign_with(slot, X) for a, slot in eng.models.items()}
     assert parallel == sequential
     assert len(parallel["cle"]) == X.shape[0]
+
+
+def test_explanations_are_scored_outside_the_sketch_lock_and_the_fallback_runs_only_when_needed(monkeypatch) -> None:
+    import scipy.sparse as sp
+
+    import streamsemi.engine as engine_mod
+    from streamsemi.core.datasets import load
+    from streamsemi.core.explain import distinctive_scores, explain_classes
+    from streamsemi.core.messages import Document
+    from streamsemi.engine import Engine, EngineConfig
+
+    X = sp.csr_matrix(np.array([[1, 2, 0, 0], [1, 0, 3, 0], [0, 0, 1, 1], [1, 1, 0, 0]], dtype=float))
+    labels = np.array([0, 0, 1, 0])
+    calls = []
+
+    def fallback():
+        calls.append(1)
+        return {"c": ["kept"]}
+
+    plain = explain_classes(["a", "b", "c"], X, labels, top_n=2, fallback={"c": ["kept"]})
+    assert explain_classes(["a", "b", "c"], X, labels, top_n=2, fallback=fallback,
+                           scores=distinctive_scores(X, labels, 3)) == plain and plain["c"] == ["kept"]
+    assert calls == [1]
+    assert explain_classes(["a", "b"], X, labels, top_n=2, fallback=fallback) == \
+        explain_classes(["a", "b"], X, labels, top_n=2) and calls == [1], "every class has words: not called"
+
+    ds = load("reuters-r8")
+    eng = Engine(EngineConfig(algorithms=["constrained-kmeans"], background_refit=False, n_features=2**12,
+                              refit_every_docs=0, min_docs_first_refit=100, drift_detection=False, min_seed_classes=2,
+                              min_seeds_per_class=1, first_fit_stable_seeds=0, refit_growth=0, refit_idle_s=0))
+    locked = []
+
+    def spy(*args):
+        locked.append(eng.sketch_lock.locked())
+        return distinctive_scores(*args)
+
+    monkeypatch.setattr(engine_mod, "distinctive_scores", spy)
+    for i in range(30):
+        eng.label(f"r{i}", [ds.labels[i]], text=ds.texts[i])
+    eng.process([Document(id=f"r{i}", text=ds.texts[i]) for i in range(150)])
+    assert eng.ready and locked == [False]
+    assert any(eng.models["constrained-kmeans"].explain.values())

@@ -22,7 +22,7 @@ through the :class:`streamsemi.core.features.WordSketch`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -66,13 +66,14 @@ def distinctive_scores(X: sp.spmatrix, membership: Any, n_classes: int) -> sp.cs
 
 
 def distinctive_words(X: sp.spmatrix, membership: Any, n_classes: int, sketch: Any = None,
-                      top_n: int = 10) -> list[list[str]]:
+                      top_n: int = 10, scores: sp.csr_matrix | None = None) -> list[list[str]]:
     """The ``top_n`` most distinctive words of each class (see the module docstring).
 
     Without a ``sketch`` the features are named ``f<index>``; a class without documents has
-    no words.
+    no words. ``scores``: :func:`distinctive_scores` of ``X`` and ``membership`` when already
+    computed (the engine computes them before it takes the sketch's lock).
     """
-    W = distinctive_scores(X, membership, n_classes)
+    W = distinctive_scores(X, membership, n_classes) if scores is None else scores
     out: list[list[str]] = []
     for k in range(n_classes):  # one row per class, never the whole dense matrix
         lo, hi = W.indptr[k], W.indptr[k + 1]
@@ -88,10 +89,14 @@ def distinctive_words(X: sp.spmatrix, membership: Any, n_classes: int, sketch: A
 
 
 def explain_classes(classes: Sequence[Any], X: sp.spmatrix, membership: Any, sketch: Any = None,
-                    top_n: int = 10, fallback: dict[str, list[str]] | None = None) -> dict[str, list[str]]:
+                    top_n: int = 10, fallback: dict[str, list[str]] | Callable[[], dict[str, list[str]]] | None = None,
+                    scores: sp.csr_matrix | None = None) -> dict[str, list[str]]:
     """``{class: distinctive words}``; a class with no document in the window keeps its
-    ``fallback`` words (e.g. the model's own ``explain``)."""
-    words = distinctive_words(X, membership, len(classes), sketch, top_n)
+    ``fallback`` words (e.g. the model's own ``explain``; a callable is called only when some
+    class has no words). ``scores``: as in :func:`distinctive_words`."""
+    words = distinctive_words(X, membership, len(classes), sketch, top_n, scores)
+    if callable(fallback):
+        fallback = fallback() if not all(words) else None
     fallback = fallback or {}
     return {str(c): (w if w else list(fallback.get(str(c), []))) for c, w in zip(classes, words, strict=True)}
 
