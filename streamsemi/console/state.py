@@ -278,6 +278,8 @@ class ConsoleState:
         v = m.get("stream")
         if v is None:
             return self.default_stream
+        if v in self.stream_names:  # (checked when first seen)
+            return v
         if not isinstance(v, str) or stream_name_problem(v):
             raise ValueError("'stream' is not a stream name")
         if v not in self.stream_names:
