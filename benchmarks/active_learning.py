@@ -58,7 +58,8 @@ Which data chose which constant of :mod:`streamsemi.core.suggestions`:
   weighted centre.) On 20ng-sci (reference 0.944) both defaults are at the ceiling:
   classes 0.953 / 0.937, centres 0.952 / 0.941. The per-point spread over seeds is 0.03-0.05 on talk (constrained
   k-means refits jump between local optima), so only the gap to ``classes`` (+0.03 at
-  2%) is clear; the pool sizes are within the noise of each other.
+  2%) is clear; the pool sizes are within the noise of each other. Every development run's
+  summary: ``benchmarks/results/active_learning_dev.json``.
 * ``DENSITY_POWER = 1``, ``COVERAGE_POWER = 1`` and ``WEIGHTS``: chosen earlier on seeds
   0-2 of the evaluation corpora (docs/suggestions.md); the development runs above agree
   (typicality^0 or ^2 and no coverage factor are worse on talk) and they were not changed.
@@ -340,8 +341,8 @@ def cost_markdown(out: dict, argv: str) -> str:
              "", f"20 Newsgroups, {out['documents']} documents in the window, {out['seeds']} random seeds; "
              "round = every algorithm's fit (and the engine's own extras: agreement, k-fold probes), "
              "ranking = `Engine._rank_suggestions` (a random sample of 2,000 unlabelled window documents: the primary "
-             "model on all of them, the others on up to 2,000, coverage, diversity pass). The machine was shared "
-             "(load 8-14 on 2 cores): the round times vary with it.", "", "| algorithms | refit round (s) | ranking (s) | ratio (median) |",
+             "model on all of them, the others on up to 2,000, coverage, the pool's kernel k-means and the diversity "
+             "pass). The machine was shared with other jobs on its 2 cores: the round times vary with the load.", "", "| algorithms | refit round (s) | ranking (s) | ratio (median) |",
              "|---|---:|---:|---:|"]
     for r in out["runs"]:
         rounds = r["rounds"]
