@@ -2,7 +2,7 @@
 
 Reuters R8 streams through an :class:`~streamsemi.engine.Engine` with seeds for 5 of the 8
 classes (earn, acq, crude, trade, money-fx; ``--seed-fraction`` of their documents) and
-``n_new_clusters = 3``; the window holds ``--window`` documents and a refit runs every
+``n_new_clusters = 3`` (``--n-new``: a number or ``auto``); the window holds ``--window`` documents and a refit runs every
 ``--every`` documents, so consecutive refits see overlapping windows. After each refit
 round the engine's membership of the window (which cluster each document is in) is
 recorded, with the public ids (after matching, ``streamsemi.core.clusters``) and with the
@@ -62,21 +62,23 @@ def _pairs_stats(rounds: list[dict[str, str]]) -> dict[str, float | int | None]:
 
 
 def run(algorithm: str, n_docs: int, window: int, every: int, seed_fraction: float, seed: int,
-        min_jaccard: float, discovery: str | None = None) -> dict:
+        min_jaccard: float, discovery: str | None = None, n_new: int | str = 3, split: bool = False) -> dict:
     ds = load("reuters-r8")
     rng = np.random.default_rng(seed)
     order = rng.permutation(len(ds))[:n_docs]
-    cfg = EngineConfig(algorithms=[algorithm], n_new_clusters=3, background_refit=False, window_max_docs=window,
+    cfg = EngineConfig(algorithms=[algorithm], n_new_clusters=n_new, background_refit=False, window_max_docs=window,
                        refit_every_docs=every, refit_growth=0, refit_idle_s=0, drift_detection=False,
                        min_docs_first_refit=min(window, every), min_seed_classes=5, min_seeds_per_class=3,
                        first_fit_stable_seeds=0, first_fit_max_wait_s=0, revisions="off", random_state=seed,
                        cluster_match_min_jaccard=min_jaccard,
-                       algorithm_params={algorithm: {"discovery": discovery}} if discovery else {})
+                       algorithm_params={algorithm: {**({"discovery": discovery} if discovery else {}),
+                                                     **({"discovery_split": True} if split else {})}})
     eng = Engine(cfg)
     public: list[dict[str, str]] = []
     raw: list[dict[str, str]] = []
     t0 = time.perf_counter()
     seen_version = 0
+    k_chosen: list[dict] = []
     for start in range(0, len(order), 100):
         batch = order[start:start + 100]
         eng.process([Document(id=f"r{i}", text=ds.texts[i]) for i in batch])
@@ -86,6 +88,7 @@ def run(algorithm: str, n_docs: int, window: int, every: int, seed_fraction: flo
         slot = eng.models.get(algorithm)
         if slot is not None and slot.version != seen_version:
             seen_version = slot.version
+            k_chosen.append(dict(getattr(slot.model, "__dict__", {}).get("discovery_info_", {"k": len(slot.new_clusters)})))
             m = eng._memberships[algorithm]
             back = {v: k for k, v in slot.renamed.items()}
             public.append({d: m.names[c] for d, c in zip(m.ids, m.codes.tolist(), strict=True)})
@@ -94,7 +97,10 @@ def run(algorithm: str, n_docs: int, window: int, every: int, seed_fraction: flo
     counts: dict[str, int] = {}
     for ev in events:
         counts[ev["event"]] = counts.get(ev["event"], 0) + 1
-    return {"algorithm": algorithm, "discovery": discovery or "default", "rounds": len(public), "seconds": round(time.perf_counter() - t0, 1),
+    chosen = [r.get("n_new_chosen") for r in k_chosen]
+    return {"algorithm": algorithm, "discovery": discovery or "default", "n_new_clusters": n_new, "split": split,
+            "auto_k_per_round": chosen if n_new == "auto" else None,
+            "new_clusters_per_round": [r["k"] for r in k_chosen], "rounds": len(public), "seconds": round(time.perf_counter() - t0, 1),
             "before_raw_ids": _pairs_stats(raw), "after_matching": _pairs_stats(public),
             "last_round_events": counts}
 
@@ -108,18 +114,22 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed-fraction", type=float, default=0.05)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--min-jaccard", type=float, default=None, help="default: EngineConfig's")
+    p.add_argument("--n-new", default="3", help="n_new_clusters: a number or auto")
+    p.add_argument("--split", action="store_true", help="discovery_split=True (split rejected clusters)")
     p.add_argument("--discovery", default=None, help="the algorithms' discovery parameter (calibrated, legacy)")
     p.add_argument("--out", default=str(OUT))
     a = p.parse_args(argv)
     min_jaccard = EngineConfig.cluster_match_min_jaccard if a.min_jaccard is None else a.min_jaccard
+    n_new: int | str = a.n_new if a.n_new == "auto" else int(a.n_new)
     results = []
     for name in a.algorithms.split(","):
-        r = run(name, a.docs, a.window, a.every, a.seed_fraction, a.seed, min_jaccard, a.discovery)
+        r = run(name, a.docs, a.window, a.every, a.seed_fraction, a.seed, min_jaccard, a.discovery, n_new, a.split)
         print(json.dumps(r))
         results.append(r)
-    out = {"corpus": "reuters-r8", "seeded_classes": list(SEEDED), "n_new_clusters": 3, "docs": a.docs,
+    out = {"corpus": "reuters-r8", "seeded_classes": list(SEEDED), "n_new_clusters": n_new, "docs": a.docs,
            "window": a.window, "refit_every_docs": a.every, "seed_fraction": a.seed_fraction, "seed": a.seed,
-           "cluster_match_min_jaccard": min_jaccard, "discovery": a.discovery or "default", "results": results,
+           "cluster_match_min_jaccard": min_jaccard, "discovery": a.discovery or "default", "split": a.split,
+           "results": results,
            "targets": {"kept": ">= 0.95", "overlap": ">= 0.5"}}
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     Path(a.out).write_text(json.dumps(out, indent=2) + "\n")

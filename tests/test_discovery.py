@@ -18,7 +18,9 @@ from streamsemi.algorithms._discovery import (
     choose_auto_k,
     class_thresholds,
     loo_seed_similarity,
+    merge_rejected_parts,
     seed_centroids,
+    split_rejected,
     unexplained_mask,
     warm_start_centroids,
     warm_start_discovery,
@@ -251,6 +253,41 @@ def test_warm_started_fit_over_an_overlapping_window_keeps_the_clusters_and_thei
     np.testing.assert_array_equal(fit(second, a).predict_proba(X), b.predict_proba(X))
 
 
+# -- discovery_split: small classes hidden in a rejected mixture --------------------------------
+
+def test_a_rejected_mixture_is_split_into_pure_parts_and_rejected_parts_go_back():
+    rng = np.random.default_rng(0)
+    blocks = {"a": (0, 40), "b": (12, 40), "c": (24, 12)}  # c: a small group mixed into a's cluster
+    rows, truth = [], []
+    for name, (lo, n) in blocks.items():
+        for _ in range(n):
+            x = np.zeros(36)
+            x[lo + rng.choice(12, size=5, replace=False)] = 1.0
+            rows.append(x)
+            truth.append(name)
+    Z = l2_normalize_rows(sp.csr_matrix(np.array(rows)))
+    truth = np.array(truth)
+    labels = np.where(truth == "b", 1, 0)
+    C = np.vstack([np.asarray(Z[labels == k].mean(axis=0)).ravel() for k in (0, 1)])
+    C /= np.linalg.norm(C, axis=1, keepdims=True)
+    lab, C2, parent = split_rejected(Z, labels, C, np.array([False, True]), np.random.default_rng(1), 5)
+    assert C2.shape[0] > 2 and list(parent[:2]) == [-1, -1] and np.all(parent[2:] == 0)
+    np.testing.assert_array_equal(C2[:2], C)
+    assert np.all(lab[truth == "b"] == 1), "an accepted cluster is not split"
+    assert not np.any(lab[truth != "b"] == 0), "the split cluster's members all moved to its parts"
+    for k in range(2, C2.shape[0]):  # every part is one group
+        assert np.unique(truth[lab == k]).size == 1
+    c_parts = np.unique(lab[truth == "c"])
+    assert c_parts.size == 1
+    # the part holding c is accepted, the others are not: they go back to cluster 0
+    accepted = np.zeros(C2.shape[0], dtype=bool)
+    accepted[1] = accepted[c_parts[0]] = True
+    lab3, C3, acc3 = merge_rejected_parts(lab, C2, parent, accepted)
+    assert C3.shape[0] == 3 and list(acc3) == [False, True, True]
+    assert np.all(lab3[truth == "a"] == 0) and np.all(lab3[truth == "b"] == 1) and np.all(lab3[truth == "c"] == 2)
+    np.testing.assert_array_equal(C3[2], C2[c_parts[0]])
+
+
 # -- the protocol on a real subsample ----------------------------------------------------------
 
 def test_discovery_protocol_quick_on_real_reuters(tmp_path):
@@ -262,7 +299,7 @@ def test_discovery_protocol_quick_on_real_reuters(tmp_path):
     assert "| reuters-r8 | constrained-kmeans | auto |" in proc.stdout
     result = json.loads(out.read_text())
     rows = {r["variant"]: r for r in result["summary"]}
-    assert set(rows) == {"n0", "legacy", "calibrated", "auto"}
+    assert set(rows) == {"n0", "legacy", "calibrated", "auto", "auto-split"}
     assert all(r["runs"] == 2 and not r["failed"] for r in rows.values())
     recs = [r for r in result["records"] if r["variant"] == "auto"]
     assert all(len(r["unseeded"]) == 3 and r["n_seeds"] > 0 for r in recs)

@@ -216,6 +216,8 @@ def invalid_values(constraints: list) -> list:
     for c in constraints:
         if c == "sparse matrix" and "array-like" not in constraints:
             out.append(np.ones((1, 2)))  # dense where only a sparse matrix goes
+        if c == "boolean" and not any(isinstance(o, Interval) for o in constraints):
+            out.append(1)  # an int where only a bool goes
         if isinstance(c, Interval):
             bad = generate_invalid_param_val(c)
             if not any(isinstance(o, Interval) and o.is_satisfied_by(bad) for o in constraints):

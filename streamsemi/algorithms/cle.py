@@ -528,6 +528,10 @@ class CLE(DiscoveryMixin, ScoresClassifierMixin, TransformerMixin, StreamsemiEst
         Calibrated discovery: unit centroids that start the clustering of the unexplained
         documents (a warm start; the engine passes the previous fit's clusters,
         :func:`~streamsemi.algorithms._discovery.warm_start_discovery`).
+    discovery_split : bool, default=False
+        Calibrated discovery: cluster again the members of every rejected cluster and judge
+        its parts (finds small unseeded classes hidden in a mixture, at the cost of more and
+        less stable new clusters; :func:`~streamsemi.algorithms._discovery.split_rejected`).
     max_iter : int, default=100
         k-means iterations.
     eigen_tol : float, default=1e-8
@@ -589,7 +593,8 @@ class CLE(DiscoveryMixin, ScoresClassifierMixin, TransformerMixin, StreamsemiEst
     def __init__(self, n_neighbors: int = 15, *, weighting: str = "tfidf", seed_link: float = 1000.0,
                  assign: str = "calibrated", map_scaling: str = "seeds", constrained: bool = True,
                  n_new_clusters: int | str = 0, discovery: str = "calibrated",
-                 discovery_quantile: float = 0.4, discovery_init: Any = None, max_iter: int = 100, eigen_tol: float = 1e-8,
+                 discovery_quantile: float = 0.4, discovery_init: Any = None,
+                 discovery_split: bool = False, max_iter: int = 100, eigen_tol: float = 1e-8,
                  knn_method: str = "inverted", block_memory_mb: float = 64.0,
                  random_state: int | None = 0) -> None:
         self.n_neighbors = n_neighbors
@@ -602,6 +607,7 @@ class CLE(DiscoveryMixin, ScoresClassifierMixin, TransformerMixin, StreamsemiEst
         self.discovery = discovery
         self.discovery_quantile = discovery_quantile
         self.discovery_init = discovery_init
+        self.discovery_split = discovery_split
         self.max_iter = max_iter
         self.eigen_tol = eigen_tol
         self.knn_method = knn_method

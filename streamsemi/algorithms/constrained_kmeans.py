@@ -90,6 +90,10 @@ class ConstrainedKMeans(DiscoveryMixin, ScoresClassifierMixin, TransformerMixin,
         Calibrated discovery: unit centroids that start the clustering of the unexplained
         documents (a warm start; the engine passes the previous fit's clusters,
         :func:`~streamsemi.algorithms._discovery.warm_start_discovery`).
+    discovery_split : bool, default=False
+        Calibrated discovery: cluster again the members of every rejected cluster and judge
+        its parts (finds small unseeded classes hidden in a mixture, at the cost of more and
+        less stable new clusters; :func:`~streamsemi.algorithms._discovery.split_rejected`).
     max_iter : int, default=50
         Maximum assignment/update rounds.
     temperature : float, default=0.05
@@ -121,12 +125,14 @@ class ConstrainedKMeans(DiscoveryMixin, ScoresClassifierMixin, TransformerMixin,
 
     def __init__(self, constrained: bool = True, *, n_new_clusters: int = 0, max_iter: int = 50,
                  temperature: float = 0.05, discovery: str = "calibrated",
-                 discovery_quantile: float = 0.4, discovery_init: Any = None, random_state: int | None = 0) -> None:
+                 discovery_quantile: float = 0.4, discovery_init: Any = None,
+                 discovery_split: bool = False, random_state: int | None = 0) -> None:
         self.constrained = constrained
         self.n_new_clusters = n_new_clusters
         self.discovery = discovery
         self.discovery_quantile = discovery_quantile
         self.discovery_init = discovery_init
+        self.discovery_split = discovery_split
         self.max_iter = max_iter
         self.temperature = temperature
         self.random_state = random_state

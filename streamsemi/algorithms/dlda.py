@@ -205,6 +205,10 @@ class DLDA(DiscoveryMixin, ClassifierMixin, StreamsemiEstimator):
         Calibrated discovery: unit centroids that start the clustering of the unexplained
         documents (a warm start; the engine passes the previous fit's clusters,
         :func:`~streamsemi.algorithms._discovery.warm_start_discovery`).
+    discovery_split : bool, default=False
+        Calibrated discovery: cluster again the members of every rejected cluster and judge
+        its parts (finds small unseeded classes hidden in a mixture, at the cost of more and
+        less stable new clusters; :func:`~streamsemi.algorithms._discovery.split_rejected`).
     n_topics : int, default=128
         Word topics L (paper: 128).
     alpha, delta, beta : float, default=0.2, 0.4, 0.01
@@ -279,7 +283,8 @@ class DLDA(DiscoveryMixin, ClassifierMixin, StreamsemiEstimator):
     }
 
     def __init__(self, n_new_clusters: int | str = 2, *, discovery: str = "calibrated",
-                 discovery_quantile: float = 0.4, discovery_init: Any = None, n_topics: int = 128, alpha: float = 0.2,
+                 discovery_quantile: float = 0.4, discovery_init: Any = None,
+                 discovery_split: bool = False, n_topics: int = 128, alpha: float = 0.2,
                  delta: float = 0.4, beta: float = 0.01, n_sweeps: int = 200,
                  warm_sweeps: int = 30, n_average: int = 10, fold_in_sweeps: int = 10,
                  min_df: int | float = 15, max_doc_tokens: int = 1000,
@@ -288,6 +293,7 @@ class DLDA(DiscoveryMixin, ClassifierMixin, StreamsemiEstimator):
         self.discovery = discovery
         self.discovery_quantile = discovery_quantile
         self.discovery_init = discovery_init
+        self.discovery_split = discovery_split
         self.n_topics = n_topics
         self.alpha = alpha
         self.delta = delta

@@ -475,6 +475,10 @@ class FSL(DiscoveryMixin, ScoresClassifierMixin, TransformerMixin, StreamsemiEst
         Calibrated discovery: unit centroids that start the clustering of the unexplained
         documents (a warm start; the engine passes the previous fit's clusters,
         :func:`~streamsemi.algorithms._discovery.warm_start_discovery`).
+    discovery_split : bool, default=False
+        Calibrated discovery: cluster again the members of every rejected cluster and judge
+        its parts (finds small unseeded classes hidden in a mixture, at the cost of more and
+        less stable new clusters; :func:`~streamsemi.algorithms._discovery.split_rejected`).
     kmeans_max_iter : int, default=30
         Assignment/update rounds of each inner k-means run.
     ap_sample : int >= 2, default=1000
@@ -541,7 +545,8 @@ class FSL(DiscoveryMixin, ScoresClassifierMixin, TransformerMixin, StreamsemiEst
     def __init__(self, variant: str = "ck", *, feature_learning: bool = True, max_iter: int = 10,
                  patience: int = 2, eta: float = 1.0, mu: float = 1.0, feature_gain: float = 1.0,
                  n_new_clusters: int | str = 0, discovery: str = "calibrated",
-                 discovery_quantile: float = 0.4, discovery_init: Any = None, kmeans_max_iter: int = 30, ap_sample: int = 1000,
+                 discovery_quantile: float = 0.4, discovery_init: Any = None,
+                 discovery_split: bool = False, kmeans_max_iter: int = 30, ap_sample: int = 1000,
                  ap_max_iter: int = 300, ap_damping: float = 0.8, phi: float = 0.5,
                  alpha: float = 1.0, beta: float = 0.5, gamma: float = 0.5,
                  rif_values: str = "tfidf", trust_new_clusters: bool = True,
@@ -558,6 +563,7 @@ class FSL(DiscoveryMixin, ScoresClassifierMixin, TransformerMixin, StreamsemiEst
         self.discovery = discovery
         self.discovery_quantile = discovery_quantile
         self.discovery_init = discovery_init
+        self.discovery_split = discovery_split
         self.kmeans_max_iter = kmeans_max_iter
         self.ap_sample = ap_sample
         self.ap_max_iter = ap_max_iter

@@ -581,6 +581,10 @@ class SemiLDC(DiscoveryMixin, ScoresClassifierMixin, TransformerMixin, Streamsem
         Calibrated discovery: unit centroids that start the clustering of the unexplained
         documents (a warm start; the engine passes the previous fit's clusters,
         :func:`~streamsemi.algorithms._discovery.warm_start_discovery`).
+    discovery_split : bool, default=False
+        Calibrated discovery: cluster again the members of every rejected cluster and judge
+        its parts (finds small unseeded classes hidden in a mixture, at the cost of more and
+        less stable new clusters; :func:`~streamsemi.algorithms._discovery.split_rejected`).
     random_state : int >= 0 or None, default=0
 
     Attributes
@@ -637,6 +641,7 @@ class SemiLDC(DiscoveryMixin, ScoresClassifierMixin, TransformerMixin, Streamsem
                  plsa_alpha: float = 0.01, plsa_beta: float = 1.0, plsa_init_mix: float = 0.9,
                  plsa_tol: float = 1e-5, plsa_max_iter: int = 100, kmeans_max_iter: int = 100,
                  n_refine: int = 3, discovery: str = "calibrated", discovery_quantile: float = 0.4, discovery_init: Any = None,
+                 discovery_split: bool = False,
                  n_new_clusters: int | str = 0,
                  random_state: int | None = 0) -> None:
         self.weighting = weighting
@@ -657,6 +662,7 @@ class SemiLDC(DiscoveryMixin, ScoresClassifierMixin, TransformerMixin, Streamsem
         self.discovery = discovery
         self.discovery_quantile = discovery_quantile
         self.discovery_init = discovery_init
+        self.discovery_split = discovery_split
         self.random_state = random_state
 
     # -- fitting -----------------------------------------------------------

@@ -1,7 +1,8 @@
 """The discovery protocol (issue 18): can an algorithm find the classes nobody seeded?
 
 ``streamsemi evaluate --protocol discovery``. For each dataset (Reuters R8: 3 of its
-8 classes unseeded; 20 Newsgroups: 5 of 20) and each run, the unseeded classes are
+8 classes unseeded; 20 Newsgroups: 5 of 20; Reuters R52, the development set of the
+discovery constants, run only when named: 3 of its 21 classes of 40 documents or more) and each run, the unseeded classes are
 drawn at random (seeded by ``(seed, dataset, run)``), the other classes get
 stratified seeds (5% of each by default), and every algorithm that takes
 ``n_new_clusters`` is fitted in these variants:
@@ -10,7 +11,9 @@ stratified seeds (5% of each by default), and every algorithm that takes
 * ``legacy``: ``discovery="legacy"``, ``n_new_clusters`` = the number of unseeded
   classes (the behaviour before issue 18);
 * ``calibrated``: ``discovery="calibrated"`` with the true number of unseeded classes;
-* ``auto``: ``n_new_clusters="auto"`` (calibrated, the number chosen from the data).
+* ``auto``: ``n_new_clusters="auto"`` (calibrated, the number chosen from the data);
+* ``auto-split``: ``auto`` with ``discovery_split=True`` (rejected clusters are clustered
+  again and their parts judged: small unseeded classes).
 
 The calibrated fits' known-class model is the ``n0`` code path fitted on the window
 without the documents of the new clusters.
@@ -44,9 +47,14 @@ from streamsemi.evaluation.protocols import PreparedDataset, draw_rng, prepare, 
 from streamsemi.evaluation.runner import blas_threads, fitted_single_labels
 
 #: Dataset id -> number of classes left without seeds in every run.
-UNSEEDED: dict[str, int] = {"reuters-r8": 3, "20ng": 5}
+UNSEEDED: dict[str, int] = {"reuters-r8": 3, "20ng": 5, "reuters-r52": 3}
+#: Dataset id -> the smallest class (documents) that can be drawn unseeded (R52, the development
+#: set of the discovery constants: 21 of its 52 classes have 40 documents or more).
+MIN_UNSEEDED_DOCS: dict[str, int] = {"reuters-r52": 40}
+#: The datasets run when none is named (R52 is only for choosing constants).
+DEFAULT_DATASETS = ("reuters-r8", "20ng")
 ALGORITHMS = ("constrained-kmeans", "semi-ldc", "cle", "fsl-ck", "d-lda")
-VARIANTS = ("n0", "legacy", "calibrated", "auto")
+VARIANTS = ("n0", "legacy", "calibrated", "auto", "auto-split")
 SEED_PERCENT = 5.0
 RUNS = 3
 #: --quick: documents per dataset, runs, datasets and algorithms.
@@ -88,11 +96,15 @@ def make_discovery_draw(data: PreparedDataset, n_unseeded: int, run: int, seed: 
     """``(unseeded classes, seed mask)`` of run ``run``: the classes drawn at random, then
     ``seed_percent`` stratified seeds of every other class."""
     classes = sorted(set(data.labels))
-    if n_unseeded >= len(classes) - 1:
+    counts = {c: 0 for c in classes}
+    for lab in data.labels:
+        counts[lab] += 1
+    pool = [c for c in classes if counts[c] >= MIN_UNSEEDED_DOCS.get(data.spec.id, 0)]
+    if n_unseeded >= len(classes) - 1 or n_unseeded > len(pool):
         raise EvaluationError(f"{data.spec.id}: {n_unseeded} unseeded of {len(classes)} classes leaves "
                               "fewer than 2 seeded classes")
     crng = draw_rng(seed, data.spec.id, "unseeded", run)
-    unseeded = sorted(crng.choice(classes, size=n_unseeded, replace=False).tolist())
+    unseeded = sorted(crng.choice(pool, size=n_unseeded, replace=False).tolist())
     y = np.asarray(data.labels, dtype=object)
     mask = np.zeros(y.size, dtype=bool)
     known_rows = np.flatnonzero(~np.isin(y, unseeded))
@@ -110,6 +122,8 @@ def _variant_params(variant: str, n_unseeded: int) -> dict[str, Any]:
         return {"n_new_clusters": n_unseeded, "discovery": "calibrated"}
     if variant == "auto":
         return {"n_new_clusters": "auto", "discovery": "calibrated"}
+    if variant == "auto-split":
+        return {"n_new_clusters": "auto", "discovery": "calibrated", "discovery_split": True}
     raise EvaluationError(f"unknown variant {variant!r}")
 
 
@@ -191,7 +205,7 @@ def evaluate_discovery(datasets: Sequence[str] | None = None, algorithms: Sequen
     """Run the protocol; returns ``{"settings", "records", "summary"}``."""
     from threadpoolctl import threadpool_limits
 
-    datasets = list(datasets or UNSEEDED)
+    datasets = list(datasets or DEFAULT_DATASETS)
     unknown = [d for d in datasets if d not in UNSEEDED]
     if unknown:
         raise EvaluationError(f"the discovery protocol runs on {', '.join(UNSEEDED)}, not {', '.join(unknown)}")
