@@ -341,7 +341,8 @@ def warm_start_discovery(est: Any, prev: Any, n_features: int) -> bool:
     """Engine hook: set ``est``'s ``discovery_init`` to the clusters ``prev`` (the previous
     fitted model of the same algorithm, or None) found, when ``est`` takes the calibrated path.
     Returns True when a warm start was set."""
-    if prev is None or "discovery_init" not in est.get_params(deep=False) or not uses_calibrated(est):
+    params = est.get_params(deep=False) if hasattr(est, "get_params") else {}
+    if prev is None or "discovery_init" not in params or not uses_calibrated(est):
         return False
     init = warm_start_centroids(prev, n_features)
     if init is None:
