@@ -208,6 +208,8 @@ def test_warm_start_centroids_are_the_previous_clusters_bounded_and_unit():
     assert nxt.discovery_init.getnnz(axis=1).max() <= WARM_TERMS
     off = make_estimator("constrained-kmeans", n_new_clusters=0)
     assert not warm_start_discovery(off, est, X.shape[1]) and off.discovery_init is None
+    assert not warm_start_discovery(object(), est, X.shape[1]), "an estimator without parameters: no warm start"
+    assert not warm_start_discovery(nxt, object(), X.shape[1]), "a previous model without clusters: none either"
     with pytest.raises(ValueError, match="discovery_init has 3 columns"):
         make_estimator("constrained-kmeans", n_new_clusters=2, discovery_init=sp.csr_matrix((1, 3))).fit(
             X, seeds_of(truth, ["t0", "t1", "t2"]))
