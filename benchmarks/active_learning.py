@@ -147,7 +147,7 @@ def run_arm(arm: str, texts: list[str], labels: list[str], seed: int, args: argp
     rng = np.random.default_rng(seed)
     order = rng.permutation(len(texts))
     cfg = engine_config([a.strip() for a in args.algorithms.split(",")], len(texts), max(args.k, 1),
-                        random_state=seed)
+                        random_state=seed, algorithm_params=json.loads(args.algorithm_params or "{}"))
     eng, ids = windowed(texts, order, cfg)
     truth = {f"d{i}": labels[i] for i in order}
     classes = sorted(set(labels))
@@ -368,6 +368,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--coverage-power", type=float, default=None, help="ranking variant (development runs)")
     p.add_argument("--diversity", default=None, choices=sg.DIVERSITY_MODES, help="ranking variant (development runs)")
     p.add_argument("--pool-factor", type=int, default=None, help="ranking variant (development runs)")
+    p.add_argument("--algorithm-params", default="",
+                   help='JSON {algorithm: {parameter: value}} for the refits of both arms, e.g. '
+                        '\'{"constrained-kmeans": {"warm_start": false}}\' (development runs)')
     p.add_argument("--cost-docs", type=int, default=10000)
     p.add_argument("--cost-seeds", type=int, default=200)
     p.add_argument("--cost-rounds", type=int, default=3)
