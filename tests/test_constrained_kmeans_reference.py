@@ -192,7 +192,8 @@ def test_the_last_cluster_emptied_keeps_its_centroid() -> None:
 def test_documented_defaults() -> None:
     assert ConstrainedKMeans().get_params() == {"constrained": True, "n_new_clusters": 0, "max_iter": 50,
                                                 "temperature": 0.05, "random_state": 0,
-                                                "discovery": "calibrated", "discovery_quantile": 0.4}
+                                                "discovery": "calibrated", "discovery_quantile": 0.4,
+                                                "discovery_init": None, "discovery_split": False}
     assert ConstrainedKMeans(random_state=7).random_state == 7
 
 
