@@ -37,6 +37,9 @@ from streamsemi.engine import Engine, EngineConfig
 
 SEEDED = ("earn", "acq", "crude", "trade", "money-fx")
 OUT = Path(__file__).resolve().parent / "results" / "cluster_stability.json"
+#: ``discovery_info_`` entries of a split fit recorded per round (how many parts, how many continued).
+SPLIT_INFO = ("first_level_accepted", "warm_parts", "split_clusters", "parts_tried", "parts_continued",
+              "parts_accepted", "parts_continued_accepted")
 
 
 def _pairs_stats(rounds: list[dict[str, str]]) -> dict[str, float | int | None]:
@@ -100,7 +103,9 @@ def run(algorithm: str, n_docs: int, window: int, every: int, seed_fraction: flo
     chosen = [r.get("n_new_chosen") for r in k_chosen]
     return {"algorithm": algorithm, "discovery": discovery or "default", "n_new_clusters": n_new, "split": split,
             "auto_k_per_round": chosen if n_new == "auto" else None,
-            "new_clusters_per_round": [r["k"] for r in k_chosen], "rounds": len(public), "seconds": round(time.perf_counter() - t0, 1),
+            "new_clusters_per_round": [r["k"] for r in k_chosen],
+            "split_per_round": [{k: r[k] for k in SPLIT_INFO if k in r} for r in k_chosen] if split else None,
+            "rounds": len(public), "seconds": round(time.perf_counter() - t0, 1),
             "before_raw_ids": _pairs_stats(raw), "after_matching": _pairs_stats(public),
             "last_round_events": counts}
 

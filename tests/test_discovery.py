@@ -14,14 +14,19 @@ import scipy.sparse as sp
 
 from streamsemi.algorithms import make_estimator
 from streamsemi.algorithms._discovery import (
+    REJECTED_NORM,
+    SPLIT_HYSTERESIS,
     WARM_TERMS,
+    acceptance_bias,
     choose_auto_k,
     class_thresholds,
     loo_seed_similarity,
     merge_rejected_parts,
     seed_centroids,
+    separated_clusters,
     split_rejected,
     unexplained_mask,
+    warm_kinds,
     warm_start_centroids,
     warm_start_discovery,
 )
@@ -193,8 +198,14 @@ def test_warm_start_centroids_are_the_previous_clusters_bounded_and_unit():
     est = make_estimator("constrained-kmeans", n_new_clusters=2).fit(X, seeds_of(truth, ["t0", "t1", "t2"]))
     C = est.discovery_all_centroids_
     init = warm_start_centroids(est, X.shape[1])
-    assert init.shape == C.shape and np.allclose(sp.linalg.norm(init, axis=1), 1.0)
-    np.testing.assert_allclose(init.toarray(), C.toarray() / sp.linalg.norm(C, axis=1)[:, None], atol=1e-12)
+    # unit rows for the clusters accepted as new, REJECTED_NORM for the rejected ones (known-class parts)
+    accepted = est.discovery_cluster_index_ >= 0
+    assert accepted.any() and not accepted.all()
+    scale = np.where(accepted, 1.0, REJECTED_NORM)
+    assert init.shape == C.shape and np.allclose(sp.linalg.norm(init, axis=1), scale)
+    np.testing.assert_allclose(init.toarray(), C.toarray() / sp.linalg.norm(C, axis=1)[:, None] * scale[:, None],
+                               atol=1e-12)
+    np.testing.assert_array_equal(warm_kinds(init, np.arange(X.shape[1])), np.where(accepted, 0, 1))
     few = warm_start_centroids(est, X.shape[1], top_terms=3, max_clusters=1)
     assert few.shape[0] == 1 and few.nnz == 3 and np.isclose(sp.linalg.norm(few), 1.0)
     # the three largest weights of the first cluster
@@ -272,7 +283,7 @@ def test_a_rejected_mixture_is_split_into_pure_parts_and_rejected_parts_go_back(
     labels = np.where(truth == "b", 1, 0)
     C = np.vstack([np.asarray(Z[labels == k].mean(axis=0)).ravel() for k in (0, 1)])
     C /= np.linalg.norm(C, axis=1, keepdims=True)
-    lab, C2, parent = split_rejected(Z, labels, C, np.array([False, True]), np.random.default_rng(1), 5)
+    lab, C2, parent, _ = split_rejected(Z, labels, C, np.array([False, True]), np.random.default_rng(1), 5)
     assert C2.shape[0] > 2 and list(parent[:2]) == [-1, -1] and np.all(parent[2:] == 0)
     np.testing.assert_array_equal(C2[:2], C)
     assert np.all(lab[truth == "b"] == 1), "an accepted cluster is not split"
@@ -284,7 +295,7 @@ def test_a_rejected_mixture_is_split_into_pure_parts_and_rejected_parts_go_back(
     # the part holding c is accepted, the others are not: they go back to cluster 0
     accepted = np.zeros(C2.shape[0], dtype=bool)
     accepted[1] = accepted[c_parts[0]] = True
-    lab3, C3, acc3 = merge_rejected_parts(lab, C2, parent, accepted)
+    lab3, C3, acc3, _ = merge_rejected_parts(lab, C2, parent, accepted)
     assert C3.shape[0] == 3 and list(acc3) == [False, True, True]
     assert np.all(lab3[truth == "a"] == 0) and np.all(lab3[truth == "b"] == 1) and np.all(lab3[truth == "c"] == 2)
     np.testing.assert_array_equal(C3[2], C2[c_parts[0]])
@@ -368,3 +379,82 @@ def test_engine_serves_auto_discovery_with_distinctive_words_on_real_reuters():
         assert any(found), (name, slot.explain)
         for c in slot.new_clusters:
             assert slot.explain[c] and not {"said", "reuter", "mln", "dlrs"} & set(slot.explain[c][:3])
+
+
+def _mixture(rng: np.random.Generator, sizes: dict[str, int]) -> tuple[sp.csr_matrix, np.ndarray]:
+    """Unit rows of three word blocks (a, b, c: 12 words each, 5 of them per document)."""
+    lo = {"a": 0, "b": 12, "c": 24}
+    rows, truth = [], []
+    for name, n in sizes.items():
+        for _ in range(n):
+            x = np.zeros(36)
+            x[lo[name] + rng.choice(12, size=5, replace=False)] = 1.0
+            rows.append(x)
+            truth.append(name)
+    return l2_normalize_rows(sp.csr_matrix(np.array(rows))), np.array(truth)
+
+
+def _two_clusters(Z: sp.csr_matrix, truth: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Cluster 0: a with the small group c (a mixture), cluster 1: b."""
+    labels = np.where(truth == "b", 1, 0)
+    C = np.vstack([np.asarray(Z[labels == k].mean(axis=0)).ravel() for k in (0, 1)])
+    return labels, C / np.linalg.norm(C, axis=1, keepdims=True)
+
+
+def test_a_split_part_is_kept_across_two_fits_over_overlapping_windows():
+    Z1, t1 = _mixture(np.random.default_rng(0), {"a": 40, "b": 40, "c": 12})
+    Z2n, t2n = _mixture(np.random.default_rng(7), {"a": 20, "b": 20, "c": 6})
+    keep = np.flatnonzero(np.arange(t1.size) % 2 == 0)  # half of the first window stays
+    Z2, t2 = sp.vstack([Z1[keep], Z2n], format="csr"), np.concatenate([t1[keep], t2n])
+    lab1, C1 = _two_clusters(Z1, t1)
+    lab, P, parent, origin = split_rejected(Z1, lab1, C1, np.array([False, True]), np.random.default_rng(1), 5)
+    assert np.all(origin == -1), "no warm start: no part continues one"
+    c1 = int(np.unique(lab[t1 == "c"])[0])
+    assert np.unique(lab[t1 == "c"]).size == 1 and parent[c1] == 0
+    # the second window starts cluster 0's splitting at the part found in the first one (and a
+    # previous part near the accepted cluster 1 is not used: cluster 1 is not split)
+    prev_parts = np.vstack([P[c1], C1[1]])
+    lab2, C2 = _two_clusters(Z2, t2)
+    labb, Pb, parentb, originb = split_rejected(Z2, lab2, C2, np.array([False, True]), np.random.default_rng(3), 5,
+                                                prev_parts)
+    c2 = np.unique(labb[t2 == "c"])
+    assert c2.size == 1 and parentb[c2[0]] == 0 and originb[c2[0]] == 0, (originb, parentb)
+    assert np.all(labb[t2 == "a"] != c2[0]), "the continued part holds the small group only"
+    assert set(originb[originb >= 0]) == {0}, "only the part inside the split cluster continues"
+    assert float(Pb[c2[0]] @ P[c1]) >= 0.9
+    # the shared documents of c are in the continued part both times
+    shared_c = np.flatnonzero(t1[keep] == "c")
+    assert shared_c.size >= 5 and np.all(labb[shared_c] == c2[0]) and np.all(lab[keep][shared_c] == c1)
+    # with the hysteresis, the continued part (the previous one was accepted) gets the lenient bound,
+    # the other parts a new cluster's
+    bias = acceptance_bias(originb, np.array([True, True]), hysteresis=True)
+    assert bias[c2[0]] == pytest.approx(1 - SPLIT_HYSTERESIS)
+    others = np.flatnonzero((parentb >= 0) & (np.arange(parentb.size) != c2[0]))
+    assert others.size and np.allclose(bias[others], 1 + SPLIT_HYSTERESIS)
+    assert np.allclose(bias[:2], 1 + SPLIT_HYSTERESIS), "first-level clusters not continuing an accepted one"
+    np.testing.assert_array_equal(acceptance_bias(originb, np.array([True, True]), hysteresis=False), 1.0)
+    assert acceptance_bias(originb, np.array([False, True]), hysteresis=True)[c2[0]] == pytest.approx(
+        1 + SPLIT_HYSTERESIS), "continuing a rejected cluster earns no leniency"
+
+
+def test_a_marginal_new_part_is_not_accepted_but_a_continuing_one_stays():
+    Z, truth = _mixture(np.random.default_rng(0), {"a": 40, "c": 12})
+    labels = np.where(truth == "c", 1, 0)  # cluster 1: the small group
+    known = l2_normalize_rows(sp.csr_matrix(Z[truth == "a"].sum(axis=0)))  # one known class: a
+    S = np.asarray((Z @ known.T).todense())
+    sums = sp.csr_matrix(sp.csr_matrix((np.ones(labels.size), (labels, np.arange(labels.size)))) @ Z)
+    gap = loo_seed_similarity(Z, labels, sums) - S.max(axis=1)
+    g = float(gap[labels == 1].mean())
+    assert g > 0
+    # a seed margin making the part marginal: above the plain bound (0.5 margin), below a new one's
+    margin = np.array([g / (0.5 * (1 + SPLIT_HYSTERESIS / 2))])
+    origin = np.array([-1, -1])
+
+    def ok(bias):
+        return separated_clusters(Z, labels, 2, S, margin, 0.5 * bias)[1]
+
+    assert ok(acceptance_bias(origin, np.zeros(0, dtype=bool), hysteresis=False)), "no warm start: accepted"
+    assert not ok(acceptance_bias(origin, np.zeros(0, dtype=bool), hysteresis=True)), \
+        "a new part under a warm start needs a clear margin"
+    assert ok(acceptance_bias(np.array([-1, 0]), np.array([True]), hysteresis=True)), \
+        "the part accepted last round stays accepted"

@@ -93,6 +93,16 @@ WARM_TERMS = 2000
 WARM_MAX_CLUSTERS = 64
 #: ``auto`` with a warm start keeps the previous k unless another k's silhouette is higher by this.
 AUTO_HYSTERESIS = 0.005
+#: ``discovery_init`` row norm of a cluster the previous fit rejected (a part of a known class),
+#: and of an accepted part of a split cluster (``discovery_split``); the other accepted clusters'
+#: rows have norm 1 (:func:`warm_start_centroids`, :func:`warm_kinds`).
+REJECTED_NORM = 0.5
+PART_NORM = 0.25
+#: Warm start with ``discovery_split``: acceptance hysteresis. A cluster continuing one the previous
+#: fit accepted needs ``1 - SPLIT_HYSTERESIS`` times the separation and attraction bounds, any
+#: other cluster ``1 + SPLIT_HYSTERESIS`` times them (a clear margin); a fit without a warm start
+#: is unchanged.
+SPLIT_HYSTERESIS = 0.6
 
 
 def uses_calibrated(est: Any) -> bool:
@@ -224,11 +234,12 @@ def cosine_silhouette(Z: sp.csr_matrix, labels: np.ndarray) -> float:
     return float(silhouette_score(D, labels, metric="precomputed"))
 
 
-def dissolve_small(Z: sp.csr_matrix, labels: np.ndarray, C: np.ndarray, min_size: int,
-                   keep_order: bool = False) -> tuple[np.ndarray, np.ndarray]:
-    """Drop clusters with fewer than ``min_size`` members (their members join the nearest kept
-    one); relabel by decreasing size, or (``keep_order``) in the clusters' order.
-    Returns ``(labels, centroids)``."""
+def dissolve_small(Z: sp.csr_matrix, labels: np.ndarray, C: np.ndarray, min_size: int | np.ndarray,
+                   keep_order: bool = False, return_kept: bool = False) -> tuple[np.ndarray, ...]:
+    """Drop clusters with fewer than ``min_size`` members (a number, or one per cluster; their
+    members join the nearest kept one); relabel by decreasing size, or (``keep_order``) in the
+    clusters' order. Returns ``(labels, centroids)`` and (``return_kept``) the index each kept
+    cluster had before."""
     sizes = np.bincount(labels, minlength=C.shape[0])
     keep = np.flatnonzero(sizes >= min_size)
     if keep.size == 0:
@@ -243,7 +254,7 @@ def dissolve_small(Z: sp.csr_matrix, labels: np.ndarray, C: np.ndarray, min_size
     empty = norms[:, 0] == 0
     sums[empty] = C[keep][empty]  # a cluster left empty keeps its centroid
     norms[empty] = 1.0
-    return labels, sums / norms
+    return (labels, sums / norms, keep) if return_kept else (labels, sums / norms)
 
 
 def choose_auto_k(scores: dict[int, float], previous: int | None = None,
@@ -258,7 +269,7 @@ def choose_auto_k(scores: dict[int, float], previous: int | None = None,
 
 def cluster_unexplained(Z: sp.csr_matrix, n_new: int | str, rng: np.random.Generator,
                         min_cluster_size: int, init: np.ndarray | None = None,
-                        max_clusters: int | None = None) -> tuple[np.ndarray, np.ndarray, dict]:
+                        max_clusters: int | None = None, min_k: int = 1) -> tuple[np.ndarray, np.ndarray, dict]:
     """Cluster the unit rows ``Z`` (the unexplained documents, columns restricted by the caller)
     into ``n_new`` clusters.
 
@@ -272,6 +283,9 @@ def cluster_unexplained(Z: sp.csr_matrix, n_new: int | str, rng: np.random.Gener
     (bounded by the rows) with the best cosine silhouette on at most
     :data:`SILHOUETTE_SAMPLE` rows; ``info["silhouette"]`` maps each tried ``n_new``
     to its score. Clusters under ``min_cluster_size`` members are dissolved.
+
+    ``min_k``: ``auto`` tries no smaller k (the splitting of a cluster keeps the previous parts).
+    ``info["origin"]``: for each returned cluster, the ``init`` row it continues (-1: none).
     """
     n = Z.shape[0]
     max_clusters = AUTO_MAX_CLUSTERS if max_clusters is None else max_clusters
@@ -285,7 +299,8 @@ def cluster_unexplained(Z: sp.csr_matrix, n_new: int | str, rng: np.random.Gener
         p = int(init.shape[0]) if warm else 0
         # a warm start also tries the previous number of clusters (it may exceed max_clusters:
         # parts of split clusters, :func:`split_rejected`)
-        for extra in [*range(1, hi + 1), *([p] if hi < p <= n // max(min_cluster_size, 1) else [])]:
+        lo = min(min_k, hi)
+        for extra in [*range(lo, hi + 1), *([p] if hi < p <= n // max(min_cluster_size, 1) else [])]:
             labels, C, _ = spherical_kmeans(Z, extra, rng, prefix=init[:extra] if warm else None)
             fits[extra] = (labels, C)
             scores[extra] = cosine_silhouette(Z[sample], labels[sample])
@@ -296,7 +311,9 @@ def cluster_unexplained(Z: sp.csr_matrix, n_new: int | str, rng: np.random.Gener
         # a warm start keeps every previous cluster (parts of split clusters included)
         k = int(min(max(int(n_new), init.shape[0] if warm else 0), n))
         labels, C, _ = spherical_kmeans(Z, k, rng, prefix=init if warm else None)
-    labels, C = dissolve_small(Z, labels, C, min_cluster_size, keep_order=warm)
+    p = int(init.shape[0]) if warm else 0
+    labels, C, kept = dissolve_small(Z, labels, C, min_cluster_size, keep_order=warm, return_kept=True)
+    info["origin"] = np.where(kept < p, kept, -1)
     return labels, C, info
 
 
@@ -310,15 +327,33 @@ def warm_rows(init: sp.spmatrix | None, cols: np.ndarray) -> np.ndarray | None:
     return P if P.shape[0] else None
 
 
+def warm_kinds(init: sp.spmatrix | None, cols: np.ndarray) -> np.ndarray:
+    """For each row :func:`warm_rows` keeps, what the previous fit made of that cluster (from the
+    row's norm): 0 accepted as new (norm 1), 1 rejected (:data:`REJECTED_NORM`), 2 an accepted
+    part of a split cluster (:data:`PART_NORM`)."""
+    if init is None or init.shape[0] == 0:
+        return np.zeros(0, dtype=np.int64)
+    init = sp.csr_matrix(init)
+    nonempty = np.asarray(abs(init[:, cols]).sum(axis=1)).ravel() > 0
+    full = np.sqrt(np.asarray(init.multiply(init).sum(axis=1)).ravel())[nonempty]
+    return np.where(full > (1.0 + REJECTED_NORM) / 2, 0, np.where(full > (REJECTED_NORM + PART_NORM) / 2, 1, 2))
+
+
 def warm_start_centroids(prev: Any, n_features: int, top_terms: int = WARM_TERMS,
                          max_clusters: int = WARM_MAX_CLUSTERS) -> sp.csr_matrix | None:
     """The clusters a calibrated fit found (``discovery_all_centroids_``, in their order), as the
     ``discovery_init`` of the next fit: at most ``max_clusters`` rows, each pruned to its
-    ``top_terms`` largest weights and re-normalised. None when ``prev`` is not a calibrated fit
+    ``top_terms`` largest weights and re-normalised to norm 1 (a cluster the previous fit
+    accepted as new), :data:`REJECTED_NORM` (one it rejected) or :data:`PART_NORM` (an accepted
+    part of a split cluster); the fit re-normalises the rows, the norm only tells :func:`warm_kinds`. None when ``prev`` is not a calibrated fit
     with clusters over ``n_features`` columns."""
     C = getattr(prev, "__dict__", {}).get("discovery_all_centroids_")
     if C is None or C.shape[0] == 0 or C.shape[1] != n_features:
         return None
+    m = min(C.shape[0], max_clusters)
+    index = np.asarray(prev.__dict__.get("discovery_cluster_index_", np.zeros(C.shape[0])))[:m]
+    parent = np.asarray(prev.__dict__.get("discovery_parent_", np.full(C.shape[0], -1)))[:m]
+    scale = np.where(index < 0, REJECTED_NORM, np.where(parent >= 0, PART_NORM, 1.0))
     C = sp.csr_matrix(C[:max_clusters], dtype=np.float64)
     rows, cols, vals = [], [], []
     for r in range(C.shape[0]):  # one small loop over clusters
@@ -329,7 +364,7 @@ def warm_start_centroids(prev: Any, n_features: int, top_terms: int = WARM_TERMS
         if norm > 0:
             rows.append(np.full(top.size, r))
             cols.append(c[top])
-            vals.append(v[top] / norm)
+            vals.append(v[top] * (scale[r] / norm))
     if not rows:
         return None
     out = sp.csr_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))), shape=C.shape)
@@ -402,36 +437,60 @@ def fit_calibrated(est: Any, X: Any, y: Any, **fit_kw: Any) -> Any:
         # a fixed number: room for as many parts of known classes, the largest new ones kept
         k = n_new if n_new == "auto" else int(n_new) + known.size
         init = warm_rows(est.discovery_init, cols)
+        split = bool(est.discovery_split)
+        kinds = warm_kinds(est.discovery_init, cols)
+        init_parts = None
+        if split and init is not None:
+            # the previous parts of split clusters start the splitting of this fit's clusters
+            init_parts = init[kinds == 2] if (kinds == 2).any() else None
+            init, kinds = (init[kinds != 2], kinds[kinds != 2]) if (kinds != 2).any() else (None, kinds[:0])
         labels_z, C, info = cluster_unexplained(Z, k, rng, min_size, init)
+        origin = info.pop("origin")
         seed_rows = np.flatnonzero(seeds)
         margins = seed_margins(loo, S[seed_rows], codes[seed_rows])
         to_own = np.where(np.isfinite(loo), loo, S[seed_rows, codes[seed_rows]])  # leave-one-out
+        # acceptance hysteresis (split with a warm start): 1 - h for a cluster continuing one the
+        # previous fit accepted, 1 + h for any other (no warm start: 1 for all)
+        hysteresis = split and est.discovery_init is not None
+        bias = acceptance_bias(origin, kinds == 0, hysteresis)
 
-        def accept(lab: np.ndarray, cent: np.ndarray, factor: Any = 0.5) -> np.ndarray:
+        def accept(lab: np.ndarray, cent: np.ndarray, factor: Any, bias: np.ndarray) -> np.ndarray:
             # a cluster that attracts the seeds of a known class (closer to them than the centroid
             # of their class's other seeds) is a part of that class, not a new class ...
             to_new = np.asarray((Xn[seed_rows] @ _sparse_rows(cent, cols, X.shape[1]).T).todense())
             attracted = to_new.max(axis=1) > to_own
             ok = seed_poor_clusters(to_new.argmax(axis=1)[attracted], cent.shape[0],
-                                    np.bincount(lab, minlength=cent.shape[0]), float(seeds.mean()), REJECT_RATIO)
+                                    np.bincount(lab, minlength=cent.shape[0]), float(seeds.mean()),
+                                    REJECT_RATIO * (2.0 - bias))
             # ... and so is one whose members are not set apart from their nearest known class as
             # clearly as that class's seeds are set apart from the other classes
-            return ok & separated_clusters(Xn[rows], lab, cent.shape[0], S[rows], margins, factor)
+            return ok & separated_clusters(Xn[rows], lab, cent.shape[0], S[rows], margins, factor * bias)
 
-        accepted = accept(labels_z, C)
-        if est.discovery_split:
+        accepted = accept(labels_z, C, 0.5, bias)
+        info.update(first_level_accepted=int(accepted.sum()), warm_parts=0 if init_parts is None else len(init_parts))
+        parent = np.full(C.shape[0], -1)
+        if split:
             # a rejected cluster can be a mixture: a part of a known class with a small unseeded
             # class (R52: ship with trade and money-fx); its own clusters are judged again
             part_size = max(MIN_CLUSTER_DOCS, int(n * SPLIT_MIN_FRACTION))
-            labels_z, C, parent = split_rejected(Z, labels_z, C, accepted, rng, part_size)
+            labels_z, C, parent, part_origin = split_rejected(Z, labels_z, C, accepted, rng, part_size, init_parts)
             if (parent >= 0).any():
-                part_ok = accept(labels_z, C, np.where(parent >= 0, SPLIT_SEPARATION, 0.5))
+                # a part continuing an accepted part of the previous fit: 1 - h; another: a new one's margin
+                part_bias = np.concatenate([bias, acceptance_bias(part_origin[bias.size:],
+                                                                  np.ones(0 if init_parts is None else init_parts.shape[0], dtype=bool),
+                                                                  hysteresis)])
+                part_ok = accept(labels_z, C, np.where(parent >= 0, SPLIT_SEPARATION, 0.5), part_bias)
                 accepted = np.concatenate([accepted, part_ok[accepted.size:]])
-                labels_z, C, accepted = merge_rejected_parts(labels_z, C, parent, accepted)
+                info.update(parts_tried=int((parent >= 0).sum()), parts_continued=int((part_origin >= 0).sum()),
+                            parts_accepted=int((part_ok & (parent >= 0)).sum()),
+                            parts_continued_accepted=int((part_ok & (part_origin >= 0)).sum()),
+                            split_clusters=int(np.unique(parent[parent >= 0]).size))
+                labels_z, C, accepted, parent = merge_rejected_parts(labels_z, C, parent, accepted)
     else:
         cols = np.zeros(0, dtype=np.int64)
         labels_z, C, info = np.zeros(rows.size, dtype=np.int64), np.zeros((0, 0)), {}
         accepted = np.zeros(0, dtype=bool)
+        parent = np.zeros(0, dtype=np.int64)
     new_rows = np.flatnonzero(accepted[labels_z]) if C.shape[0] else np.zeros(0, dtype=np.int64)
     # the largest (unlabeled members) when n_new_clusters is a number; numbered by decreasing
     # size, or after a warm start in the clusters' order (the previous fit's first)
@@ -471,6 +530,7 @@ def fit_calibrated(est: Any, X: Any, y: Any, **fit_kw: Any) -> Any:
     est.discovery_thresholds_ = thr
     est.discovery_all_centroids_ = _sparse_rows(C, cols, X.shape[1]) if C.shape[0] else sp.csr_matrix((0, X.shape[1]))
     est.discovery_cluster_index_ = order  # all clusters -> new cluster number, -1: a known-class part
+    est.discovery_parent_ = parent  # all clusters -> the cluster a part was split from, -1: not a part
     est.discovery_info_ = {**info, "k": m, "n_clusters_tried": int(C.shape[0]),
                            "n_unexplained": int(unexplained.sum())}
     est.new_clusters_ = new_cluster_names(m)
@@ -514,32 +574,54 @@ def _known_labels(base: Any, X: sp.csr_matrix) -> np.ndarray:
     return np.asarray(lab, dtype=np.int64)
 
 
+def acceptance_bias(origin: np.ndarray, was_accepted: np.ndarray, hysteresis: bool,
+                    h: float | None = None) -> np.ndarray:
+    """Per cluster, the factor on the bounds a cluster must pass to be new (the separation, and the
+    inverse of the seed attraction): ``1 - h`` for a cluster continuing (``origin[j]``: the warm-start
+    row it continues, -1: none) one the previous fit accepted (``was_accepted`` per warm-start row),
+    ``1 + h`` for any other; all 1 without ``hysteresis`` (``h``: :data:`SPLIT_HYSTERESIS`)."""
+    h = SPLIT_HYSTERESIS if h is None else h
+    if not hysteresis:
+        return np.ones(origin.size)
+    prev_ok = np.zeros(origin.size, dtype=bool)
+    prev_ok[origin >= 0] = was_accepted[origin[origin >= 0]]
+    return np.where(prev_ok, 1.0 - h, 1.0 + h)
+
+
 def split_rejected(Z: sp.csr_matrix, labels: np.ndarray, C: np.ndarray, accepted: np.ndarray,
-                   rng: np.random.Generator, min_size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                   rng: np.random.Generator, min_size: int, init_parts: np.ndarray | None = None,
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Cluster again (``auto``, parts of at least ``min_size`` rows) the members of every
     rejected cluster of at least ``2 min_size`` rows: its parts are appended (their members move to them; the cluster keeps its centroid).
-    Returns ``(labels, centroids, parent)``, ``parent[j]`` the cluster part ``j`` was split
-    from (-1: not a part)."""
+    ``init_parts`` (unit rows, a warm start): the previous fit's parts; those nearest to a
+    rejected cluster's centroid start its splitting (:func:`cluster_unexplained`'s ``init``).
+    Returns ``(labels, centroids, parent, origin)``, ``parent[j]`` the cluster part ``j`` was split
+    from (-1: not a part), ``origin[j]`` the row of ``init_parts`` part ``j`` continues (-1: none)."""
     labels = labels.copy()
-    parts, parent = [C], [np.full(C.shape[0], -1)]
+    parts, parent, origin = [C], [np.full(C.shape[0], -1)], [np.full(C.shape[0], -1)]
     k = C.shape[0]
     sizes = np.bincount(labels, minlength=k)
+    home = (init_parts @ C.T).argmax(axis=1) if init_parts is not None and C.shape[0] else np.zeros(0, dtype=int)
     for r in np.flatnonzero(~accepted & (sizes >= 2 * min_size)):  # at most one pass over the clusters
         sub = np.flatnonzero(labels == r)
-        lab, Cs, _ = cluster_unexplained(sp.csr_matrix(Z[sub]), "auto", rng, min_size)
+        inside = np.flatnonzero(home == r)
+        lab, Cs, info = cluster_unexplained(sp.csr_matrix(Z[sub]), "auto", rng, min_size,
+                                            init_parts[inside] if inside.size else None, min_k=inside.size + 1)
         if Cs.shape[0] < 2:
             continue
         parts.append(Cs)
         parent.append(np.full(Cs.shape[0], r))
+        o = info["origin"]
+        origin.append(np.where(o >= 0, inside[np.maximum(o, 0)] if inside.size else -1, -1))
         labels[sub] = k + lab
         k += Cs.shape[0]
-    return labels, np.vstack(parts), np.concatenate(parent)
+    return labels, np.vstack(parts), np.concatenate(parent), np.concatenate(origin)
 
 
 def merge_rejected_parts(labels: np.ndarray, C: np.ndarray, parent: np.ndarray,
-                         accepted: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                         accepted: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The members of rejected parts go back to the cluster they were split from, and those
-    parts are dropped: ``(labels, centroids, accepted)`` of the clusters kept, in order."""
+    parts are dropped: ``(labels, centroids, accepted, parent)`` of the clusters kept, in order."""
     drop = (parent >= 0) & ~accepted
     lab = labels.copy()
     back = drop[lab]
@@ -547,7 +629,7 @@ def merge_rejected_parts(labels: np.ndarray, C: np.ndarray, parent: np.ndarray,
     keep = np.flatnonzero(~drop)
     remap = np.full(C.shape[0], -1)
     remap[keep] = np.arange(keep.size)
-    return remap[lab], C[keep], accepted[keep]
+    return remap[lab], C[keep], accepted[keep], np.where(parent[keep] >= 0, remap[np.maximum(parent[keep], 0)], -1)
 
 
 def seed_margins(loo: np.ndarray, S_seeds: np.ndarray, seed_codes: np.ndarray) -> np.ndarray:
