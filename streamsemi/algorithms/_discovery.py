@@ -443,9 +443,12 @@ def fit_calibrated(est: Any, X: Any, y: Any, **fit_kw: Any) -> Any:
         k = n_new if n_new == "auto" else int(n_new) + known.size
         init = warm_rows(est.discovery_init, cols)
         split = bool(est.discovery_split)
+        # split parts carried across refits, acceptance hysteresis: ``auto`` only (a fixed number
+        # keeps every previous cluster at the first level, and was stable that way: kept 0.996)
+        carry = split and n_new == "auto"
         kinds = warm_kinds(est.discovery_init, cols)
         init_parts = None
-        if split and init is not None:
+        if carry and init is not None:
             # the previous parts of split clusters start the splitting of this fit's clusters
             init_parts = init[kinds == 2] if (kinds == 2).any() else None
             init, kinds = (init[kinds != 2], kinds[kinds != 2]) if (kinds != 2).any() else (None, kinds[:0])
@@ -456,7 +459,7 @@ def fit_calibrated(est: Any, X: Any, y: Any, **fit_kw: Any) -> Any:
         to_own = np.where(np.isfinite(loo), loo, S[seed_rows, codes[seed_rows]])  # leave-one-out
         # acceptance hysteresis (split with a warm start): 1 - h for a cluster continuing one the
         # previous fit accepted, 1 + h for any other (no warm start: 1 for all)
-        hysteresis = split and est.discovery_init is not None
+        hysteresis = carry and est.discovery_init is not None
         bias = acceptance_bias(origin, kinds == 0, hysteresis)
 
         def accept(lab: np.ndarray, cent: np.ndarray, factor: Any, bias: np.ndarray) -> np.ndarray:
