@@ -1,7 +1,7 @@
 """Cluster id stability across consecutive refits (issue 18 part 1), in process through the Engine.
 
-Reuters R8 streams through an :class:`~streamsemi.engine.Engine` with seeds for 5 of the 8
-classes (earn, acq, crude, trade, money-fx; ``--seed-fraction`` of their documents) and
+Reuters R8 (``--dataset``) streams through an :class:`~streamsemi.engine.Engine` with seeds for 5 of the 8
+classes (earn, acq, crude, trade, money-fx: ``--seeded``; ``--seed-fraction`` of their documents) and
 ``n_new_clusters = 3`` (``--n-new``: a number or ``auto``); the window holds ``--window`` documents and a refit runs every
 ``--every`` documents, so consecutive refits see overlapping windows. After each refit
 round the engine's membership of the window (which cluster each document is in) is
@@ -65,8 +65,9 @@ def _pairs_stats(rounds: list[dict[str, str]]) -> dict[str, float | int | None]:
 
 
 def run(algorithm: str, n_docs: int, window: int, every: int, seed_fraction: float, seed: int,
-        min_jaccard: float, discovery: str | None = None, n_new: int | str = 3, split: bool = False) -> dict:
-    ds = load("reuters-r8")
+        min_jaccard: float, discovery: str | None = None, n_new: int | str = 3, split: bool = False,
+        dataset: str = "reuters-r8", seeded: tuple[str, ...] = SEEDED) -> dict:
+    ds = load(dataset)
     rng = np.random.default_rng(seed)
     order = rng.permutation(len(ds))[:n_docs]
     cfg = EngineConfig(algorithms=[algorithm], n_new_clusters=n_new, background_refit=False, window_max_docs=window,
@@ -86,7 +87,7 @@ def run(algorithm: str, n_docs: int, window: int, every: int, seed_fraction: flo
         batch = order[start:start + 100]
         eng.process([Document(id=f"r{i}", text=ds.texts[i]) for i in batch])
         for i in batch:
-            if ds.labels[i] in SEEDED and rng.random() < seed_fraction:
+            if ds.labels[i] in seeded and rng.random() < seed_fraction:
                 eng.label(f"r{i}", [ds.labels[i]])
         slot = eng.models.get(algorithm)
         if slot is not None and slot.version != seen_version:
@@ -114,6 +115,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--algorithms", default="constrained-kmeans,semi-ldc,fsl-ck,d-lda")
     p.add_argument("--docs", type=int, default=6000)
+    p.add_argument("--dataset", default="reuters-r8", help="a dataset id (streamsemi.core.datasets)")
+    p.add_argument("--seeded", default=",".join(SEEDED), help="the classes that get seeds, comma-separated")
     p.add_argument("--window", type=int, default=2000)
     p.add_argument("--every", type=int, default=500)
     p.add_argument("--seed-fraction", type=float, default=0.05)
@@ -128,10 +131,11 @@ def main(argv: list[str] | None = None) -> int:
     n_new: int | str = a.n_new if a.n_new == "auto" else int(a.n_new)
     results = []
     for name in a.algorithms.split(","):
-        r = run(name, a.docs, a.window, a.every, a.seed_fraction, a.seed, min_jaccard, a.discovery, n_new, a.split)
+        r = run(name, a.docs, a.window, a.every, a.seed_fraction, a.seed, min_jaccard, a.discovery, n_new, a.split,
+                a.dataset, tuple(a.seeded.split(",")))
         print(json.dumps(r))
         results.append(r)
-    out = {"corpus": "reuters-r8", "seeded_classes": list(SEEDED), "n_new_clusters": n_new, "docs": a.docs,
+    out = {"corpus": a.dataset, "seeded_classes": a.seeded.split(","), "n_new_clusters": n_new, "docs": a.docs,
            "window": a.window, "refit_every_docs": a.every, "seed_fraction": a.seed_fraction, "seed": a.seed,
            "cluster_match_min_jaccard": min_jaccard, "discovery": a.discovery or "default", "split": a.split,
            "results": results,
