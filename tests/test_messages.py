@@ -268,3 +268,20 @@ def test_dead_letter_of_a_huge_record_is_truncated_to_fit_one_produce_request(ra
     assert len(encode_json(d)) < 1_000_000, "kafka-python's default max_request_size is 1 MiB"
     small = dead_letter(b"abc", "no_terms", "x")
     assert "truncated" not in small and small["original"] == "abc"
+
+
+def test_cluster_event_key_and_resolved_seed_op_carry_the_stream_only_when_there_is_one():
+    from types import SimpleNamespace
+
+    from streamsemi.core.messages import cluster_event_key, resolved_seed_op
+
+    assert cluster_event_key({"algorithm": "cle", "cluster": "new-3"}) == b"cle/new-3"
+    assert cluster_event_key({"algorithm": "cle", "cluster": "new-3", "stream": None}) == b"cle/new-3"
+    assert cluster_event_key({"algorithm": "cle", "cluster": "acq", "stream": "news"}) == b"news/cle/acq"
+    seed = SimpleNamespace(id="d1", labels=("acq",), text="t", origin="resolved", label_offset=7, stream=None)
+    assert resolved_seed_op(seed) == {"op": "label", "id": "d1", "labels": ["acq"], "text": "t",
+                                      "origin": "resolved", "label_offset": 7}
+    seed.stream = "news"
+    assert resolved_seed_op(seed)["stream"] == "news"
+    seed.label_offset = None
+    assert resolved_seed_op(seed) is None, "a seed without its label's offset is not re-emitted"

@@ -428,3 +428,22 @@ def encode_key(doc_id: Any) -> bytes:
     if isinstance(doc_id, bytes):
         return doc_id
     return _SURROGATE.sub("\ufffd", str(doc_id)).encode("utf-8")
+
+
+def cluster_event_key(ev: dict[str, Any]) -> bytes:
+    """Key of a cluster lifecycle event on the compacted clusters topic: ``[stream/]algorithm/cluster``."""
+    stream = ev.get("stream")
+    return encode_key(f"{stream}/{ev['algorithm']}/{ev['cluster']}" if stream is not None
+                      else f"{ev['algorithm']}/{ev['cluster']}")
+
+
+def resolved_seed_op(seed: Any) -> dict[str, Any] | None:
+    """The ``label`` op that re-emits a resolved seed with its text on the control topic, so that restarted and
+    other workers rebuild it (``stream`` when it has one); None for a seed without the offset of its label."""
+    if seed.label_offset is None:
+        return None
+    op = {"op": "label", "id": seed.id, "labels": list(seed.labels), "text": seed.text,
+          "origin": seed.origin, "label_offset": seed.label_offset}
+    if seed.stream is not None:
+        op["stream"] = seed.stream
+    return op

@@ -35,11 +35,13 @@ from streamsemi.core.logs import event
 from streamsemi.core.messages import (
     Limits,
     Rejected,
+    cluster_event_key,
     dead_letter,
     encode_json,
     encode_key,
     parse_control,
     parse_document,
+    resolved_seed_op,
 )
 from streamsemi.core.telemetry import Telemetry
 from streamsemi.engine import Engine, EngineConfig
@@ -501,13 +503,11 @@ class Refitter:
         if not self.leading:
             return
         for ev in clusters:  # lifecycle events of the leader's refit rounds (docs/clusters.md)
-            self._send(self.settings.clusters_topic, encode_key(f"{ev['algorithm']}/{ev['cluster']}"), encode_json(ev))
+            self._send(self.settings.clusters_topic, cluster_event_key(ev), encode_json(ev))
         for seed in resolved:
-            if seed.label_offset is None:
-                continue
-            msg = {"op": "label", "id": seed.id, "labels": list(seed.labels), "text": seed.text,
-                   "origin": seed.origin, "label_offset": seed.label_offset}
-            self._send(self.settings.control_topic, encode_key(seed.id), encode_json(msg))
+            msg = resolved_seed_op(seed)
+            if msg is not None:
+                self._send(self.settings.control_topic, encode_key(seed.id), encode_json(msg))
         self._send_dead([(dead_letter(encode_json(op), rej.reason, rej.detail, self.settings.control_topic), rej)
                          for op, rej in dead])
 

@@ -25,7 +25,7 @@ import logging
 from typing import Any
 
 from streamsemi.core.logs import event
-from streamsemi.core.messages import Rejected, dead_letter, encode_json, encode_key, parse_control
+from streamsemi.core.messages import Rejected, dead_letter, encode_json, parse_control
 from streamsemi.service.config import Settings, stream_list, stream_name_problem
 from streamsemi.service.models_topic import (
     DEFAULT_STREAM,
@@ -225,25 +225,6 @@ class StreamRefitter(Refitter):
             dead.extend((dead_letter(encode_json(op), rej.reason, rej.detail, topic, partition, offset), rej)
                         for op, rej in self.engine.apply_control(msg, offset))
         self._send_dead(dead)
-
-    def _settle_control_outputs(self) -> None:
-        """As the base refitter's, with each seed and cluster event under its stream."""
-        resolved = self.engine.drain_resolved()
-        dead = self.engine.drain_dead()
-        clusters = self.engine.drain_cluster_events()
-        if not self.leading:
-            return
-        for ev in clusters:
-            self._send(self.settings.clusters_topic, encode_key(f"{ev['stream']}/{ev['algorithm']}/{ev['cluster']}"),
-                       encode_json(ev))
-        for seed in resolved:
-            if seed.label_offset is None:
-                continue
-            msg = {"op": "label", "id": seed.id, "labels": list(seed.labels), "text": seed.text,
-                   "origin": seed.origin, "label_offset": seed.label_offset, "stream": seed.stream}
-            self._send(self.settings.control_topic, encode_key(seed.id), encode_json(msg))
-        self._send_dead([(dead_letter(encode_json(op), rej.reason, rej.detail, self.settings.control_topic), rej)
-                         for op, rej in dead])
 
 
 class StreamAssignWorker(AssignWorker):

@@ -45,11 +45,13 @@ from streamsemi.core.messages import (
     Document,
     Limits,
     Rejected,
+    cluster_event_key,
     dead_letter,
     encode_json,
     encode_key,
     parse_control,
     parse_document,
+    resolved_seed_op,
 )
 from streamsemi.core.telemetry import Telemetry
 from streamsemi.engine import Assignment, Engine, EngineConfig
@@ -549,20 +551,14 @@ class Worker:
 
     def _reemit_resolved(self) -> None:
         for seed in self.engine.drain_resolved():
-            if seed.label_offset is None:
-                continue
-            msg = {"op": "label", "id": seed.id, "labels": list(seed.labels), "text": seed.text,
-                   "origin": seed.origin, "label_offset": seed.label_offset}
-            if seed.stream is not None:
-                msg["stream"] = seed.stream
-            self.ledger.send(Output(self.settings.control_topic, encode_key(seed.id), encode_json(msg), None))
+            msg = resolved_seed_op(seed)
+            if msg is not None:
+                self.ledger.send(Output(self.settings.control_topic, encode_key(seed.id), encode_json(msg), None))
 
     def _emit_cluster_events(self) -> None:
-        """Cluster lifecycle events of the refit rounds since the last call (compacted, key = algorithm/cluster)."""
+        """Cluster lifecycle events of the refit rounds since the last call (compacted, key = [stream/]algorithm/cluster)."""
         for ev in self.engine.drain_cluster_events():
-            key = encode_key(f"{ev['stream']}/{ev['algorithm']}/{ev['cluster']}" if "stream" in ev
-                             else f"{ev['algorithm']}/{ev['cluster']}")
-            self.ledger.send(Output(self.settings.clusters_topic, key, encode_json(ev), None))
+            self.ledger.send(Output(self.settings.clusters_topic, cluster_event_key(ev), encode_json(ev), None))
 
     # ------------------------------------------------------------------ partitions
     def on_revoked(self, revoked: set[TopicPartition]) -> None:
