@@ -258,9 +258,9 @@ def test_a_slow_stream_does_not_delay_another_streams_first_model_beyond_one_fit
     assert len(tech_fits) == 2 and len(slow_fits) == 2
     # tech's fits ran once news's first slow fit ended, both before news's second one (first models go first)
     assert slow_fits[0][3] - 0.01 <= tech_fits[0][2] and tech_fits[1][3] <= slow_fits[1][2] + 0.01
-    # tech's first model came within one slow fit (plus its own fits) of its start; news's round took two
-    assert max(c[3] for c in tech_fits) - t_tech < slow_s + 1.0
-    assert max(c[3] for c in slow_fits) - t_news >= 2 * slow_s
+    # so tech's first model waited for one slow fit, not news's whole round (order above, not wall-clock bounds:
+    # the machine is shared); news's round took both slow fits
+    assert tech_fits[0][2] >= t_tech - 0.01 and max(c[3] for c in slow_fits) - t_news >= 2 * slow_s
     se.process([])
     assert se.engines["tech"].ready and se.engines["news"].version == 2
 
@@ -627,3 +627,48 @@ def test_with_revisions_off_a_full_buffer_still_pauses_consumption():
     assert se.engines["tech"].ready and not se.engines["news"].ready
 
 
+
+
+def test_fair_fitter_keeps_other_streams_out_of_the_gap_between_two_fits_of_a_first_round():
+    """Between two fits of a stream's first round the fit process is free; an established stream's fit queued
+    meanwhile must still wait for the round's second fit (it did not: flaky order in the test above)."""
+    from streamsemi.service.streams import FairFitter
+
+    order: list[str] = []
+    in_round = threading.Event()
+    fitting = threading.Event()
+
+    def fit(name: str) -> None:
+        fitting.set()
+        time.sleep(0.05)
+        order.append(name)
+
+    fair = FairFitter(fit, first_round_active=in_round.is_set)
+
+    def first_round() -> None:
+        in_round.set()
+        fair.run(True, "new-1")
+        time.sleep(0.2)          # the engine predicts, swaps, logs: the fit process is free meanwhile
+        fair.run(True, "new-2")
+        in_round.clear()
+
+    a = threading.Thread(target=first_round)
+    a.start()
+    assert fitting.wait(5)
+    b = threading.Thread(target=fair.run, args=(False, "old"))
+    b.start()
+    a.join(5)
+    b.join(5)
+    assert order == ["new-1", "new-2", "old"]
+    # without the round's flag the established stream's fit takes the gap
+    order.clear()
+    fitting.clear()
+    plain = FairFitter(fit)
+    a = threading.Thread(target=lambda: (plain.run(True, "new-1"), time.sleep(0.2), plain.run(True, "new-2")))
+    a.start()
+    assert fitting.wait(5)
+    b = threading.Thread(target=plain.run, args=(False, "old"))
+    b.start()
+    a.join(5)
+    b.join(5)
+    assert order == ["new-1", "old", "new-2"]

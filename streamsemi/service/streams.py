@@ -74,11 +74,18 @@ class FairFitter:
     waiting for its whole round. Here a fit waits only for the fit running and those
     queued before it, and the fits of a stream without a model yet (``first``) go
     before the others: a stream's first model waits for at most one fit of an
-    established stream (each engine fits one algorithm at a time).
+    established stream (each engine fits one algorithm at a time). Between two fits of
+    such a first round the fit process is free for an instant; ``first_round_active``
+    (true while a stream without a model is inside its refit round) keeps the other
+    streams' fits waiting then too, or they would slip in before the round's next fit.
     """
 
-    def __init__(self, fit: Callable[..., Any]) -> None:
+    #: How often a fit held back by another stream's first round looks again (the round's end is not signalled).
+    RECHECK_S = 0.05
+
+    def __init__(self, fit: Callable[..., Any], first_round_active: Callable[[], bool] | None = None) -> None:
         self.fit = fit
+        self.first_round_active = first_round_active
         self._cond = threading.Condition()
         self._next = 0
         self._busy = False
@@ -90,8 +97,9 @@ class FairFitter:
             key = (0 if first else 1, self._next)
             self._next += 1
             self._waiting.add(key)
-            while self._busy or min(self._waiting) != key:
-                self._cond.wait()
+            while (self._busy or min(self._waiting) != key
+                   or (not first and self.first_round_active is not None and self.first_round_active())):
+                self._cond.wait(self.RECHECK_S)
             self._waiting.discard(key)
             self._busy = True
         try:
@@ -254,9 +262,14 @@ class StreamEngines:
 
     @fitter.setter
     def fitter(self, fit: Callable[..., Any] | None) -> None:
-        self._fitter = None if fit is None else (fit if isinstance(fit, FairFitter) else FairFitter(fit))
+        self._fitter = None if fit is None else (fit if isinstance(fit, FairFitter)
+                                                 else FairFitter(fit, self._first_round_active))
         for e in self.engines.values():
             e.fitter = None if self._fitter is None else _StreamFit(self._fitter, e)
+
+    def _first_round_active(self) -> bool:
+        """A stream without a model is inside its refit round (its next fit goes before other streams')."""
+        return any(not e.ready and e.refitting for e in list(self.engines.values()))
 
     @property
     def revision_budget_s(self) -> float | None:
