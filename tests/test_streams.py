@@ -672,3 +672,15 @@ def test_fair_fitter_keeps_other_streams_out_of_the_gap_between_two_fits_of_a_fi
     a.join(5)
     b.join(5)
     assert order == ["new-1", "old", "new-2"]
+
+
+def test_worker_settings_reach_every_streams_engine_existing_and_created_later():
+    se = _streams()
+    assert set(se.engines) == {"news"} and se.backlog == 0 and se.refits_enabled and se.revision_budget_s is None
+    se.backlog, se.refits_enabled, se.revision_budget_s = 7, False, 0.02
+    news = se.engines["news"]
+    assert (news.backlog, news.refits_enabled, news.revision_budget_s) == (7, False, 0.02)
+    tech = se.engine("tech")   # created after the settings were made
+    assert (tech.backlog, tech.refits_enabled, tech.revision_budget_s) == (7, False, 0.02)
+    se.backlog = 0
+    assert news.backlog == tech.backlog == se.backlog == 0

@@ -113,6 +113,25 @@ class FairFitter:
         return self.run(False, *args, **kwargs)
 
 
+class _Broadcast:
+    """An engine setting the worker sets on :class:`StreamEngines`: kept there and passed on to every stream's
+    engine, those that exist and those created later."""
+
+    names: list[str] = []
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+        _Broadcast.names.append(name)
+
+    def __get__(self, obj: Any, objtype: type | None = None) -> Any:
+        return self if obj is None else obj.__dict__[self.name]
+
+    def __set__(self, obj: Any, value: Any) -> None:
+        obj.__dict__[self.name] = value
+        for e in obj.__dict__.get("engines", {}).values():
+            setattr(e, self.name, value)
+
+
 class _StreamFit:
     """A stream engine's :attr:`Engine.fitter`: its fits through the shared :class:`FairFitter`."""
 
@@ -198,9 +217,9 @@ class StreamEngines:
         self.unserved = 0  # documents emitted "no model yet" by a stream whose full buffer cannot fit (spilled)
         self._spilling: set[str] = set()
         self._fitter: FairFitter | None = None
-        self._budget: float | None = None
-        self._backlog = 0
-        self._refits_enabled = True
+        self.revision_budget_s: float | None = None
+        self.backlog = 0          # documents waiting on the broker: every stream's first fit waits (they may be its own)
+        self.refits_enabled = True  # False: no stream starts a refit (assigners; a standby refitter, stream_roles)
         self._seed_total = -1
         self.default_engine = self.engine(default_stream)
         if self.default_engine is None:  # pragma: no cover - the default is always admitted
@@ -247,9 +266,8 @@ class StreamEngines:
             return None
         eng = Engine(self.config, self.telemetry)
         eng.fitter = None if self._fitter is None else _StreamFit(self._fitter, eng)
-        eng.revision_budget_s = self._budget
-        eng.backlog = self._backlog
-        eng.refits_enabled = self._refits_enabled
+        for setting in _Broadcast.names:
+            setattr(eng, setting, getattr(self, setting))
         self.engines[name] = eng
         self.telemetry.serving_model_version.labels(self.role, self.worker, name).set(0)
         event(log, "stream_created", stream=name, streams=len(self.engines), max_streams=self.max_streams)
@@ -271,37 +289,9 @@ class StreamEngines:
         """A stream without a model is inside its refit round (its next fit goes before other streams')."""
         return any(not e.ready and e.refitting for e in list(self.engines.values()))
 
-    @property
-    def revision_budget_s(self) -> float | None:
-        return self._budget
-
-    @revision_budget_s.setter
-    def revision_budget_s(self, seconds: float | None) -> None:
-        self._budget = seconds
-        for e in self.engines.values():
-            e.revision_budget_s = seconds
-
-    @property
-    def backlog(self) -> int:
-        return self._backlog
-
-    @backlog.setter
-    def backlog(self, n: int) -> None:
-        """Documents waiting on the broker (every stream's first fit waits for them: they may be its own)."""
-        self._backlog = n
-        for e in self.engines.values():
-            e.backlog = n
-
-    @property
-    def refits_enabled(self) -> bool:
-        return self._refits_enabled
-
-    @refits_enabled.setter
-    def refits_enabled(self, on: bool) -> None:
-        """False: no stream starts a refit (assigners; a standby refitter, streamsemi.service.stream_roles)."""
-        self._refits_enabled = on
-        for e in self.engines.values():
-            e.refits_enabled = on
+    revision_budget_s = _Broadcast()
+    backlog = _Broadcast()
+    refits_enabled = _Broadcast()
 
     # ------------------------------------------------------------------ documents
     def _group(self, docs: Sequence[Document]) -> tuple[dict[str, list[Document]], list[tuple[Document, Rejected]]]:
