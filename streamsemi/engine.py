@@ -359,16 +359,9 @@ class _Snapshot:
     provisional: bool = False
 
 
-_PREDICT_POOL: list[ThreadPoolExecutor] = []
-_PREDICT_POOL_LOCK = threading.Lock()
-
-
-def _predict_pool() -> ThreadPoolExecutor:
-    """The process's one helper thread for :meth:`Engine._assign_all` (shared by every engine, e.g. per stream)."""
-    with _PREDICT_POOL_LOCK:
-        if not _PREDICT_POOL:
-            _PREDICT_POOL.append(ThreadPoolExecutor(max_workers=1, thread_name_prefix="predict"))
-        return _PREDICT_POOL[0]
+#: The process's one helper thread for :meth:`Engine._assign_all` (shared by every engine, e.g. per stream);
+#: an executor starts its thread at the first submit, so a process without such an estimator has none.
+_PREDICT_POOL = ThreadPoolExecutor(max_workers=1, thread_name_prefix="predict")
 
 
 class Engine:
@@ -1012,8 +1005,7 @@ class Engine:
         heavy = [a for a in algorithms if getattr(models[a].model, "predict_releases_gil", False)]
         futures: dict[str, Future] = {}
         if heavy and X.shape[0]:
-            pool = _predict_pool()
-            futures = {a: pool.submit(models[a].model.predict_proba, X) for a in heavy}
+            futures = {a: _PREDICT_POOL.submit(models[a].model.predict_proba, X) for a in heavy}
         out = {a: self._assign_with(models[a], X) for a in algorithms if a not in futures}
         for a in reversed(list(futures)):  # what the helper has not started yet, this thread predicts itself
             f = futures[a]
