@@ -24,14 +24,16 @@ read on its labels topic (one record per emission of the primary assignment: key
 document id, header ``revision``); a document is done at its first (revision 0)
 record. The sender's own rate is written too (it must be well above both).
 
-``latency``
+``latency`` and ``latency-ck``
     All six algorithms, the default 10,000-document window: after a warm-up of
     ``--latency-warmup`` documents (window full, models fitted, settled) documents
     arrive at ``--latency-rate`` (1,000) docs/s for ``--latency-seconds``, with the
     default refit cadence (a refit round every 2,000 documents): refits of the full
     window run throughout. Latency of a fresh document = its first primary output
     record's timestamp - its document record's timestamp (both CreateTime, stamped by
-    the producers); p50 / p99 / max, and the refit rounds that ran during the phase.
+    the producers); p50 / p99 / max, and the refit rounds and revision passes that ran
+    during the phase. ``latency-ck`` is the same with the worker's default algorithm
+    (constrained k-means): issue 14's latency target.
 
 The worker's resident memory (VmRSS of the worker process and of its children, e.g.
 a fit process) is sampled every 0.5 s in every worker phase; the maximum is written.
@@ -43,6 +45,7 @@ Examples::
     python benchmarks/throughput.py                          # everything (~6 minutes on 2 cores)
     python benchmarks/throughput.py --phases ck --docs 5000  # a quick check
     python benchmarks/throughput.py --phases latency --tag after
+    python benchmarks/throughput.py --phases latency-ck     # the same with the worker's defaults (issue 14)
 """
 
 from __future__ import annotations
@@ -405,6 +408,7 @@ class Bench:
                 "refit_rounds_during": sum(1 for e in events if e.get("event") == "refit_round_done"),
                 "refit_seconds_during": [e.get("seconds") for e in events if e.get("event") == "refit_round_done"],
                 "revisions_records": reader.records - len(reader.first),
+                "revision_passes_during": [e.get("documents") for e in events if e.get("event") == "revision_pass_started"],
                 "worker_log": str(log_path),
             })
         finally:
@@ -497,15 +501,20 @@ def markdown(result: dict[str, Any]) -> str:
                          f"{rows[key]['ratio']:.2f} | >= {target} | {_lat(w['latency_s']['p99'], w)} | {w['refit_rounds_during']} | "
                          f"{w['rss_max_mib']} | {w['send_docs_per_s']:,} |")
         lines.append("")
-    if "latency" in rows:
-        w = rows["latency"]
+    for key in ("latency", "latency-ck"):
+        if key not in rows:
+            continue
+        w = rows[key]
         lat = w["latency_s"]
         sent = int(str(w["served"]).split("/")[1])
-        lines += [f"Fresh documents at {w['rate']} docs/s, six algorithms, {sent:,} documents after a "
+        who = "six algorithms" if key == "latency" else "the defaults (" + ", ".join(w["algorithms"]) + ")"
+        lines += [f"Fresh documents at {w['rate']} docs/s, {who}, {sent:,} documents after a "
                   f"{w['warmup_documents']:,}-document warm-up (window full), served {w['served']}: "
                   f"p50 {_lat(lat['p50'], w)} s, p90 {_lat(lat['p90'], w)} s, p99 {_lat(lat['p99'], w)} s "
                   f"(target < 0.5 s), max {_lat(lat['max'], w)} s; {w['refit_rounds_during']} refit rounds "
-                  f"ended during the phase ({w['refit_seconds_during']} s); max RSS {w['rss_max_mib']} MiB "
+                  f"ended during the phase ({w['refit_seconds_during']} s); revision passes started during the phase "
+                  f"over {w.get('revision_passes_during', '?')} window documents, {w.get('revisions_records', '?')} "
+                  f"revision records; max RSS {w['rss_max_mib']} MiB "
                   "(worker + children; target < 2,048).", ""]
     return "\n".join(lines)
 
@@ -519,7 +528,7 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--input", required=True)
     b.add_argument("--output", required=True)
     b.add_argument("--n", type=int, required=True)
-    ap.add_argument("--phases", default="ck,six,latency", help="any of ck, six, latency")
+    ap.add_argument("--phases", default="ck,six,latency", help="any of ck, six, latency (six algorithms), latency-ck (defaults)")
     ap.add_argument("--docs", type=int, default=20000, help="measured documents per throughput phase")
     ap.add_argument("--warmup", type=int, default=2000)
     ap.add_argument("--seed-fraction", type=float, default=0.05)
@@ -563,11 +572,14 @@ def main(argv: list[str] | None = None) -> int:
                 bare = {"docs_per_s": round(float(np.mean([r["docs_per_s"] for r in runs])), 1), "runs": runs}
                 result["phases"][phase] = {"bare": bare, "worker": worker,
                                            "ratio": round(worker["docs_per_s"] / bare["docs_per_s"], 3)}
-            elif phase == "latency":
+            elif phase in ("latency", "latency-ck"):
+                # "latency": all six algorithms (issue 16); "latency-ck": the worker's defaults (issue 14)
                 n = int(args.latency_rate * args.latency_seconds)
-                lat = bench.worker_phase("lat", SIX, args.latency_warmup, n, args.latency_rate, drain_s=args.drain)
-                print(f"latency: {lat['latency_s']}", flush=True)
-                result["phases"]["latency"] = lat
+                algorithms = SIX if phase == "latency" else "constrained-kmeans"
+                lat = bench.worker_phase("lat" if phase == "latency" else "latck", algorithms, args.latency_warmup, n,
+                                         args.latency_rate, drain_s=args.drain)
+                print(f"{phase}: {lat['latency_s']}", flush=True)
+                result["phases"][phase] = lat
             else:
                 raise SystemExit(f"unknown phase {phase!r}")
             write(result, args.tag)  # after every phase: a later failure keeps what was measured
