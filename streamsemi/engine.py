@@ -100,7 +100,9 @@ CLUSTER_TOP_WORDS = 10        # lifecycle events: top words per cluster
 SNIPPET_CHARS = 160           # lifecycle events: characters of an example's text
 BACKLOG_HOLD_MAX_S = 30.0    # longest a backlog waits for the refit fitted on it (see Engine.holding_backlog)
 REVISION_PROBE = 50          # first revision chunk with a time budget (its cost sizes the next ones)
-SKETCH_EVERY = 4             # every 4th document's words go to the word sketch (it names frequent words; issue 16)
+SKETCH_EVERY = 16            # after SKETCH_WARMUP documents, every 16th document's words go to the word sketch
+WINDOW_AGE_EVERY_S = 1.0     # the window-age gauge scans the window at most this often
+SKETCH_WARMUP = 2000         # (it names frequent words: the first clusters' explanations have all their words; issue 16)
 
 
 def fit_estimator(est: Any, X: sp.csr_matrix, y: Sequence[Any], doc_ids: Sequence[str],
@@ -381,7 +383,8 @@ class Engine:
         self.config = config
         self.telemetry = telemetry or Telemetry()
         self.clock = clock
-        self.featurizer = TextFeaturizer(config.n_features, config.stop_words, sketch_every=SKETCH_EVERY)
+        self.featurizer = TextFeaturizer(config.n_features, config.stop_words, sketch_every=SKETCH_EVERY,
+                                         sketch_warmup=SKETCH_WARMUP)
         self.sketch_lock = threading.Lock()
         self.window, self.seeds, self.pending = self._new_stores()
         self.models: dict[str, ModelSlot] = {}
@@ -420,6 +423,7 @@ class Engine:
         self._last_fit_window = 0
         self._last_doc_at = self.clock()
         self._first_doc_at: float | None = None  # first windowed document (first_fit_max_wait_s)
+        self._window_age_at = float("-inf")  # last scan for the window-age gauge (WINDOW_AGE_EVERY_S)
         # documents known to wait unread on the broker (the worker sets it from its consumer lag; 0 = none or
         # unknown): the first fit's seed and idle gates wait for them (tick)
         self.backlog = 0
@@ -758,8 +762,11 @@ class Engine:
               and now - self.last_refit_start >= cfg.min_refit_interval_s):
             self._start_refit("idle", quiet=True)
         self.telemetry.window.set(len(self.window))
-        oldest = self.window.oldest_ts()
-        self.telemetry.window_age.set(max(0.0, now - oldest) if oldest is not None else 0.0)
+        if now - self._window_age_at >= WINDOW_AGE_EVERY_S or now < self._window_age_at:
+            # a scan of the window (timestamps need not arrive in order): once a second, not every poll (issue 16)
+            self._window_age_at = now
+            oldest = self.window.oldest_ts()
+            self.telemetry.window_age.set(max(0.0, now - oldest) if oldest is not None else 0.0)
 
     def seed_policy_met(self) -> bool:
         """The seeds cover ``min_seed_classes`` classes with ``min_seeds_per_class`` seeds each."""

@@ -21,6 +21,8 @@ from sklearn.feature_extraction import FeatureHasher
 from sklearn.feature_extraction.text import HashingVectorizer
 from sklearn.utils import murmurhash3_32
 
+from streamsemi.core._hashing import hash_ascii_counts, stop_word_table
+
 DEFAULT_N_FEATURES = 2**18
 # Words longer than this are hashed into the features as usual but never kept by the word
 # sketch (URLs, base64 blobs, adversarial 10,000-character tokens): the sketch is bounded in
@@ -192,17 +194,22 @@ class TextFeaturizer:
     sketch : WordSketch, optional
         Sketch to update; a new one is created when omitted.
     sketch_every : int
-        Count every ``sketch_every``-th document into the sketch (1: all). The sketch
+        After the first ``sketch_warmup`` documents, count every ``sketch_every``-th
+        document into the sketch (1: all). The sketch
         only has to name the frequent words of the features that explain a cluster, and
         counting the words was the costliest per-document step of the worker (issue 16).
     """
 
     def __init__(self, n_features: int = DEFAULT_N_FEATURES, stop_words: str | None = "english",
-                 sketch: WordSketch | None = None, sketch_every: int = 1) -> None:
+                 sketch: WordSketch | None = None, sketch_every: int = 1, sketch_warmup: int = 0) -> None:
         if sketch_every < 1:
             raise ValueError("sketch_every must be >= 1")
+        if sketch_warmup < 0:
+            raise ValueError("sketch_warmup must be >= 0")
         self.sketch_every = int(sketch_every)
-        self._sketch_phase = 0  # documents seen modulo sketch_every
+        self.sketch_warmup = int(sketch_warmup)
+        self._sketch_phase = 0  # documents seen modulo sketch_every (after the warm-up)
+        self._sketched_all = 0  # documents of the warm-up counted so far
         self.vectorizer = make_vectorizer(n_features, stop_words)
         self.analyzer = self.vectorizer.build_analyzer()
         # the vectorizer's own hasher: hashing the analysed tokens gives exactly HashingVectorizer.transform's
@@ -210,6 +217,7 @@ class TextFeaturizer:
         self.hasher = FeatureHasher(n_features=self.vectorizer.n_features, input_type="string",
                                     dtype=self.vectorizer.dtype, alternate_sign=self.vectorizer.alternate_sign)
         self.sketch = sketch if sketch is not None else WordSketch(n_features)
+        self._stop_table = stop_word_table(self.vectorizer.get_stop_words() or ())
 
     @property
     def n_features(self) -> int:
@@ -218,21 +226,48 @@ class TextFeaturizer:
     def transform(self, texts: Sequence[str], update_sketch: bool = True) -> sp.csr_matrix:
         """Hashed term counts (``len(texts)`` x ``n_features``, CSR, float64).
 
-        Each text is analysed once; its tokens are hashed (identical to
-        ``make_vectorizer(...).transform(texts)``) and, with ``update_sketch``, those of
-        every ``sketch_every``-th document are counted into the word sketch as one batch
+        Identical to ``make_vectorizer(...).transform(texts)``. ASCII texts are tokenised
+        and hashed by the compiled kernel of :mod:`streamsemi.core._hashing` (one pass
+        over their bytes); other texts are analysed in Python and their tokens hashed by
+        the vectorizer's own hasher. With ``update_sketch``, the words of every
+        ``sketch_every``-th document are counted into the word sketch as one batch
         (:meth:`WordSketch.update_tokens`).
         """
         if isinstance(texts, str):
             raise ValueError("Iterable over raw text documents expected, string object received.")
-        tokens = [self.analyzer(text) for text in texts]
-        if update_sketch and tokens:
+        texts = list(texts)
+        n = len(texts)
+        if n == 0:
+            return sp.csr_matrix((0, self.n_features), dtype=np.float64)
+        tokens: dict[int, list[str]] = {}
+        if update_sketch:
             every = self.sketch_every
-            sampled = tokens if every == 1 else tokens[(-self._sketch_phase) % every::every]
-            self._sketch_phase = (self._sketch_phase + len(tokens)) % every
-            self.sketch.update_tokens(chain.from_iterable(sampled))
-        X = self.hasher.transform(tokens)
-        return sp.csr_matrix(X, dtype=np.float64)
+            head = min(n, self.sketch_warmup - self._sketched_all)  # every document while the sketch warms up
+            self._sketched_all += head
+            sampled = chain(range(head), range(head + (-self._sketch_phase) % every, n, every))
+            self._sketch_phase = (self._sketch_phase + n - head) % every
+            for i in sampled:
+                tokens[i] = self.analyzer(texts[i])
+            if tokens:
+                self.sketch.update_tokens(chain.from_iterable(tokens.values()))
+        ascii_ = [type(t) is str and t.isascii() for t in texts]
+        fast = [i for i in range(n) if ascii_[i]]
+        slow = [i for i in range(n) if not ascii_[i]] if len(fast) < n else []
+        parts, order = [], []
+        if fast:
+            chunk = [texts[i] for i in fast]
+            buf = np.frombuffer("".join(chunk).lower().encode("ascii"), dtype=np.uint8)
+            bounds = np.zeros(len(chunk) + 1, dtype=np.int64)
+            np.cumsum([len(t) for t in chunk], out=bounds[1:])
+            indptr, indices, data = hash_ascii_counts(buf, bounds, self.n_features, *self._stop_table)
+            parts.append(sp.csr_matrix((data, indices, indptr), shape=(len(chunk), self.n_features)))
+            order.extend(fast)
+        if slow:
+            analysed = [tokens[i] if i in tokens else self.analyzer(texts[i]) for i in slow]
+            parts.append(sp.csr_matrix(self.hasher.transform(analysed), dtype=np.float64))
+            order.extend(slow)
+        X = parts[0] if len(parts) == 1 else sp.csr_matrix(sp.vstack(parts, format="csr")[np.argsort(order)])
+        return X
 
 
 def idf_weights(X: sp.spmatrix) -> np.ndarray:
