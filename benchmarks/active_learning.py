@@ -13,10 +13,18 @@ refit labels ``--k`` more documents:
 After each refit the primary model's label of every non-seed document is scored
 against the corpus label (macro-F1 over the corpus' classes,
 :func:`streamsemi.evaluation.metrics.macro_f1_known`). The reference is one fit with a
-uniformly random 5% of the corpus as seeds (``--reference``). Every figure is the mean
-over ``--seeds`` random seeds (document order, initial seeds, random draws). The target
-of the issue: the ``suggested`` curve reaches the 5%-random macro-F1 with at most 2% of
-the documents labelled.
+uniformly random 5% of the corpus as seeds (``--reference``; the same algorithms and
+``--algorithm-params`` as the arms). Every figure is the mean over ``--seeds`` random
+seeds (document order, initial seeds, random draws). The target of the issue: the
+``suggested`` curve reaches the 5%-random macro-F1 with at most 2% of the documents
+labelled.
+
+How the target is measured: the curve has a checkpoint at exactly
+``floor(--target-fraction * N)`` labels (:func:`checkpoints`; the batch that would cross it
+is cut short, :func:`batch_size`, so one refit happens there), and "at 2%" is the
+macro-F1 of that point (:func:`at_fraction`), not of the last multiple of ``k`` below it.
+"Reached at" is the first checkpoint whose mean macro-F1 is >= the reference
+(:func:`first_reaching`, no interpolation between checkpoints).
 
 ``python benchmarks/active_learning.py cost``: a 10,000-document 20NG window with
 ``--cost-seeds`` random seeds; per algorithm set, the refit round's time without and
@@ -60,6 +68,24 @@ Which data chose which constant of :mod:`streamsemi.core.suggestions`:
   k-means refits jump between local optima), so only the gap to ``classes`` (+0.03 at
   2%) is clear; the pool sizes are within the noise of each other. Every development run's
   summary: ``benchmarks/results/active_learning_dev.json``.
+* Constrained k-means restarts (``n_init``, best of several starts by the k-means objective,
+  the further starts at bootstrap means of each class's seeds) do not remove the refit dips:
+  development runs on 20ng-talk and 20ng-rec, seeds 40-42, ``--arms suggested``, macro-F1
+  at exactly 2% / mean of the points up to 2%:
+
+  ========================  ===========================  ===========================
+  constrained-kmeans        talk                         rec
+  ========================  ===========================  ===========================
+  n_init=1 (the default)    0.855 / 0.785 (ref 0.865)    0.969 / 0.963 (ref 0.956)
+  n_init=5                  0.827 / 0.732 (ref 0.858)    0.962 / 0.960 (ref 0.955)
+  ========================  ===========================  ===========================
+
+  The highest-objective run is not the one that agrees best with the labels (talk loses
+  0.03 at 2%, and the reference itself drops), at five times the fit time, so the default
+  stays ``n_init=1`` (today's single start at the seed means) and the evaluation runs use it.
+
+    python benchmarks/active_learning.py curves --corpora 20ng-talk,20ng-rec --seeds 40,41,42 --arms suggested \
+        --algorithm-params '{"constrained-kmeans": {"n_init": 5}}' --out /tmp/dev_ninit5
 * ``DENSITY_POWER = 1``, ``COVERAGE_POWER = 1`` and ``WEIGHTS``: chosen earlier on seeds
   0-2 of the evaluation corpora (docs/suggestions.md); the development runs above agree
   (typicality^0 or ^2 and no coverage factor are worse on talk) and they were not changed.
@@ -154,6 +180,7 @@ def run_arm(arm: str, texts: list[str], labels: list[str], seed: int, args: argp
     for k in stratified(ids, truth, args.initial, np.random.default_rng(seed + 1000)):
         eng.label(k, [truth[k]])
     budget = int(round(args.max_fraction * len(ids)))
+    stops = checkpoints(len(ids), budget, args.target_fraction)
     draw = np.random.default_rng(seed + 2000)
     curve = []
     while True:
@@ -167,7 +194,7 @@ def run_arm(arm: str, texts: list[str], labels: list[str], seed: int, args: argp
                       "refit_s": round(fit_s, 3), "suggest_s": round(eng.last_suggestion_seconds, 3)})
         if n_labels >= budget:
             break
-        k = min(args.k, budget - n_labels)
+        k = batch_size(n_labels, args.k, stops)
         if arm == "suggested":
             picked = [m["id"] for m in eng.suggestions()][:k]
             for m in eng.suggestions()[:k]:
@@ -183,11 +210,29 @@ def run_arm(arm: str, texts: list[str], labels: list[str], seed: int, args: argp
     return curve
 
 
-def reference(texts: list[str], labels: list[str], seed: int, fraction: float, algorithms: list[str]) -> float:
-    """Macro-F1 of one fit with a uniformly random ``fraction`` of the corpus as seeds."""
+def checkpoints(n_docs: int, budget: int, target_fraction: float) -> list[int]:
+    """Label counts a curve must stop at: ``floor(target_fraction * n_docs)`` and the budget.
+
+    Between them the annotator labels ``k`` documents per refit; a batch that would cross a
+    checkpoint is cut short so that one refit happens exactly there.
+    """
+    at_target = int(np.floor(target_fraction * n_docs + 1e-9))
+    return sorted({c for c in (at_target, budget) if 0 < c <= budget} | {budget})
+
+
+def batch_size(n_labels: int, k: int, stops: list[int]) -> int:
+    """Documents to label next: ``k``, cut short at the next checkpoint of ``stops``."""
+    return min(k, next((c for c in stops if c > n_labels), n_labels) - n_labels)
+
+
+def reference(texts: list[str], labels: list[str], seed: int, fraction: float, algorithms: list[str],
+              algorithm_params: dict[str, dict[str, Any]] | None = None) -> float:
+    """Macro-F1 of one fit with a uniformly random ``fraction`` of the corpus as seeds (the same
+    algorithms and parameters as the arms)."""
     rng = np.random.default_rng(seed)
     order = rng.permutation(len(texts))
-    eng, ids = windowed(texts, order, engine_config(algorithms, len(texts), 0, random_state=seed))
+    eng, ids = windowed(texts, order, engine_config(algorithms, len(texts), 0, random_state=seed,
+                                                    algorithm_params=algorithm_params or {}))
     truth = {f"d{i}": labels[i] for i in order}
     n = int(round(fraction * len(ids)))
     for k in np.random.default_rng(seed + 3000).choice(ids, size=n, replace=False):
@@ -227,19 +272,22 @@ def cmd_curves(args: argparse.Namespace) -> dict:
         for arm in args.arms.split(","):
             res["arms"][arm] = {"per_seed": [run_arm(arm, texts, labels, s, args) for s in seeds]}
             res["arms"][arm]["mean"] = mean_curve(res["arms"][arm]["per_seed"])
-        refs = [reference(texts, labels, s, args.reference, algorithms) for s in seeds]
+        params = json.loads(args.algorithm_params or "{}")
+        refs = [reference(texts, labels, s, args.reference, algorithms, params) for s in seeds]
         res["reference"] = {"fraction": args.reference, "per_seed": refs, "mean": float(np.mean(refs))}
         empty = {"mean": [{"labels": 0, "fraction": 0.0, "macro_f1": float("nan"), "sd": 0.0}]}
         sug, rnd = res["arms"].get("suggested", empty)["mean"], res["arms"].get("random", empty)["mean"]
         target = res["reference"]["mean"]
         res["target"] = {
             "reference_macro_f1": target,
-            "suggested_at_2pct": at_fraction(sug, 0.02), "random_at_2pct": at_fraction(rnd, 0.02),
+            "suggested_at_2pct": at_fraction(sug, args.target_fraction),
+            "random_at_2pct": at_fraction(rnd, args.target_fraction),
             "suggested_reaches_reference_at": first_reaching(sug, target),
             "random_reaches_reference_at": first_reaching(rnd, target),
-            "met": at_fraction(sug, 0.02) >= target,
+            "met": at_fraction(sug, args.target_fraction) >= target,
             # development summary: mean macro-F1 of the suggested curve's points up to 2% (less noisy than one point)
-            "suggested_mean_to_2pct": float(np.mean([p["macro_f1"] for p in sug if p["fraction"] <= 0.02 + 1e-9])),
+            "suggested_mean_to_2pct": float(np.mean([p["macro_f1"] for p in sug
+                                                      if p["fraction"] <= args.target_fraction + 1e-9])),
         }
         res["seconds"] = round(time.perf_counter() - t0, 1)
         out["corpora"][name] = res
@@ -360,6 +408,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--k", type=int, default=10, help="documents labelled per refit")
     p.add_argument("--initial", type=int, default=2, help="stratified seeds per class to start from")
     p.add_argument("--max-fraction", type=float, default=0.03, help="label budget (fraction of the corpus)")
+    p.add_argument("--target-fraction", type=float, default=0.02,
+                   help="labelled fraction the target is judged at (a refit happens at exactly its floor)")
     p.add_argument("--reference", type=float, default=0.05, help="random seed fraction of the reference")
     p.add_argument("--out", default="active_learning")
     p.add_argument("--arms", default="suggested,random")

@@ -15,6 +15,7 @@ import scipy.sparse as sp
 
 from streamsemi.algorithms.constrained_kmeans import (
     ConstrainedKMeans,
+    bootstrap_seed_means,
     farthest_point_centroids,
     seed_means,
 )
@@ -193,7 +194,7 @@ def test_documented_defaults() -> None:
     assert ConstrainedKMeans().get_params() == {"constrained": True, "n_new_clusters": 0, "max_iter": 50,
                                                 "temperature": 0.05, "random_state": 0,
                                                 "discovery": "calibrated", "discovery_quantile": 0.4,
-                                                "discovery_init": None, "discovery_split": False}
+                                                "discovery_init": None, "discovery_split": False, "n_init": 1}
     assert ConstrainedKMeans(random_state=7).random_state == 7
 
 
@@ -207,3 +208,38 @@ def test_predict_needs_a_fit_and_never_refits_the_width() -> None:
     with pytest.raises(ValueError):
         m.predict(sp.csr_matrix(counts[:, :-1]))
     assert m.n_features_in_ == counts.shape[1]
+
+
+def test_bootstrap_seed_means_average_a_resample_of_each_class_s_own_seeds() -> None:
+    Xn = sp.csr_matrix(np.array([[1.0, 0, 0], [0, 1.0, 0], [0.6, 0.8, 0], [0, 0, 1.0]]))
+    codes = np.array([0, 0, -1, 1])
+    s = np.sqrt(0.5)
+    seen = set()
+    for seed in range(40):
+        C = bootstrap_seed_means(Xn, codes, 3, np.random.default_rng(seed))
+        assert np.allclose(C[1], [0, 0, 1]), "a one-seed class draws its only seed"
+        assert np.allclose(C[2], 0), "no seeds: a zero row"
+        row = tuple(np.round(C[0], 6))
+        # two draws from {e1, e2}: e1 twice, e2 twice or one of each; the unlabeled row never enters
+        assert row in {(1.0, 0.0, 0.0), (0.0, 1.0, 0.0), (round(s, 6), round(s, 6), 0.0)}, row
+        seen.add(row)
+    assert len(seen) == 3
+    again = bootstrap_seed_means(Xn, codes, 3, np.random.default_rng(5))
+    assert np.array_equal(again, bootstrap_seed_means(Xn, codes, 3, np.random.default_rng(5)))
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_n_init_keeps_the_run_with_the_highest_objective(seed) -> None:
+    counts, y = _data(seed, n=60)
+    one = ConstrainedKMeans(n_init=1).fit(sp.csr_matrix(counts), y)
+    C, labels, _, _ = _reference(counts, y, True, 0, 50, 0)
+    Xn = _ref_tfidf(counts, _ref_idf(counts))
+    assert np.isclose(one.objective_, sum(Xn[i] @ C[labels[i]] for i in range(len(y))))
+    many = ConstrainedKMeans(n_init=6, random_state=seed).fit(sp.csr_matrix(counts), y)
+    assert many.objective_ > one.objective_ + 1e-6, "on these data a bootstrap restart beats the seed-mean run"
+    fitted = many.cluster_centers_[many.labels_]
+    assert np.isclose(many.objective_, float(np.sum(Xn * fitted))), "objective_ belongs to the kept run"
+    seeds = np.flatnonzero([c is not None for c in y])
+    assert list(many.classes_[many.labels_[seeds]]) == [y[i] for i in seeds]
+    same = ConstrainedKMeans(n_init=6, random_state=seed).fit(sp.csr_matrix(counts), y)
+    assert np.array_equal(same.labels_, many.labels_)

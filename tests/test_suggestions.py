@@ -419,3 +419,32 @@ def test_worker_publishes_suggestions_after_its_first_refit_and_a_seed_tombstone
         assert worker.proc.poll() is None
     finally:
         assert worker.terminate() == 0
+
+
+def _benchmark_module():
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "active_learning.py"
+    spec = importlib.util.spec_from_file_location("active_learning_bench", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_label_efficiency_curves_stop_at_exactly_the_target_fraction():
+    al = _benchmark_module()
+    # 20NG comp.*: floor(0.02 * 4869) = 97, budget round(0.03 * 4869) = 146
+    assert al.checkpoints(4869, 146, 0.02) == [97, 146]
+    assert al.checkpoints(7674, 230, 0.02) == [153, 230]
+    assert al.checkpoints(500, 10, 0.02) == [10], "floor(0.02 * 500) = 10 is the budget itself"
+    assert al.checkpoints(100, 1, 0.5) == [1], "a target past the budget is no checkpoint"
+    # the curve's batches: k per refit, cut short at the checkpoint, then k again
+    n, k, stops = 10, 10, al.checkpoints(4869, 146, 0.02)
+    seen = [n]
+    while n < stops[-1]:
+        n += al.batch_size(n, k, stops)
+        seen.append(n)
+    assert al.batch_size(146, 10, stops) == 0, "nothing past the budget"
+    assert seen[8:12] == [90, 97, 107, 117] and seen[-1] == 146
+    curve = [{"fraction": c / 4869, "macro_f1": f} for c, f in ((90, 0.70), (97, 0.80), (107, 0.75))]
+    assert al.at_fraction(curve, 0.02) == 0.80 and al.first_reaching(curve, 0.78) == 97 / 4869

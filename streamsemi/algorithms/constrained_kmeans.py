@@ -46,6 +46,57 @@ def seed_means(Xn: sp.csr_matrix, codes: np.ndarray, n_classes: int) -> np.ndarr
     return _normalize_dense_rows(np.asarray((H @ Xn).todense()))
 
 
+def bootstrap_seed_means(Xn: sp.csr_matrix, codes: np.ndarray, n_classes: int,
+                         rng: np.random.Generator) -> np.ndarray:
+    """Unit-length mean of a bootstrap resample of each class's seed rows (dense, n_classes x M).
+
+    Each class draws as many of its seeds, with replacement, as it has; a seed drawn
+    ``t`` times weighs ``t`` in its class's mean. The restarts of
+    :class:`ConstrainedKMeans` (``n_init > 1``) start from these instead of
+    :func:`seed_means`.
+    """
+    idx = np.flatnonzero(codes >= 0)
+    cls = codes[idx]
+    order = np.argsort(cls, kind="stable")
+    idx, cls = idx[order], cls[order]
+    starts = np.searchsorted(cls, np.arange(n_classes))
+    sizes = np.bincount(cls, minlength=n_classes)
+    # one uniform draw per seed: the position within its own class's block
+    pos = starts[cls] + np.floor(rng.random(idx.size) * sizes[cls]).astype(np.int64)
+    weights = np.bincount(pos, minlength=idx.size).astype(float)
+    H = sp.csr_matrix((weights, (cls, idx)), shape=(n_classes, Xn.shape[0]))
+    return _normalize_dense_rows(np.asarray((H @ Xn).todense()))
+
+
+def lloyd(Xn: sp.csr_matrix, C: np.ndarray, codes: np.ndarray, constrained: bool,
+          max_iter: int) -> tuple[np.ndarray, np.ndarray, int, float]:
+    """Spherical k-means rounds from centroids ``C``; seeds fixed to their class if ``constrained``.
+
+    Returns the centroids, the labels, the rounds run and the objective: the summed cosine
+    similarity of each row to its assigned centroid (higher is better).
+    """
+    n_clusters = C.shape[0]
+    seeds = np.flatnonzero(codes >= 0)
+    labels = np.full(Xn.shape[0], -1)
+    n_iter = 0
+    for n_iter in range(1, max_iter + 1):  # noqa: B007
+        new = np.asarray(Xn @ C.T).argmax(axis=1)
+        if constrained:
+            new[seeds] = codes[seeds]
+        if np.array_equal(new, labels):
+            break
+        labels = new
+        H = sp.csr_matrix((np.ones(labels.size), (labels, np.arange(labels.size))),
+                          shape=(n_clusters, Xn.shape[0]))
+        sums = np.asarray((H @ Xn).todense())
+        empty = np.asarray(H.sum(axis=1)).ravel() == 0
+        sums[empty] = C[empty]  # an emptied cluster keeps its previous centroid
+        C = _normalize_dense_rows(sums)
+    S = np.asarray(Xn @ C.T)
+    objective = float(S[np.arange(labels.size), labels].sum())
+    return C, labels, n_iter, objective
+
+
 def farthest_point_centroids(Xn: sp.csr_matrix, C: np.ndarray, candidates: np.ndarray, n_new: int,
                              rng: np.random.Generator) -> np.ndarray:
     """Add ``n_new`` centroids at the candidate rows least similar to existing ones.
@@ -96,6 +147,12 @@ class ConstrainedKMeans(DiscoveryMixin, ScoresClassifierMixin, TransformerMixin,
         less stable new clusters; :func:`~streamsemi.algorithms._discovery.split_rejected`).
     max_iter : int, default=50
         Maximum assignment/update rounds.
+    n_init : int >= 1, default=1
+        Runs of the k-means, keeping the one with the highest objective (summed cosine
+        similarity of the rows to their centroids, ``objective_``), as scikit-learn's
+        ``KMeans(n_init=...)``. The first run starts at the seed means; each further run
+        at the means of a bootstrap resample of every class's seeds
+        (:func:`bootstrap_seed_means`, drawn from ``random_state``).
     temperature : float, default=0.05
         Softmax temperature turning cosine similarities into ``predict_proba``.
     random_state : int >= 0 or None, default=0
@@ -113,12 +170,15 @@ class ConstrainedKMeans(DiscoveryMixin, ScoresClassifierMixin, TransformerMixin,
     labels_ : ndarray of int
         Cluster index of each training row.
     n_iter_ : int
+    objective_ : float
+        Summed cosine similarity of the training rows to their assigned centroids (the kept run's).
     """
 
     _parameter_constraints = {
         "constrained": ["boolean"],
         **DISCOVERY_CONSTRAINTS,
         "max_iter": [Interval(Integral, 1, None, closed="left")],
+        "n_init": [Interval(Integral, 1, None, closed="left")],
         "temperature": [Interval(Real, 0, None, closed="neither")],
         "random_state": RANDOM_STATE,
     }
@@ -126,7 +186,7 @@ class ConstrainedKMeans(DiscoveryMixin, ScoresClassifierMixin, TransformerMixin,
     def __init__(self, constrained: bool = True, *, n_new_clusters: int = 0, max_iter: int = 50,
                  temperature: float = 0.05, discovery: str = "calibrated",
                  discovery_quantile: float = 0.4, discovery_init: Any = None,
-                 discovery_split: bool = False, random_state: int | None = 0) -> None:
+                 discovery_split: bool = False, n_init: int = 1, random_state: int | None = 0) -> None:
         self.constrained = constrained
         self.n_new_clusters = n_new_clusters
         self.discovery = discovery
@@ -134,6 +194,7 @@ class ConstrainedKMeans(DiscoveryMixin, ScoresClassifierMixin, TransformerMixin,
         self.discovery_init = discovery_init
         self.discovery_split = discovery_split
         self.max_iter = max_iter
+        self.n_init = n_init
         self.temperature = temperature
         self.random_state = random_state
 
@@ -143,30 +204,20 @@ class ConstrainedKMeans(DiscoveryMixin, ScoresClassifierMixin, TransformerMixin,
             return fit_calibrated(self, X, y)
         X, codes, classes = self._fit_inputs(X, y)
         n_known = classes.size
-        n_clusters = n_known + int(self.n_new_clusters)
         rng = np.random.default_rng(self.random_state)
         self.idf_ = idf_weights(X)
         Xn = tfidf(X, self.idf_)
-        C = seed_means(Xn, codes, n_known)
-        if self.n_new_clusters:
-            unl = np.flatnonzero(codes < 0)
-            C = farthest_point_centroids(Xn, C, unl, int(self.n_new_clusters), rng)
-        seeds = np.flatnonzero(codes >= 0)
-        labels = np.full(X.shape[0], -1)
-        n_iter = 0
-        for n_iter in range(1, self.max_iter + 1):  # noqa: B007
-            new = np.asarray(Xn @ C.T).argmax(axis=1)
-            if self.constrained:
-                new[seeds] = codes[seeds]
-            if np.array_equal(new, labels):
-                break
-            labels = new
-            H = sp.csr_matrix((np.ones(labels.size), (labels, np.arange(labels.size))),
-                              shape=(n_clusters, X.shape[0]))
-            sums = np.asarray((H @ Xn).todense())
-            empty = np.asarray(H.sum(axis=1)).ravel() == 0
-            sums[empty] = C[empty]  # an emptied cluster keeps its previous centroid
-            C = _normalize_dense_rows(sums)
+        best: tuple[np.ndarray, np.ndarray, int, float] | None = None
+        for run in range(int(self.n_init)):
+            C = seed_means(Xn, codes, n_known) if run == 0 else bootstrap_seed_means(Xn, codes, n_known, rng)
+            if self.n_new_clusters:
+                unl = np.flatnonzero(codes < 0)
+                C = farthest_point_centroids(Xn, C, unl, int(self.n_new_clusters), rng)
+            found = lloyd(Xn, C, codes, self.constrained, int(self.max_iter))
+            if best is None or found[3] > best[3]:
+                best = found
+        assert best is not None
+        C, labels, n_iter, self.objective_ = best
         self.cluster_centers_ = C
         self.labels_ = labels
         self.n_iter_ = n_iter
