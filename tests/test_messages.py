@@ -212,6 +212,17 @@ def test_lone_surrogates_in_control_messages_are_rejected(obj):
     assert isinstance(parse_control(json.dumps(obj)), Rejected), "a str value is checked too"
 
 
+def test_upper_case_surrogate_escapes_and_raw_surrogates_in_a_str_are_rejected():
+    upper = b'{"id": "a", "text": "x\\uD800y"}'
+    out = parse_document(upper)
+    assert isinstance(out, Rejected) and out.reason == "invalid_utf8" and "'text'" in out.detail
+    raw_str = '{"id": "a", "text": "x\ud800y"}'  # an actual lone surrogate character in a str (no escape)
+    assert "\\u" not in raw_str
+    out = parse_document(raw_str)
+    assert isinstance(out, Rejected) and out.reason == "invalid_utf8" and "'text'" in out.detail
+    assert isinstance(parse_document(b'{"id": "a", "text": "a backslash \\\\ud800 is text"}'), Document)
+
+
 def test_surrogate_pairs_are_text_not_errors():
     d = parse_document(json.dumps({"id": "\U0001f600", "text": "smile \U0001f600 please"}).encode())  # escaped as a pair
     assert isinstance(d, Document) and d.id == "\U0001f600" and encode_key(d.id) == "\U0001f600".encode()

@@ -104,7 +104,8 @@ class Limits:
 def _decode(raw: bytes | str | None, limits: Limits) -> dict | Rejected:
     if raw is None:
         return Rejected("missing_field", "message has no value")
-    if isinstance(raw, bytes):
+    from_bytes = isinstance(raw, bytes)
+    if from_bytes:
         if len(raw) > limits.max_message_bytes:
             return Rejected("oversize", f"message of {len(raw)} bytes exceeds max_message_bytes={limits.max_message_bytes}")
         try:
@@ -113,7 +114,7 @@ def _decode(raw: bytes | str | None, limits: Limits) -> dict | Rejected:
             return Rejected("invalid_utf8", f"value is not UTF-8: {exc.reason} at byte {exc.start}")
     elif len(raw) > limits.max_message_bytes:
         return Rejected("oversize", f"message of {len(raw)} characters exceeds max_message_bytes={limits.max_message_bytes}")
-    if not raw.strip():
+    if not raw or raw.isspace():  # (what ``not raw.strip()`` says, without copying the message)
         return Rejected("invalid_json", "empty message")
     try:
         obj = json.loads(raw)
@@ -121,7 +122,10 @@ def _decode(raw: bytes | str | None, limits: Limits) -> dict | Rejected:
         return Rejected("invalid_json", f"not valid JSON: {str(exc)[:200]}")
     if not isinstance(obj, dict):
         return Rejected("wrong_type", f"message must be a JSON object, got {type(obj).__name__}")
-    if _SURROGATE_ESCAPE.search(raw) or _SURROGATE.search(raw):
+    # a lone surrogate comes from a \\uD800-\\uDFFF escape or, in a str given directly, from the text itself
+    # (bytes that decoded as UTF-8 hold none); substring tests first: the regex runs only when one could be there
+    if ((("\\ud" in raw or "\\uD" in raw) and _SURROGATE_ESCAPE.search(raw))
+            or (not from_bytes and _SURROGATE.search(raw))):
         where = _lone_surrogate_field(obj)
         if where is not None:
             return Rejected("invalid_utf8", f"field {where} holds a lone UTF-16 surrogate (an unpaired \\uD800-\\uDFFF "
