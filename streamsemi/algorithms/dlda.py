@@ -37,7 +37,7 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.optimize import linear_sum_assignment
 from sklearn.base import ClassifierMixin
-from sklearn.utils._param_validation import Interval, RealNotInt
+from sklearn.utils._param_validation import Interval, RealNotInt, StrOptions
 from sklearn.utils.validation import check_is_fitted
 
 from streamsemi.algorithms import _dlda_gibbs as gibbs
@@ -279,6 +279,8 @@ class DLDA(DiscoveryMixin, ClassifierMixin, StreamsemiEstimator):
         "min_df": [Interval(Integral, 1, None, closed="left"), Interval(RealNotInt, 0, 1, closed="neither")],
         "max_doc_tokens": [Interval(Integral, 0, None, closed="left")],
         "cluster_match_threshold": [Interval(Real, 0, 1, closed="both")],
+        "init": [StrOptions({"seeds", "random"})],
+        "seed_init_sweeps": [Interval(Integral, 0, None, closed="left")],
         "random_state": RANDOM_STATE,
     }
 
@@ -288,7 +290,8 @@ class DLDA(DiscoveryMixin, ClassifierMixin, StreamsemiEstimator):
                  delta: float = 0.4, beta: float = 0.01, n_sweeps: int = 200,
                  warm_sweeps: int = 30, n_average: int = 10, fold_in_sweeps: int = 10,
                  min_df: int | float = 15, max_doc_tokens: int = 1000,
-                 cluster_match_threshold: float = 0.3, random_state: int | None = 0) -> None:
+                 cluster_match_threshold: float = 0.3, init: str = "seeds",
+                 seed_init_sweeps: int = 50, random_state: int | None = 0) -> None:
         self.n_new_clusters = n_new_clusters
         self.discovery = discovery
         self.discovery_quantile = discovery_quantile
@@ -305,6 +308,8 @@ class DLDA(DiscoveryMixin, ClassifierMixin, StreamsemiEstimator):
         self.min_df = min_df
         self.max_doc_tokens = max_doc_tokens
         self.cluster_match_threshold = cluster_match_threshold
+        self.init = init
+        self.seed_init_sweeps = seed_init_sweeps
         self.random_state = random_state
 
     def _seed(self, salt: int) -> int:
@@ -405,6 +410,8 @@ class DLDA(DiscoveryMixin, ClassifierMixin, StreamsemiEstimator):
             sweeps = int(self.warm_sweeps)
         else:
             gibbs.random_init(ptr, z, yt, fixed, K, L, self._seed(1))
+            if self.init == "seeds" and n_new == 0:
+                self._seed_init(ptr, w, z, yt, fixed, K, L, V)
             sweeps = int(self.n_sweeps)
 
         ndk, nkl, nk, nvl, nl = gibbs.build_counts(ptr, w, z, yt, K, L, V)
@@ -512,6 +519,42 @@ class DLDA(DiscoveryMixin, ClassifierMixin, StreamsemiEstimator):
         gibbs.transfer_states(ptr, col, prev.doc_ptr_, prev.tok_col_, prev.tok_z_, prev.tok_y_,
                               new_docs, old_idx[new_docs], zmap.astype(np.int64), z, yt)
         return np.flatnonzero(~same)
+
+    def _seed_init(self, ptr: np.ndarray, w: np.ndarray, z: np.ndarray, yt: np.ndarray,
+                   fixed: np.ndarray, K: int, L: int, V: int) -> None:
+        """Start the chain from the seeds: sample the seeded documents alone, then fold in the others.
+
+        The seeded documents' tokens (z fixed to their class) are sampled for
+        ``seed_init_sweeps`` sweeps on their own; pi and phi estimated from them then
+        initialise every unlabelled document by fold-in (``fold_in_sweeps``), so the
+        joint chain starts in the mode the seeds define instead of a random one
+        (random_init has already set the tokens' states; they are overwritten here).
+        """
+        seeded = np.flatnonzero(fixed >= 0)
+        free_docs = np.flatnonzero((fixed < 0) & (np.diff(ptr) > 0))
+        if seeded.size == 0 or free_docs.size == 0:
+            return
+        lengths = np.diff(ptr)[seeded]
+        sub_ptr = np.zeros(seeded.size + 1, dtype=np.int64)
+        np.cumsum(lengths, out=sub_ptr[1:])
+        idx = np.repeat(ptr[seeded] - sub_ptr[:-1], lengths) + np.arange(sub_ptr[-1])
+        sz, sy = z[idx].copy(), yt[idx].copy()
+        sw = w[idx]
+        ndk, nkl, nk, nvl, nl = gibbs.build_counts(sub_ptr, sw, sz, sy, K, L, V)
+        acc = np.zeros((seeded.size, K))
+        gibbs.gibbs_sweeps_sparse(sub_ptr, sw, sz, sy, np.zeros(seeded.size, dtype=np.uint8),
+                                  ndk, nkl, nk, nvl, nl, float(self.alpha), float(self.beta),
+                                  float(self.delta), int(self.seed_init_sweeps), 1,
+                                  self._seed(5), acc)
+        z[idx] = sz
+        yt[idx] = sy
+        pi0 = estimate_pi(nkl, float(self.delta))
+        phiT0 = np.ascontiguousarray(estimate_phi(nvl, float(self.beta)).T)
+        tok_free = np.repeat(fixed < 0, np.diff(ptr))
+        z[tok_free] = -1
+        yt[tok_free] = -1
+        self._fold_in_subset(free_docs, ptr, w, z, yt, fixed, pi0, phiT0,
+                             int(self.fold_in_sweeps), self._seed(6))
 
     def _fold_in_subset(self, docs: np.ndarray, ptr: np.ndarray, w: np.ndarray, z: np.ndarray,
                         yt: np.ndarray, fixed: np.ndarray, pi: np.ndarray, phiT: np.ndarray,
