@@ -133,7 +133,14 @@ def test_protocol_end_to_end(tmp_path, protocol, extra, metrics) -> None:
     p = PROTOCOLS[protocol]
     assert {r["metric"] for r in records} == metrics
     assert {r["protocol"] for r in records} == {protocol}
-    assert {r["algorithm"] for r in records} == {"constrained-kmeans", *p.baselines}
+    plain = {"constrained-kmeans", *p.baselines}
+    if protocol == "d-lda":  # also every method that can choose the number of new clusters, with "auto"
+        assert {r["algorithm"] for r in records} == plain | {"constrained-kmeans (auto)", "seeded-kmeans (auto)"}
+        auto = [r for r in records if r["algorithm"].endswith(" (auto)")]
+        assert all(0 <= r["new_clusters"] <= 20 for r in auto)
+        assert not any("new_clusters" in r for r in records if r not in auto)
+    else:
+        assert {r["algorithm"] for r in records} == plain
     assert all(r["mode"] == "batch" and r["runs"] == 1 for r in records)
     if protocol == "semi-ldc":
         assert sorted({r["label_fraction"] for r in records}) == [0.02, 0.05]

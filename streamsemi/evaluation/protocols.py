@@ -188,6 +188,10 @@ class Protocol:
         algorithms (the others are skipped there); ``multi_only`` methods are skipped on
         single-label datasets. Empty: every method on every dataset.
     multi_only : tuple of str
+    auto_new_clusters : bool
+        Also fit every algorithm that can choose the number of new clusters from the
+        data with ``n_new_clusters="auto"`` (reported as ``NAME (auto)``), beside the
+        run with the true number of unseeded classes (d-lda protocol, issue 19).
     """
 
     name: str
@@ -204,6 +208,7 @@ class Protocol:
     algorithms: tuple[str, ...] = ()
     multi_methods: tuple[str, ...] = ()
     multi_only: tuple[str, ...] = ()
+    auto_new_clusters: bool = False
 
 
 SINGLE_BASELINES = ("constrained-kmeans", "seeded-kmeans", "label-spreading", "self-training",
@@ -229,7 +234,10 @@ PROTOCOLS: dict[str, Protocol] = {
         description="2 of the 4 groups are known: 10-60% of their documents are seeds; the other "
                     "2 groups have no seed and must be found as new clusters. NMI (arithmetic "
                     "mean normalisation) and pairwise F over the documents of all 4 groups, "
-                    "macro-F1 over the 2 known classes."),
+                    "macro-F1 over the 2 known classes. Every method is given the true number "
+                    "of unseeded groups (2); rows `NAME (auto)` are the algorithms that choose "
+                    "it from the data (`n_new_clusters=\"auto\"`).",
+        auto_new_clusters=True),
     "fsl": Protocol(
         "fsl", ("reuters-top10", "20ng"), (20, 50, 100, 200, 300, 400), "count",
         ("f_measure", "entropy"), 10, SINGLE_BASELINES, "fsl-ck",

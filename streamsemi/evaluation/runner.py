@@ -21,7 +21,7 @@ import numpy as np
 
 from streamsemi.algorithms import MULTILABEL
 from streamsemi.evaluation import metrics
-from streamsemi.evaluation.baselines import make_method
+from streamsemi.evaluation.baselines import BASELINES, make_method
 from streamsemi.evaluation.errors import EvaluationError
 from streamsemi.evaluation.protocols import (
     Draw,
@@ -158,14 +158,36 @@ def chosen_label_sets(est: Any, X: Any, classes: Sequence[str], multilabel: bool
     return out
 
 
+AUTO_SUFFIX = " (auto)"
+
+
+def chooses_new_clusters(method: str) -> bool:
+    """``method`` can choose its number of new clusters from the data (``n_new_clusters="auto"``)."""
+    from streamsemi.algorithms import accepts_param, algorithm_class
+
+    if method in BASELINES:
+        return False
+    try:
+        return accepts_param(algorithm_class(method)[0], "discovery")
+    except Exception:  # noqa: BLE001 - an unavailable algorithm simply has no auto row
+        return False
+
+
 def fit_and_score(protocol: Protocol, method: str, data: PreparedDataset, draw: Draw,
-                  label_value: float, run: int) -> RunOutcome:
-    """Fit ``method`` on ``draw`` and score it on the draw's non-seed documents."""
-    out = RunOutcome(data.spec.id, method, label_value, run, n_labeled=int(draw.seed_mask.sum()),
-                     n_scored=int(draw.eval_mask.sum()))
+                  label_value: float, run: int, auto_new: bool = False) -> RunOutcome:
+    """Fit ``method`` on ``draw`` and score it on the draw's non-seed documents.
+
+    ``auto_new``: with ``n_new_clusters="auto"`` instead of the draw's true number of
+    unseeded classes; the outcome's method is ``method + AUTO_SUFFIX``.
+    """
+    out = RunOutcome(data.spec.id, method + (AUTO_SUFFIX if auto_new else ""), label_value, run,
+                     n_labeled=int(draw.seed_mask.sum()), n_scored=int(draw.eval_mask.sum()))
     try:
         X = data.X[draw.rows]
-        est = make_method(method, **method_params(protocol, draw, run))
+        params = method_params(protocol, draw, run)
+        if auto_new:
+            params["n_new_clusters"] = "auto"
+        est = make_method(method, **params)
         multi_est = is_multilabel_method(method, est)
         if multi_est:
             y_fit: list = draw.y_fit_multi()
@@ -175,6 +197,8 @@ def fit_and_score(protocol: Protocol, method: str, data: PreparedDataset, draw: 
         eval_rows = np.flatnonzero(draw.eval_mask)
         t0 = time.perf_counter()
         est.fit(X, y_fit)
+        if auto_new:  # how many new clusters the data chose (mean over runs in the record)
+            out.extra["new_clusters"] = len(getattr(est, "new_clusters_", ()))
         multi_est = multi_est or bool(getattr(est, "multilabel_", False))
         y_true_eval = [draw.y_true[i] for i in eval_rows]
         if data.spec.kind == "multi":
@@ -209,7 +233,11 @@ def run_job(job: tuple[str, float, int, tuple[str, ...]]) -> list[RunOutcome]:
         return [RunOutcome(dataset_id, m, label_value, run, error=f"draw failed: {exc}")
                 for m in methods]
     with blas_threads():
-        return [fit_and_score(protocol, m, data, draw, label_value, run) for m in methods]
+        outs = [fit_and_score(protocol, m, data, draw, label_value, run) for m in methods]
+        if protocol.auto_new_clusters and draw.n_new:
+            outs += [fit_and_score(protocol, m, data, draw, label_value, run, auto_new=True)
+                     for m in methods if chooses_new_clusters(m)]
+        return outs
 
 
 def blas_threads() -> Any:
