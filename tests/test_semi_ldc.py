@@ -10,6 +10,8 @@ from streamsemi.algorithms import ConstrainedPLSA, DegenerateInputError, make_es
 from streamsemi.algorithms.semi_ldc import (
     SemiLDC,
     constrained_kmeans_dense,
+    gaussian_prior_bias,
+    prior_kmeans_dense,
     randomized_pca,
     soft_lda_projection,
     soft_scatter_matrices,
@@ -131,6 +133,58 @@ def test_constrained_kmeans_keeps_seeds():
     labels, C, _ = constrained_kmeans_dense(Z, codes, np.array([[5.0, 5], [0, 0]]), 50)
     assert labels[2] == 0 and labels[4] == 1
     np.testing.assert_array_equal(labels[[0, 1, 3]], [1, 1, 0])
+
+
+def test_prior_kmeans_moves_the_boundary_towards_the_small_class():
+    """Hard EM with priors: between a 400-point and a 40-point Gaussian (equal spread), the
+    midpoint rule gives the small class the large one's tail; the Bayes rule does not."""
+    rng = np.random.default_rng(0)
+    big, small = rng.normal(0.0, 1.0, 400), rng.normal(3.0, 1.0, 40)
+    Z = np.concatenate([big, small])[:, None]
+    truth = np.r_[np.zeros(400, int), np.ones(40, int)]
+    codes = np.full(440, -1)
+    codes[[0, 1, 2, 3, 400]] = [0, 0, 0, 0, 1]
+    C0 = np.array([[Z[:4].mean()], [Z[400, 0]]])
+    plain, _, _ = constrained_kmeans_dense(Z, codes, C0, 100)
+    labels, C, bias, _ = prior_kmeans_dense(Z, codes, C0, 100)
+    assert (plain == 1).sum() > 60  # nearest centroid over-predicts the small class
+    assert 30 <= (labels == 1).sum() <= 55
+    assert (labels == truth).mean() > (plain == truth).mean() + 0.03
+    # the returned bias is the Bayes rule's 2 s^2 ln pi for the returned assignment
+    np.testing.assert_allclose(bias, gaussian_prior_bias(Z, labels, C))
+    s2 = ((Z - C[labels]) ** 2).mean()
+    np.testing.assert_allclose(bias, 2 * s2 * np.log(np.bincount(labels) / 440))
+    unl = codes < 0
+    np.testing.assert_array_equal(labels[unl], (bias - (Z - C.T) ** 2).argmax(axis=1)[unl])
+
+
+def test_skewed_corpus_small_classes_not_over_predicted():
+    """Reuters R8 (800 stories, 3% seeds: six classes have one seed): the paper's pipeline
+    (PLSA labels, nearest centroid) gives the one-seed classes twice their size and loses
+    to constrained k-means; the defaults do not (docs/algorithms/semi-ldc.md, Robustness)."""
+    from streamsemi.algorithms.constrained_kmeans import ConstrainedKMeans
+    from streamsemi.evaluation.protocols import PROTOCOLS, make_draw, prepare
+
+    p = prepare(["reuters-r8"], max_docs=800, seed=7)["reuters-r8"]
+    d = make_draw(PROTOCOLS["robustness"], p, 3, 0, seed=7)
+    X, y = p.X[d.rows], d.y_fit_single()
+    truth = np.array(d.y_true, dtype=object)
+    ev = np.flatnonzero(d.eval_mask)
+    seeded = [v for v in y if v is not None]
+    one_seed = [c for c in set(seeded) if seeded.count(c) == 1]
+    assert len(one_seed) >= 4
+    n_true = np.isin(truth[ev], one_seed).sum()
+
+    def run(model):
+        pred = model.fit(X, y).predict(X)[ev]
+        return macro_f1(list(truth[ev]), list(pred)), np.isin(pred, one_seed).sum()
+
+    f1_old, n_old = run(SemiLDC(soft_labels="plsa", mu=1.0, class_prior="uniform"))
+    f1_new, n_new = run(SemiLDC())
+    f1_ck, _ = run(ConstrainedKMeans())
+    assert n_old > 1.8 * n_true and f1_old < f1_ck - 0.1
+    assert n_new < 1.5 * n_true
+    assert f1_new > f1_old + 0.1 and f1_new >= f1_ck - 0.02
 
 
 # -- Semi-LDC ------------------------------------------------------------------
