@@ -356,14 +356,16 @@ def test_vocabulary_pruning_and_length_cap():
                                dtype=float))
     np.testing.assert_array_equal(prune_vocabulary(X, 2), [0, 2])
     np.testing.assert_array_equal(prune_vocabulary(X, 0.75), [0])
-    # an int threshold is capped at max(2, N // 100) for small windows
+    # an int threshold is capped at max(2, N // 1000) for small windows
     np.testing.assert_array_equal(prune_vocabulary(X, 15), [0, 2])
-    big = np.zeros((2000, 3))
+    big = np.zeros((20000, 3))
     big[:, 0] = 1.0
     big[:10, 1] = 1.0  # df 10 < 15
     big[:20, 2] = 1.0  # df 20 >= 15
     np.testing.assert_array_equal(prune_vocabulary(sp.csr_matrix(big), 15), [0, 2])
-    assert prune_vocabulary(sp.csr_matrix(np.eye(300)), 15).size == 0  # df 1 < min(15, 3)
+    # 2,000 documents: the threshold is min(15, 2) = 2
+    np.testing.assert_array_equal(prune_vocabulary(sp.csr_matrix(big[:2000]), 15), [0, 1, 2])
+    assert prune_vocabulary(sp.csr_matrix(np.eye(300)), 15).size == 0  # df 1 < 2
     c = capped_counts(X, 100)
     # row 2 (2003 tokens) is scaled by 100/2003, keeping at least one token per word
     np.testing.assert_array_equal(c, [3, 1, 1, 99, 1, 1, 1, 1])
