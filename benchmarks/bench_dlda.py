@@ -6,6 +6,7 @@ Run on demand (not part of the test suite), one at a time::
     OMP_NUM_THREADS=1 python benchmarks/bench_dlda.py warm     # -> results/dlda.warm.json/.png
     OMP_NUM_THREADS=1 python benchmarks/bench_dlda.py warm-baseline  # -> results/dlda.warm_baseline.json
     OMP_NUM_THREADS=1 python benchmarks/bench_dlda.py quality  # -> results/dlda.quality.json/.png
+    OMP_NUM_THREADS=1 python benchmarks/bench_dlda.py predict  # -> results/dlda.predict.json
 
 ``speed``: token updates per second of the compiled two-step sweep (L=128, one core,
 CPU time and wall time), cold fit and warm refit time on a 10k-document 20NG window
@@ -20,6 +21,13 @@ clusters. A cold fit on window A = docs [0, 10k); window B = [1k, 11k): cold fit
 refits every 1,000 documents (warm, default ``warm_sweeps``), each labelling the next
 1,000 unseen documents by fold-in before the refit sees them. ``warm-baseline``: the
 same windows and stream with ConstrainedKMeans(n_new_clusters=10) refitted from scratch.
+
+``predict``: the worker's hot path with every class seeded (issue 19): D-LDA with
+``n_new_clusters=0`` fitted on a 10k-document 20NG window (all 20 groups, 5% seeds, 50
+sweeps), then fold-in of 2,000 unseen documents (best of 3), for the document-frequency
+threshold of 15 before issue 19 (``min_df=0.0015``, i.e. 15 documents of 10,000) and
+the current default (``min_df=15`` capped at ``N // 1000`` = 10): the vocabulary grows,
+and with it the tokens per document that the fold-in samples.
 
 ``quality``: the ``d-lda`` protocol of the paper (Table II): Easy1..4, Difficult1..4,
 four newsgroups each, the first two of each row of Table II known (the paper marks the
@@ -417,6 +425,33 @@ def run_memory(n_docs: int) -> None:
                       "fit_3_sweeps_wall_s": time.perf_counter() - t0}))
 
 
+def run_predict() -> dict[str, Any]:
+    X, labels = load_20ng()
+    order = np.random.default_rng(0).permutation(labels.size)
+    X, labels = X[order], labels[order]
+    draw = np.random.default_rng(2).random(labels.size)
+    y = [t if u < 0.05 else None for t, u in zip(labels, draw, strict=True)]
+    W, new = slice(0, 10_000), slice(11_000, 13_000)
+    DLDA(0, n_sweeps=2, min_df=1).fit(X[:200], y[:200])  # compile (cached) before timing
+    out: dict[str, Any] = {"loadavg_at_start": os.getloadavg()}
+    for name, min_df in (("min_df 15 (before issue 19)", 0.0015), ("min_df default", 15)):
+        t0 = cpu()
+        m = DLDA(0, n_sweeps=50, min_df=min_df).fit(X[W], y[W])
+        fit_cpu = cpu() - t0
+        m.predict_proba(X[new][:10])
+        best = np.inf
+        for _ in range(3):
+            t0 = cpu()
+            m.predict_proba(X[new])
+            best = min(best, cpu() - t0)
+        out[name] = {"vocabulary": int(m.vocab_.size), "tokens_per_doc": float(m.doc_ptr_[-1] / 10_000),
+                     "fit_50_sweeps_cpu_s": fit_cpu, "fold_in_docs_per_s_cpu": 2000 / best}
+        print(name, out[name], flush=True)
+    out["loadavg_at_end"] = os.getloadavg()
+    _save(out, "dlda.predict.json")
+    return out
+
+
 def _save(obj: dict, name: str) -> None:
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / name).write_text(json.dumps(obj, indent=1, default=float) + "\n")
@@ -434,5 +469,7 @@ if __name__ == "__main__":
         run_quality()
     elif mode == "memory":
         run_memory(int(sys.argv[2]))
+    elif mode == "predict":
+        run_predict()
     else:
-        raise SystemExit(f"unknown mode {mode!r}: speed | warm | warm-baseline | quality | memory N")
+        raise SystemExit(f"unknown mode {mode!r}: speed | warm | warm-baseline | quality | predict | memory N")
