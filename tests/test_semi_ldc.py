@@ -340,6 +340,16 @@ def test_calibrate_temperature_flattens_only_when_seeds_disagree():
     assert 0.5 < wrong <= 50.0
 
 
+@pytest.mark.parametrize("soft_labels", ["plsa", "agreement"])
+def test_other_soft_labels_fit_and_keep_seeds(corpus, soft_labels):
+    X, y, seeds, _ = corpus
+    m = SemiLDC(soft_labels=soft_labels, max_components=50).fit(X, seeds)
+    lab = seeds != None  # noqa: E711
+    np.testing.assert_array_equal(m.classes_[m.labels_][lab], seeds[lab])
+    assert macro_f1(y[~lab], m.classes_[m.labels_][~lab]) > 0.8
+    np.testing.assert_array_equal(m.predict(X), m.classes_[m._scores(X).argmax(axis=1)])
+
+
 def test_two_classes_keep_graded_scores(corpus):
     X, y, seeds, _ = corpus
     keep = np.isin(y, ["sci.space", "rec.sport.hockey"])

@@ -20,8 +20,9 @@ Pipeline (the paper's Algorithm 2):
    ``class_prior="assignment"``), which the paper's nearest-centroid step lacks.
 
 New documents are projected with the stored (composed) basis and assigned to the
-nearest centroid; ``predict_proba`` is the posterior of a shared isotropic Gaussian
-per cluster whose variance is estimated on the training assignment.
+nearest centroid (plus the class-prior bias); ``predict_proba`` is the posterior of a
+shared isotropic Gaussian per cluster whose variance is estimated on the training
+assignment.
 
 Every place where the paper is silent and this module had to choose is listed in
 ``docs/algorithms/semi-ldc.md``.
@@ -301,22 +302,21 @@ def gaussian_prior_bias(Z: np.ndarray, labels: np.ndarray, C: np.ndarray) -> np.
     return 2.0 * s2 * np.log(np.maximum(counts, 1.0) / N)
 
 
-def prior_kmeans_dense(Z: np.ndarray, codes: np.ndarray, C0: np.ndarray, max_iter: int,
-                       labels0: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+def prior_kmeans_dense(Z: np.ndarray, codes: np.ndarray, C0: np.ndarray,
+                       max_iter: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
     """Constrained k-means with class priors: hard (classification) EM of a shared-variance Gaussian mixture.
 
     Like :func:`constrained_kmeans_dense` (seeds fixed to their class, centroids the means
     of their members), but a document goes to ``argmin_c ||z - c_c||^2 - b_c`` with the
     bias ``b = 2 s^2 ln pi`` of :func:`gaussian_prior_bias` re-estimated from the current
-    assignment every iteration. The assignment starts from ``labels0`` (e.g. the soft
-    labels' argmax, which carries their class sizes) or else from the nearest centroid.
+    assignment every iteration. The first assignment is the nearest centroid of ``C0``.
 
     Returns ``(labels, centroids, bias, n_iter)``; ``labels`` is the argmax of
     ``-||z - c||^2 + bias`` for the returned centroids and bias (seeds: their class).
     """
     seeds = np.flatnonzero(codes >= 0)
     C = C0.copy()
-    labels = _sq_distances(Z, C).argmin(axis=1) if labels0 is None else np.asarray(labels0).copy()
+    labels = _sq_distances(Z, C).argmin(axis=1)
     labels[seeds] = codes[seeds]
     bias = np.zeros(C.shape[0])
     n_iter = 0
@@ -335,20 +335,17 @@ def prior_kmeans_dense(Z: np.ndarray, codes: np.ndarray, C0: np.ndarray, max_ite
     return labels, C, bias, n_iter
 
 
-def kmeans_soft_labels(Xn: sp.csr_matrix, codes: np.ndarray, n_known: int, n_new: int,
-                       rng: np.random.Generator, max_iter: int = 50) -> np.ndarray:
+def kmeans_soft_labels(Xn: sp.csr_matrix, codes: np.ndarray, n_classes: int,
+                       max_iter: int = 50) -> np.ndarray:
     """One-hot labels of constrained spherical k-means on the unit rows ``Xn`` (Basu et al. 2002).
 
     The alternative first stage of :class:`SemiLDC` (``soft_labels="constrained-kmeans"``):
-    centroids start at the seeds' unit means (extra clusters farthest-first among the
-    unlabeled rows), seeds stay in their class. Returns an (N x (n_known + n_new)) 0/1 matrix
-    in place of constrained-PLSA's ``Q``.
+    centroids start at the seeds' unit means, seeds stay in their class (as
+    :class:`~streamsemi.algorithms.constrained_kmeans.ConstrainedKMeans`). Returns an
+    (N x n_classes) 0/1 matrix in place of constrained-PLSA's ``Q``.
     """
-    C = seed_means(Xn, codes, n_known)
-    if n_new:
-        C = farthest_point_centroids(Xn, C, np.flatnonzero(codes < 0), n_new, rng)
-    _, labels, _, _ = lloyd(Xn, C, codes, True, max_iter)
-    Q = np.zeros((Xn.shape[0], n_known + n_new))
+    _, labels, _, _ = lloyd(Xn, seed_means(Xn, codes, n_classes), codes, True, max_iter)
+    Q = np.zeros((Xn.shape[0], n_classes))
     Q[np.arange(labels.size), labels] = 1.0
     return Q
 
@@ -803,7 +800,7 @@ class SemiLDC(DiscoveryMixin, ScoresClassifierMixin, TransformerMixin, Streamsem
         Z = np.asarray(Ws @ V) - (mean @ V)[None, :]
         if self.soft_labels in ("constrained-kmeans", "agreement") and K == n_known:
             Xn = W if self.weighting == "tfidf" else tfidf(X, self.idf_)
-            Qk = kmeans_soft_labels(Xn, codes, n_known, K - n_known, rng)
+            Qk = kmeans_soft_labels(Xn, codes, n_known)
             # "agreement": only documents on which PLSA and k-means agree (and the seeds) train the first LDA
             Q = Qk if self.soft_labels == "constrained-kmeans" else Q * Qk
 
