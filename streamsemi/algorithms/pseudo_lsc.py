@@ -33,6 +33,9 @@ Implementation notes (where the paper is vague):
   simplex) only when Eq. 1 does not increase. The ``z`` (Eq. 4) and ``lambda``
   (Eq. 2) steps are exact block minimisers. Hence the tracked objective
   (``objective_history_``) never increases.
+* ``weighting="tfidf"`` (default; the paper uses binary ``x``): rows are
+  length-normalised ``(1 + log tf) idf`` vectors; the expansions then carry the
+  ``x^2`` terms (``X^2 @ Lq.T`` and ``W^f.T @ X^2``); Eq. 2-4 are unchanged.
 * Chi-square counts (Sec. 3.4) are the fuzzy 2 x 2 contingency table of
   (membership in cluster l) x (feature i present):
   ``s1 = sum_j w_lj x_ji``, ``s2 = sum_j (1 - w_lj) x_ji``,
@@ -173,6 +176,19 @@ def binarize(X: sp.spmatrix) -> sp.csr_matrix:
     return X
 
 
+def project_values(X: sp.csr_matrix, remap: np.ndarray, m: int) -> sp.csr_matrix:
+    """Positive entries of ``X`` restricted to the selected columns (``remap[col]`` = new id or -1)."""
+    X = sp.csr_matrix(X)
+    cols = remap[X.indices]
+    keep = (cols >= 0) & (X.data > 0)
+    rows = np.repeat(np.arange(X.shape[0]), np.diff(X.indptr))[keep]
+    indptr = np.zeros(X.shape[0] + 1, dtype=np.int64)
+    np.cumsum(np.bincount(rows, minlength=X.shape[0]), out=indptr[1:])
+    out = sp.csr_matrix((X.data[keep].astype(np.float64), cols[keep], indptr), shape=(X.shape[0], m))
+    out.sort_indices()
+    return out
+
+
 def project_binary(X: sp.csr_matrix, remap: np.ndarray, m: int) -> sp.csr_matrix:
     """Binary rows restricted to the selected columns (``remap[col]`` = new id or -1)."""
     X = sp.csr_matrix(X)
@@ -189,21 +205,30 @@ def project_binary(X: sp.csr_matrix, remap: np.ndarray, m: int) -> sp.csr_matrix
 # --------------------------------------------------------------------------- the math
 
 
-def subspace_distances(Xb: sp.csr_matrix, Z: np.ndarray, Lq: np.ndarray) -> np.ndarray:
-    """``G_jl = sum_i lambda_li^q (z_li - x_ji)^2`` for binary ``x`` (N x k).
+def subspace_distances(Xb: sp.csr_matrix, Z: np.ndarray, Lq: np.ndarray,
+                       X2: sp.csr_matrix | None = None) -> np.ndarray:
+    """``G_jl = sum_i lambda_li^q (z_li - x_ji)^2`` (N x k).
 
-    Expanded (binary x, x^2 = x): ``sum_i Lq z^2 + X @ (Lq (1 - 2z)).T``.
+    Expanded: ``sum_i Lq z^2 - 2 X @ (Lq z).T + X^2 @ Lq.T``; for binary ``x``
+    (``X2`` None, x^2 = x) that is ``sum_i Lq z^2 + X @ (Lq (1 - 2z)).T``.
+    ``X2`` is the element-wise square of ``Xb`` when the rows are not binary.
     """
     a = (Lq * Z * Z).sum(axis=1)
-    G = np.asarray(Xb @ (Lq * (1.0 - 2.0 * Z)).T) + a[None, :]
+    if X2 is None:
+        G = np.asarray(Xb @ (Lq * (1.0 - 2.0 * Z)).T) + a[None, :]
+    else:
+        G = np.asarray(X2 @ Lq.T) - 2.0 * np.asarray(Xb @ (Lq * Z).T) + a[None, :]
     return np.maximum(G, 0.0)
 
 
-def dispersion(Xb: sp.csr_matrix, Wf: np.ndarray, Z: np.ndarray) -> np.ndarray:
-    """``E_li = sum_j w_lj^f (z_li - x_ji)^2`` (k x m), expanded as ``S z^2 + P (1 - 2z)``."""
+def dispersion(Xb: sp.csr_matrix, Wf: np.ndarray, Z: np.ndarray,
+               X2: sp.csr_matrix | None = None) -> np.ndarray:
+    """``E_li = sum_j w_lj^f (z_li - x_ji)^2`` (k x m), expanded as ``S z^2 - 2 z P + P2``
+    with ``P = W^f.T @ X`` and ``P2 = W^f.T @ X^2`` (``= P`` for binary rows, ``X2`` None)."""
     S = Wf.sum(axis=0)
     P = np.asarray(Xb.T @ Wf).T
-    return np.maximum(S[:, None] * Z * Z + P * (1.0 - 2.0 * Z), 0.0)
+    P2 = P if X2 is None else np.asarray(X2.T @ Wf).T
+    return np.maximum(S[:, None] * Z * Z - 2.0 * Z * P + P2, 0.0)
 
 
 def fuzzy_impurity(W: np.ndarray, pseudo: np.ndarray, n_pseudo: int) -> np.ndarray:
@@ -345,6 +370,17 @@ class PseudoLSC(ClassifierMixin, TransformerMixin, StreamsemiEstimator):
         most probable class is always predicted.
     threshold : float, default=0.5
         The threshold of ``decision = "threshold"``.
+    weighting : {"tfidf", "binary"}, default="tfidf"
+        The document vectors ``x_j`` of Eq. 1-4 over the selected features:
+        ``"binary"`` is the paper's 0/1 presence; ``"tfidf"`` (an extension, see
+        docs/algorithms/pseudo-lsc.md) is ``(1 + log tf) idf`` scaled so that every
+        row has squared length ``row_scale_**2`` (the mean number of selected
+        features per fitted document, which keeps the data term of Eq. 1 on the
+        binary scale against ``gamma`` chi2). Binary squared-Euclidean distances
+        grow with a document's length and a centroid's density, so on single-label
+        corpora with few seeds most documents went to a few clusters. Feature
+        selection (information gain) and the chi-square term use binary presence
+        either way.
     max_iter : int, default=50
     tol : float, default=1e-4
         Stop when the relative decrease of the objective falls below ``tol``.
@@ -374,6 +410,10 @@ class PseudoLSC(ClassifierMixin, TransformerMixin, StreamsemiEstimator):
     n_iter_ : int
     label_cardinality_ : float
         Mean number of labels per seed.
+    idf_ : ndarray of shape (n_selected,)
+        Smoothed idf of the selected features on the fitted documents (``weighting="tfidf"``).
+    row_scale_ : float
+        Length of every ``weighting="tfidf"`` row.
     threshold_ : float
         Threshold ``predict`` uses: ``threshold``, or the calibrated one of
         ``decision = "cardinality"`` (above 1 when the seeds have one label each).
@@ -391,6 +431,7 @@ class PseudoLSC(ClassifierMixin, TransformerMixin, StreamsemiEstimator):
         "kappa": [Interval(Integral, 1, None, closed="left")],
         "decision": [StrOptions({"threshold", "rcut", "cardinality"})],
         "threshold": [Interval(Real, 0, 1, closed="both")],
+        "weighting": [StrOptions({"binary", "tfidf"})],
         "max_iter": [Interval(Integral, 1, None, closed="left")],
         "tol": [Interval(Real, 0, None, closed="left")],
         "random_state": RANDOM_STATE,
@@ -400,7 +441,8 @@ class PseudoLSC(ClassifierMixin, TransformerMixin, StreamsemiEstimator):
                  n_features_selected: int | None = 1000, fuzzifier: float = 1.1, q: float = 2.0,
                  gamma: float = 0.5, use_impurity: bool = True, use_chi2: bool = True,
                  kappa: int = 10, decision: str = "threshold", threshold: float = 0.5,
-                 max_iter: int = 50, tol: float = 1e-4, random_state: int | None = 0) -> None:
+                 weighting: str = "tfidf", max_iter: int = 50, tol: float = 1e-4,
+                 random_state: int | None = 0) -> None:
         self.n_clusters = n_clusters
         self.max_clusters = max_clusters
         self.n_features_selected = n_features_selected
@@ -412,6 +454,7 @@ class PseudoLSC(ClassifierMixin, TransformerMixin, StreamsemiEstimator):
         self.kappa = kappa
         self.decision = decision
         self.threshold = threshold
+        self.weighting = weighting
         self.max_iter = max_iter
         self.tol = tol
         self.random_state = random_state
@@ -444,9 +487,13 @@ class PseudoLSC(ClassifierMixin, TransformerMixin, StreamsemiEstimator):
         df = np.asarray(Xb.sum(axis=0)).ravel()
         n_labeled = int(labeled.sum())
 
+        self.idf_ = np.log((1.0 + N) / (1.0 + df)) + 1.0
+        self._remap = remap
+        self.row_scale_ = float(np.sqrt(max(Xb.nnz / max(N, 1), 1.0)))
+        Xv, X2 = self._geometry(X, Xb)
         rng = np.random.default_rng(self.random_state)
-        Z = self._init_centroids(Xb, pseudo, n_pseudo, k, rng)
-        Z, Lam, W, imp, history = self._optimise(Xb, Z, pseudo, n_pseudo, df, n_labeled)
+        Z = self._init_centroids(Xv, pseudo, n_pseudo, k, rng)
+        Z, Lam, W, imp, history = self._optimise(Xb, Z, pseudo, n_pseudo, df, n_labeled, Xv, X2)
 
         seeds = np.flatnonzero(labeled)
         mass = W[seeds].sum(axis=0)
@@ -494,6 +541,24 @@ class PseudoLSC(ClassifierMixin, TransformerMixin, StreamsemiEstimator):
         value = float(np.partition(flat, flat.size - extra)[flat.size - extra])
         return max(value, _TINY)
 
+    def _geometry(self, X: sp.csr_matrix, Xb: sp.csr_matrix) -> tuple[sp.csr_matrix, sp.csr_matrix | None]:
+        """The rows the distances use, and their element-wise square (None: binary rows).
+
+        ``weighting="tfidf"``: ``(1 + log tf) idf`` on the selected features, each row
+        scaled to unit length (``idf_`` from the fitted documents).
+        """
+        if self.weighting == "binary":
+            return Xb, None
+        Xv = project_values(X, self._remap, Xb.shape[1])
+        Xv.data = (1.0 + np.log(Xv.data)) * self.idf_[Xv.indices]
+        nnz = np.diff(Xv.indptr)
+        norms = np.sqrt(np.bincount(np.repeat(np.arange(Xv.shape[0]), nnz), weights=Xv.data ** 2,
+                                    minlength=Xv.shape[0]))
+        norms[norms <= 0] = 1.0
+        Xv.data *= self.row_scale_ / np.repeat(norms, nnz)
+        X2 = sp.csr_matrix((Xv.data * Xv.data, Xv.indices, Xv.indptr), shape=Xv.shape)
+        return Xv, X2
+
     def _n_clusters(self, n_classes: int, n_pseudo: int, n_samples: int) -> int:
         if self.n_clusters is not None:
             return int(self.n_clusters)
@@ -518,9 +583,16 @@ class PseudoLSC(ClassifierMixin, TransformerMixin, StreamsemiEstimator):
         return 0.9 * C + 0.1 * mean[None, :]
 
     def _optimise(self, Xb: sp.csr_matrix, Z: np.ndarray, pseudo: np.ndarray, n_pseudo: int,
-                  df: np.ndarray, n_labeled: int
+                  df: np.ndarray, n_labeled: int, Xv: sp.csr_matrix | None = None,
+                  X2: sp.csr_matrix | None = None
                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, list[float]]:
-        """Alternate Eq. 4, Eq. 2 and Eq. 3 (with line search) until Eq. 1 stalls."""
+        """Alternate Eq. 4, Eq. 2 and Eq. 3 (with line search) until Eq. 1 stalls.
+
+        ``Xv``/``X2``: the rows of the distances and their squares (binary ``Xb`` by default);
+        the chi-square term always counts binary presence (``Xb``).
+        """
+        if Xv is None:
+            Xv, X2 = Xb, None
         f, q, gamma = float(self.fuzzifier), float(self.q), float(self.gamma)
         use_chi = bool(self.use_chi2) and gamma > 0
         k, m = Z.shape
@@ -532,17 +604,17 @@ class PseudoLSC(ClassifierMixin, TransformerMixin, StreamsemiEstimator):
 
         Lam = np.full((k, m), 1.0 / m)
         Lq = Lam ** q
-        G = subspace_distances(Xb, Z, Lq)
+        G = subspace_distances(Xv, Z, Lq, X2)
         W = update_memberships(G, np.zeros(k), f)
         imp, chi2 = stats(W)
         Wf = W ** f
         F = objective(G, Wf, imp, Lq, chi2, gamma)
         history = [F]
         for _ in range(int(self.max_iter)):
-            Z = update_centroids(Xb, Wf, Z)                                   # Eq. 4
-            Lam = update_dimension_weights(dispersion(Xb, Wf, Z), imp, chi2, gamma, q)  # Eq. 2
+            Z = update_centroids(Xv, Wf, Z)                                   # Eq. 4
+            Lam = update_dimension_weights(dispersion(Xv, Wf, Z, X2), imp, chi2, gamma, q)  # Eq. 2
             Lq = Lam ** q
-            G = subspace_distances(Xb, Z, Lq)
+            G = subspace_distances(Xv, Z, Lq, X2)
             F_zl = objective(G, Wf, imp, Lq, chi2, gamma)
             W_new = update_memberships(G, imp, f)                             # Eq. 3
             W, imp, chi2, Wf, F_new = self._line_search(W, W_new, G, Lq, F_zl, stats, f, gamma,
@@ -572,8 +644,8 @@ class PseudoLSC(ClassifierMixin, TransformerMixin, StreamsemiEstimator):
 
     def _distances(self, X: Any) -> np.ndarray:
         X = self._validate_counts(X, reset=False)
-        Xb = project_binary(X, self._remap, self.feature_indices_.size)
-        return subspace_distances(Xb, self.cluster_centers_, self.dimension_weights_ ** self.q)
+        Xv, X2 = self._geometry(X, project_binary(X, self._remap, self.feature_indices_.size))
+        return subspace_distances(Xv, self.cluster_centers_, self.dimension_weights_ ** self.q, X2)
 
     def transform(self, X: Any) -> np.ndarray:
         """Subspace distance of each row to each cluster (n x k)."""
@@ -644,7 +716,7 @@ def _farthest_documents(Xb: sp.csr_matrix, C: np.ndarray, n_new: int,
     n = Xb.shape[0]
     cand = rng.permutation(n)[:5000]
     Xc = Xb[cand]
-    sq = np.asarray(Xc.sum(axis=1)).ravel()
+    sq = np.asarray(Xc.multiply(Xc).sum(axis=1)).ravel()
     if C.shape[0]:
         d = (sq[:, None] - 2.0 * np.asarray(Xc @ C.T) + (C * C).sum(axis=1)[None, :]).min(axis=1)
     else:
