@@ -367,7 +367,7 @@ def run_speed() -> dict[str, Any]:
     # state after 40 sweeps (past the random start), then 10 timed sweeps per kernel
     z, y = m.tok_z_.copy(), m.tok_y_.copy()
     counts = gibbs.build_counts(ptr, w, z, y, K, L, V)
-    gibbs.gibbs_sweeps_sparse(ptr, w, z, y, free, *counts, 0.2, 0.01, 0.4, 40, 1, 1,
+    gibbs.gibbs_sweeps_sparse(ptr, w, z, y, free, *counts, np.full(K, 0.2), 0.01, 0.4, 40, 1, 1,
                               np.zeros((ptr.size - 1, K)))
     for name in ("gibbs_sweeps_sparse", "gibbs_sweeps"):
         zz, yy = z.copy(), y.copy()
@@ -375,7 +375,7 @@ def run_speed() -> dict[str, Any]:
         acc = np.zeros((ptr.size - 1, K))
         n = 10
         t0, w0 = cpu(), time.perf_counter()
-        getattr(gibbs, name)(ptr, w, zz, yy, free, *counts, 0.2, 0.01, 0.4, n, 1, 2, acc)
+        getattr(gibbs, name)(ptr, w, zz, yy, free, *counts, np.full(K, 0.2), 0.01, 0.4, n, 1, 2, acc)
         dt, dw = cpu() - t0, time.perf_counter() - w0
         out[f"token_updates_per_s_cpu[{name}]"] = T * n / dt
         out[f"token_updates_per_s_wall[{name}]"] = T * n / dw

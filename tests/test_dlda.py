@@ -104,7 +104,7 @@ def test_counts_consistent_with_assignments_after_every_sweep(corpus):
     lengths = np.diff(ptr)
     for sweep in range(4):
         gibbs.gibbs_sweeps_sparse(ptr, w, z, y, (fixed < 0).astype(np.uint8), ndk, nkl, nk, nvl, nl,
-                           0.2, 0.01, 0.4, 1, 1, 100 + sweep, acc)
+                           np.full(K, 0.2), 0.01, 0.4, 1, 1, 100 + sweep, acc)
         fresh = gibbs.build_counts(ptr, w, z, y, K, L, V)
         for got, want in zip((ndk, nkl, nk, nvl, nl), fresh, strict=True):
             np.testing.assert_array_equal(got, want)
@@ -141,7 +141,7 @@ def _exact_marginals(ptr, w, fixed, K, L, V, alpha, beta, delta):
             np.add.at(nkl, (z, y), 1)
             np.add.at(nlv, (y, w), 1)
             # log p(z | d, alpha) p(y | z, delta) p(w | y, beta), appendix Eq. (14)
-            lp = (gammaln(ndk + alpha).sum() - gammaln(ndk.sum(1) + K * alpha).sum()
+            lp = (gammaln(ndk + alpha).sum() - gammaln(ndk.sum(1) + np.sum(alpha)).sum()
                   + gammaln(nkl + delta).sum() - gammaln(nkl.sum(1) + L * delta).sum()
                   + gammaln(nlv + beta).sum() - gammaln(nlv.sum(1) + V * beta).sum())
             p = np.exp(lp)
@@ -153,8 +153,9 @@ def _exact_marginals(ptr, w, fixed, K, L, V, alpha, beta, delta):
 
 @pytest.mark.parametrize("kernel", ["gibbs_sweeps", "gibbs_sweeps_sparse"])
 def test_sampler_targets_the_exact_collapsed_posterior(kernel):
-    """Long-run token marginals of the two-step chain match the enumerated posterior."""
-    K, L, V, alpha, beta, delta = 2, 3, 3, 0.5, 0.3, 0.4
+    """Long-run token marginals of the two-step chain match the enumerated posterior
+    (with a per-class prior of theta, as ``class_prior="seeds"`` uses)."""
+    K, L, V, alpha, beta, delta = 2, 3, 3, np.array([0.5, 0.15]), 0.3, 0.4
     # doc 0 is seeded with class 0; docs 1 and 2 are free
     ptr = np.array([0, 2, 4, 5], dtype=np.int64)
     w = np.array([0, 1, 0, 2, 2], dtype=np.int32)
@@ -185,7 +186,7 @@ def test_seeded_tokens_never_change_class(corpus):
     counts = gibbs.build_counts(ptr, w, z, y, K, L, X.shape[1])
     seeded = np.repeat(fixed >= 0, np.diff(ptr))
     before_z, before_y = z.copy(), y.copy()
-    gibbs.gibbs_sweeps(ptr, w, z, y, (fixed < 0).astype(np.uint8), *counts, 0.2, 0.01, 0.4,
+    gibbs.gibbs_sweeps(ptr, w, z, y, (fixed < 0).astype(np.uint8), *counts, np.full(K, 0.2), 0.01, 0.4,
                        5, 1, 7, np.zeros((X.shape[0], K)))
     np.testing.assert_array_equal(z[seeded], before_z[seeded])
     np.testing.assert_array_equal(z[seeded], np.repeat(fixed, np.diff(ptr))[seeded])
@@ -477,3 +478,20 @@ def test_every_class_seeded_classifies_like_the_seeds(sizes, own):
     assert np.mean(m.predict(X[free]) == true[free]) >= 0.9
     random_start = DLDA(0, n_topics=16, min_df=1, init="random").fit(X, y)
     assert np.mean(random_start.classes_[random_start.labels_][free] == true[free]) < 0.7
+
+
+def test_class_prior_follows_the_seed_proportions():
+    """``class_prior="seeds"``: alpha_k = K alpha (n_k + 1) / (n + K), same total mass as the
+    paper's symmetric prior; symmetric with new clusters or ``class_prior="uniform"``."""
+    X, true = _topic_classes([200, 30, 30, 30], 0.3)
+    y = np.full(true.size, None, dtype=object)
+    for c, n in zip(["c0", "c1", "c2", "c3"], [8, 1, 2, 1], strict=True):
+        y[np.flatnonzero(true == c)[:n]] = c
+    m = DLDA(0, n_topics=16, min_df=1, n_sweeps=5, alpha=0.2).fit(X, y)
+    np.testing.assert_allclose(m.alpha_, 0.2 * 4 * np.array([9, 2, 3, 2]) / 16)
+    assert m.alpha_.sum() == pytest.approx(0.2 * 4)
+    np.testing.assert_allclose(m.predict_proba(X[:3]).sum(axis=1), 1.0)
+    uniform = DLDA(0, n_topics=16, min_df=1, n_sweeps=5, class_prior="uniform").fit(X, y)
+    np.testing.assert_allclose(uniform.alpha_, np.full(4, 0.2))
+    legacy = DLDA(2, discovery="legacy", n_topics=16, min_df=1, n_sweeps=5).fit(X, y)
+    np.testing.assert_allclose(legacy.alpha_, np.full(6, 0.2))

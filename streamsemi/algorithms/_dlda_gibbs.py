@@ -144,7 +144,7 @@ def build_counts(ptr: np.ndarray, w: np.ndarray, z: np.ndarray, y: np.ndarray,
 @njit(cache=True, fastmath=True)
 def gibbs_sweeps(ptr: np.ndarray, w: np.ndarray, z: np.ndarray, y: np.ndarray,
                  free_doc: np.ndarray, ndk: np.ndarray, nkl: np.ndarray, nk: np.ndarray,
-                 nvl: np.ndarray, nl: np.ndarray, alpha: float, beta: float, delta: float,
+                 nvl: np.ndarray, nl: np.ndarray, alpha: np.ndarray, beta: float, delta: float,
                  n_sweeps: int, n_average: int, seed: int, acc: np.ndarray) -> None:
     """Run ``n_sweeps`` two-step collapsed Gibbs sweeps in place (Algorithm 1, step 3).
 
@@ -153,7 +153,10 @@ def gibbs_sweeps(ptr: np.ndarray, w: np.ndarray, z: np.ndarray, y: np.ndarray,
 
     * if ``free_doc[d]`` (unlabeled document), draw z_i (Eq. 4, exact form)::
 
-          p(z_i = k | y_i = l, rest) ∝ (O_dk + alpha) (O_kl + delta) / (O_k + L delta)
+          p(z_i = k | y_i = l, rest) ∝ (O_dk + alpha_k) (O_kl + delta) / (O_k + L delta)
+
+      (``alpha`` is the per-class Dirichlet prior of theta, shape (K,); the paper's
+      symmetric prior is ``np.full(K, alpha)``)
 
     * always draw y_i (Eq. 5)::
 
@@ -197,7 +200,7 @@ def gibbs_sweeps(ptr: np.ndarray, w: np.ndarray, z: np.ndarray, y: np.ndarray,
                     # Eq. (4): z_i given y_i
                     tot = 0.0
                     for kk in range(K):
-                        tot += (ndk[d, kk] + alpha) * (nkl[kk, l_] + delta) * inv_nk[kk]
+                        tot += (ndk[d, kk] + alpha[kk]) * (nkl[kk, l_] + delta) * inv_nk[kk]
                         cz[kk] = tot
                     k = _draw(cz, K, st)
                     z[i] = k
@@ -223,7 +226,7 @@ def gibbs_sweeps(ptr: np.ndarray, w: np.ndarray, z: np.ndarray, y: np.ndarray,
 
 @njit(cache=True, fastmath=True, nogil=True)  # predictions run on the polling thread: let other threads run
 def fold_in(ptr: np.ndarray, w: np.ndarray, z: np.ndarray, y: np.ndarray,
-            fixed_class: np.ndarray, pi: np.ndarray, phiT: np.ndarray, alpha: float,
+            fixed_class: np.ndarray, pi: np.ndarray, phiT: np.ndarray, alpha: np.ndarray,
             n_sweeps: int, n_average: int, seed: int) -> np.ndarray:
     """Fold-in Gibbs sampling with pi (K x L) and phi (given as phiT, V x L) fixed.
 
@@ -282,7 +285,7 @@ def fold_in(ptr: np.ndarray, w: np.ndarray, z: np.ndarray, y: np.ndarray,
                     l_ = y[i]
                     tot = 0.0
                     for kk in range(K):
-                        tot += (nd[kk] + alpha) * pi[kk, l_]
+                        tot += (nd[kk] + alpha[kk]) * pi[kk, l_]
                         cz[kk] = tot
                     z[i] = _draw(cz, K, st)
                 nd[z[i]] += 1.0
@@ -295,7 +298,7 @@ def fold_in(ptr: np.ndarray, w: np.ndarray, z: np.ndarray, y: np.ndarray,
                     nd[k] -= 1.0
                     tot = 0.0
                     for kk in range(K):
-                        tot += (nd[kk] + alpha) * pi[kk, l_]
+                        tot += (nd[kk] + alpha[kk]) * pi[kk, l_]
                         cz[kk] = tot
                     k = _draw(cz, K, st)
                     z[i] = k
@@ -383,7 +386,7 @@ def _nz_lists(nvl: np.ndarray, freq: np.ndarray):
 @njit(cache=True, fastmath=True)
 def gibbs_sweeps_sparse(ptr: np.ndarray, w: np.ndarray, z: np.ndarray, y: np.ndarray,
                         free_doc: np.ndarray, ndk: np.ndarray, nkl: np.ndarray, nk: np.ndarray,
-                        nvl: np.ndarray, nl: np.ndarray, alpha: float, beta: float, delta: float,
+                        nvl: np.ndarray, nl: np.ndarray, alpha: np.ndarray, beta: float, delta: float,
                         n_sweeps: int, n_average: int, seed: int, acc: np.ndarray) -> None:
     """Same chain as :func:`gibbs_sweeps` (same conditionals), with a sparse y step.
 
@@ -456,7 +459,7 @@ def gibbs_sweeps_sparse(ptr: np.ndarray, w: np.ndarray, z: np.ndarray, y: np.nda
                 if free:
                     tot = 0.0
                     for kk in range(K):
-                        tot += (ndk[d, kk] + alpha) * (nlk[l_, kk] + delta) * inv_nk[kk]
+                        tot += (ndk[d, kk] + alpha[kk]) * (nlk[l_, kk] + delta) * inv_nk[kk]
                         cz[kk] = tot
                     k = _draw(cz, K, st)
                     z[i] = k

@@ -79,8 +79,8 @@ def estimate_phi(nvl: np.ndarray, beta: float) -> np.ndarray:
     return P / P.sum(axis=1, keepdims=True)
 
 
-def class_proba(counts: np.ndarray, alpha: float) -> np.ndarray:
-    """theta_dk = (O_dk + alpha) / sum_k (O_dk + alpha)  (Eq. 22), row-wise."""
+def class_proba(counts: np.ndarray, alpha: float | np.ndarray) -> np.ndarray:
+    """theta_dk = (O_dk + alpha_k) / sum_k (O_dk + alpha_k)  (Eq. 22), row-wise."""
     P = np.asarray(counts, dtype=np.float64) + alpha
     return P / P.sum(axis=1, keepdims=True)
 
@@ -237,6 +237,11 @@ class DLDA(DiscoveryMixin, ClassifierMixin, StreamsemiEstimator):
         ``"random"`` is Algorithm 1's random start (always used with new clusters).
     seed_init_sweeps : int, default=50
         Sweeps of the seeded documents alone for ``init="seeds"``.
+    class_prior : {"seeds", "uniform"}, default="seeds"
+        Prior of theta with ``n_new_clusters=0``: ``"seeds"`` spreads the paper's total
+        mass ``K alpha`` over the classes by the seeds' (add-one smoothed) class
+        proportions, ``"uniform"`` is the paper's symmetric ``alpha`` (always used with
+        new clusters).
     max_doc_tokens : int, default=1000
         Length cap: longer documents have their counts scaled down (see
         :func:`capped_counts`). 0 disables the cap.
@@ -256,6 +261,8 @@ class DLDA(DiscoveryMixin, ClassifierMixin, StreamsemiEstimator):
         Class index (into ``classes_``) of each training document.
     doc_class_proba_ : ndarray (N x K)
         theta of each training document from the averaged O_dk.
+    alpha_ : ndarray (K,)
+        Per-class Dirichlet prior of theta used by the fit and the fold-in.
     pi_ : ndarray (K x L)
         Topics per class. ``phi_`` : ndarray (L x V), words per topic.
     vocab_ : ndarray of int64
@@ -291,6 +298,7 @@ class DLDA(DiscoveryMixin, ClassifierMixin, StreamsemiEstimator):
         "cluster_match_threshold": [Interval(Real, 0, 1, closed="both")],
         "init": [StrOptions({"seeds", "random"})],
         "seed_init_sweeps": [Interval(Integral, 0, None, closed="left")],
+        "class_prior": [StrOptions({"seeds", "uniform"})],
         "random_state": RANDOM_STATE,
     }
 
@@ -301,7 +309,7 @@ class DLDA(DiscoveryMixin, ClassifierMixin, StreamsemiEstimator):
                  warm_sweeps: int = 30, n_average: int = 10, fold_in_sweeps: int = 10,
                  min_df: int | float = 15, max_doc_tokens: int = 1000,
                  cluster_match_threshold: float = 0.3, init: str = "seeds",
-                 seed_init_sweeps: int = 50, random_state: int | None = 0) -> None:
+                 seed_init_sweeps: int = 50, class_prior: str = "seeds", random_state: int | None = 0) -> None:
         self.n_new_clusters = n_new_clusters
         self.discovery = discovery
         self.discovery_quantile = discovery_quantile
@@ -320,6 +328,7 @@ class DLDA(DiscoveryMixin, ClassifierMixin, StreamsemiEstimator):
         self.cluster_match_threshold = cluster_match_threshold
         self.init = init
         self.seed_init_sweeps = seed_init_sweeps
+        self.class_prior = class_prior
         self.random_state = random_state
 
     def _seed(self, salt: int) -> int:
@@ -388,6 +397,7 @@ class DLDA(DiscoveryMixin, ClassifierMixin, StreamsemiEstimator):
         z = np.full(T, -1, dtype=np.int16)
         yt = np.full(T, -1, dtype=np.int16)
         fixed = codes.astype(np.int64)  # -1 = free document
+        self.alpha_ = self._seed_alpha(codes, n_known, n_new)
 
         converted: list[tuple[str, str]] = []
         warm = (prev is not None and prev.pi_.shape[1] == L
@@ -430,7 +440,7 @@ class DLDA(DiscoveryMixin, ClassifierMixin, StreamsemiEstimator):
         free = (fixed < 0).astype(np.uint8)
         if sweeps:
             gibbs.gibbs_sweeps_sparse(ptr, w, z, yt, free, ndk, nkl, nk, nvl, nl,
-                               float(self.alpha), float(self.beta), float(self.delta),
+                               self.alpha_, float(self.beta), float(self.delta),
                                sweeps, n_avg, self._seed(2), acc)
             acc /= n_avg
         else:
@@ -453,7 +463,7 @@ class DLDA(DiscoveryMixin, ClassifierMixin, StreamsemiEstimator):
         self.new_clusters_ = list(names)
         self.classes_ = np.asarray(list(known) + list(names), dtype=str)
         self.labels_ = labels.astype(np.int64)
-        self.doc_class_proba_ = class_proba(acc, float(self.alpha))
+        self.doc_class_proba_ = class_proba(acc, self.alpha_)
         self.scores_ = acc[np.arange(N), labels] / np.maximum(lengths, 1)
         self.vocab_ = vocab
         self.doc_ids_ = ids
@@ -530,6 +540,28 @@ class DLDA(DiscoveryMixin, ClassifierMixin, StreamsemiEstimator):
                               new_docs, old_idx[new_docs], zmap.astype(np.int64), z, yt)
         return np.flatnonzero(~same)
 
+    def _seed_alpha(self, codes: np.ndarray, n_known: int, n_new: int) -> np.ndarray:
+        """Per-class Dirichlet prior of theta: ``alpha * K * p_k``.
+
+        With ``class_prior="seeds"`` and every class seeded (``n_new == 0``), ``p_k`` is
+        the seeds' class proportion with add-one smoothing, ``(n_k + 1) / (n + K)``: the
+        same total mass ``K alpha`` as the paper's symmetric prior, spread by class size
+        (an asymmetric Dirichlet, Wallach et al., NIPS 2009). Otherwise ``p_k = 1 / K``.
+        """
+        K = n_known + n_new
+        if self.class_prior == "seeds" and n_new == 0:
+            n_k = np.bincount(codes[codes >= 0], minlength=K).astype(np.float64)
+            p = (n_k + 1.0) / (n_k.sum() + K)
+        else:
+            p = np.full(K, 1.0 / K)
+        return float(self.alpha) * K * p
+
+    def _class_alpha(self) -> np.ndarray:
+        """The fitted per-class prior (symmetric for a model saved before ``alpha_`` existed)."""
+        check_is_fitted(self)
+        a = getattr(self, "alpha_", None)
+        return np.full(self.pi_.shape[0], float(self.alpha)) if a is None else a
+
     def _seed_init(self, ptr: np.ndarray, w: np.ndarray, z: np.ndarray, yt: np.ndarray,
                    fixed: np.ndarray, K: int, L: int, V: int) -> None:
         """Start the chain from the seeds: sample the seeded documents alone, then fold in the others.
@@ -553,7 +585,7 @@ class DLDA(DiscoveryMixin, ClassifierMixin, StreamsemiEstimator):
         ndk, nkl, nk, nvl, nl = gibbs.build_counts(sub_ptr, sw, sz, sy, K, L, V)
         acc = np.zeros((seeded.size, K))
         gibbs.gibbs_sweeps_sparse(sub_ptr, sw, sz, sy, np.zeros(seeded.size, dtype=np.uint8),
-                                  ndk, nkl, nk, nvl, nl, float(self.alpha), float(self.beta),
+                                  ndk, nkl, nk, nvl, nl, self.alpha_, float(self.beta),
                                   float(self.delta), int(self.seed_init_sweeps), 1,
                                   self._seed(5), acc)
         z[idx] = sz
@@ -575,7 +607,7 @@ class DLDA(DiscoveryMixin, ClassifierMixin, StreamsemiEstimator):
         np.cumsum(lengths, out=sub_ptr[1:])
         idx = np.repeat(ptr[docs] - sub_ptr[:-1], lengths) + np.arange(sub_ptr[-1])
         sz, sy = z[idx].copy(), yt[idx].copy()
-        gibbs.fold_in(sub_ptr, w[idx], sz, sy, fixed[docs], pi, phiT, float(self.alpha),
+        gibbs.fold_in(sub_ptr, w[idx], sz, sy, fixed[docs], pi, phiT, self.alpha_,
                       sweeps, max(1, sweeps // 2), seed)
         z[idx] = sz
         yt[idx] = sy
@@ -636,7 +668,7 @@ class DLDA(DiscoveryMixin, ClassifierMixin, StreamsemiEstimator):
         sweeps = int(self.fold_in_sweeps)
         n_avg = max(1, sweeps // 2)
         acc = gibbs.fold_in(ptr, w, z, yt, np.full(X.shape[0], -1, dtype=np.int64), self.pi_,
-                            self._phiT(), float(self.alpha), sweeps, n_avg, self._seed(4))
+                            self._phiT(), self._class_alpha(), sweeps, n_avg, self._seed(4))
         if sweeps:
             acc /= n_avg
         return acc, np.diff(ptr)
@@ -649,7 +681,7 @@ class DLDA(DiscoveryMixin, ClassifierMixin, StreamsemiEstimator):
         if self._calibrated_fit():
             return predict_proba_calibrated(self, X)
         acc, _ = self._fold_in_counts(X)
-        return class_proba(acc, float(self.alpha))
+        return class_proba(acc, self._class_alpha())
 
     def decision_function(self, X: Any) -> np.ndarray:
         """Score O_dk / document length of the fold-in (rows sum to 1, 0 for no known word);
