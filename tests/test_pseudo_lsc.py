@@ -53,7 +53,7 @@ def fitted(reuters):
     rng = np.random.default_rng(0)
     seeded = rng.random(n_train) < 0.5
     y = [labels[i] if seeded[i] else [] for i in range(n_train)]
-    model = PseudoLSC(n_features_selected=300, random_state=0).fit(X[:n_train], y)
+    model = PseudoLSC(min_seeds_to_select=0, n_features_selected=300, random_state=0).fit(X[:n_train], y)
     return model, X, labels, top, n_train
 
 
@@ -224,7 +224,7 @@ def test_objective_never_increases(fitted, reuters):
     X, labels, _, _ = reuters
     y = [labels[i] if i % 2 else [] for i in range(300)]
     for params in ({"use_chi2": False}, {"fuzzifier": 1.5, "max_iter": 15}):
-        m = PseudoLSC(n_features_selected=200, **params).fit(X[:300], y)
+        m = PseudoLSC(min_seeds_to_select=0, n_features_selected=200, **params).fit(X[:300], y)
         h = np.array(m.objective_history_)
         assert np.all(np.diff(h) <= 1e-12 * np.abs(h[:-1])), params
 
@@ -282,7 +282,7 @@ def test_decision_rules():
 def test_single_label_input(reuters):
     X, labels, _, _ = reuters
     y = [labels[i][0] if i % 3 == 0 else None for i in range(300)]
-    m = PseudoLSC(n_features_selected=200).fit(X[:300], y)
+    m = PseudoLSC(min_seeds_to_select=0, n_features_selected=200).fit(X[:300], y)
     assert m.multilabel_ is False
     P = m.predict_proba(X[300:400])
     np.testing.assert_allclose(P.sum(axis=1), 1.0, atol=1e-9)
@@ -293,8 +293,8 @@ def test_single_label_input(reuters):
 def test_determinism(reuters):
     X, labels, _, _ = reuters
     y = [labels[i] if i % 4 == 0 else [] for i in range(250)]
-    a = PseudoLSC(n_features_selected=150, n_clusters=40, random_state=3).fit(X[:250], y)
-    b = PseudoLSC(n_features_selected=150, n_clusters=40, random_state=3).fit(X[:250], y)
+    a = PseudoLSC(min_seeds_to_select=0, n_features_selected=150, n_clusters=40, random_state=3).fit(X[:250], y)
+    b = PseudoLSC(min_seeds_to_select=0, n_features_selected=150, n_clusters=40, random_state=3).fit(X[:250], y)
     np.testing.assert_array_equal(a.predict_proba(X[250:350]), b.predict_proba(X[250:350]))
     np.testing.assert_array_equal(a.memberships_, b.memberships_)
     assert a.objective_history_ == b.objective_history_
@@ -303,8 +303,8 @@ def test_determinism(reuters):
 def test_ablation_flags_change_the_model(reuters):
     X, labels, _, _ = reuters
     y = [labels[i] if i % 2 == 0 else [] for i in range(250)]
-    full = PseudoLSC(n_features_selected=150).fit(X[:250], y)
-    bare = PseudoLSC(n_features_selected=150, use_impurity=False, use_chi2=False).fit(X[:250], y)
+    full = PseudoLSC(min_seeds_to_select=0, n_features_selected=150).fit(X[:250], y)
+    bare = PseudoLSC(min_seeds_to_select=0, n_features_selected=150, use_impurity=False, use_chi2=False).fit(X[:250], y)
     np.testing.assert_array_equal(bare.impurity_, 0.0)
     assert full.impurity_.max() > 0
     assert not np.allclose(full.dimension_weights_, bare.dimension_weights_)
@@ -352,7 +352,7 @@ def test_degenerate_inputs(reuters):
         PseudoLSC(fuzzifier=1.0).fit(X, labels[:60])
     with pytest.raises(ValueError, match=r"'decision' parameter of PseudoLSC must be a str among .*Got 'top' instead"):
         PseudoLSC(decision="top").fit(X, labels[:60])
-    model = PseudoLSC(n_features_selected=50).fit(X, labels[:60])
+    model = PseudoLSC(min_seeds_to_select=0, n_features_selected=50).fit(X, labels[:60])
     with pytest.raises(ValueError, match="features"):
         model.predict_proba(sp.csr_matrix((2, 10)))
 
@@ -364,7 +364,7 @@ def test_cardinality_decision_matches_the_seeds_label_cardinality(fitted):
     assert PseudoLSC._calibrated_threshold(P, 1.5) == 0.6
     assert PseudoLSC._calibrated_threshold(P, 1.0) > 1.0, "single-label seeds: only the top class"
     seeded = [labels[i] for i in range(n_train)][: n_train // 2]
-    card = PseudoLSC(n_features_selected=300, random_state=0, decision="cardinality").fit(
+    card = PseudoLSC(min_seeds_to_select=0, n_features_selected=300, random_state=0, decision="cardinality").fit(
         X[:n_train], seeded + [[] for _ in range(n_train - len(seeded))])
     assert card.label_cardinality_ == pytest.approx(np.mean([len(s) for s in seeded]))
     sizes = card.predict(X[:n_train]).sum(axis=1)

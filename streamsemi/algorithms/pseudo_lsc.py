@@ -348,6 +348,11 @@ class PseudoLSC(ClassifierMixin, TransformerMixin, StreamsemiEstimator):
     n_features_selected : int or None, default=1000
         Binary features kept, by information gain on the seeds (the paper: 1000);
         None keeps every hashed column present in a seed.
+    min_seeds_to_select : int, default=500
+        With fewer seeds than this the information-gain selection is skipped and
+        every hashed column present in a seed is kept (an extension: information
+        gain ranked on 12-60 seeds kept noise; see docs/algorithms/pseudo-lsc.md).
+        0 always selects (the paper).
     fuzzifier : float, default=1.1
         Membership exponent f > 1 (closer to 1 = crisper memberships).
     q : float, default=2.0
@@ -423,6 +428,7 @@ class PseudoLSC(ClassifierMixin, TransformerMixin, StreamsemiEstimator):
         "n_clusters": [Interval(Integral, 2, None, closed="left"), None],
         "max_clusters": [Interval(Integral, 2, None, closed="left")],
         "n_features_selected": [Interval(Integral, 1, None, closed="left"), None],
+        "min_seeds_to_select": [Interval(Integral, 0, None, closed="left")],
         "fuzzifier": [Interval(Real, 1, None, closed="neither")],
         "q": [Interval(Real, 1, None, closed="neither")],
         "gamma": [Interval(Real, 0, None, closed="left")],
@@ -438,7 +444,8 @@ class PseudoLSC(ClassifierMixin, TransformerMixin, StreamsemiEstimator):
     }
 
     def __init__(self, n_clusters: int | None = None, *, max_clusters: int = 200,
-                 n_features_selected: int | None = 1000, fuzzifier: float = 1.1, q: float = 2.0,
+                 n_features_selected: int | None = 1000,
+                 min_seeds_to_select: int = 500, fuzzifier: float = 1.1, q: float = 2.0,
                  gamma: float = 0.5, use_impurity: bool = True, use_chi2: bool = True,
                  kappa: int = 10, decision: str = "threshold", threshold: float = 0.5,
                  weighting: str = "tfidf", max_iter: int = 50, tol: float = 1e-4,
@@ -446,6 +453,7 @@ class PseudoLSC(ClassifierMixin, TransformerMixin, StreamsemiEstimator):
         self.n_clusters = n_clusters
         self.max_clusters = max_clusters
         self.n_features_selected = n_features_selected
+        self.min_seeds_to_select = min_seeds_to_select
         self.fuzzifier = fuzzifier
         self.q = q
         self.gamma = gamma
@@ -476,7 +484,11 @@ class PseudoLSC(ClassifierMixin, TransformerMixin, StreamsemiEstimator):
         if k < 2:
             raise DegenerateInputError(f"at least 2 clusters are needed, got n_clusters={k}")
 
-        feats = select_features(X, Y, labeled, self.n_features_selected)
+        n_select = self.n_features_selected
+        if int(labeled.sum()) < int(self.min_seeds_to_select):
+            n_select = None          # too few seeds to rank features: keep every seed feature
+        self.n_features_selected_ = n_select
+        feats = select_features(X, Y, labeled, n_select)
         if feats.size < 2:
             raise DegenerateInputError("the seeds have fewer than 2 distinct features")
         remap = np.full(X.shape[1], -1, dtype=np.int64)
