@@ -371,3 +371,21 @@ def test_cardinality_decision_matches_the_seeds_label_cardinality(fitted):
     assert sizes.mean() == pytest.approx(card.label_cardinality_, abs=1 / n_train), \
         "the fitted documents get the seeds' cardinality"
     assert card.label_cardinality_ > 1.0 and model.threshold_ == 0.5
+
+
+def test_cached_distance_terms_follow_refits_and_params(reuters):
+    """transform() reuses per-model distance terms; a refit or a new q must not see stale ones."""
+    X, labels, _, _ = reuters
+    y1 = [labels[i] if i % 3 == 0 else [] for i in range(240)]
+    y2 = [labels[i] if i % 3 == 1 else [] for i in range(240)]
+    for weighting in ("tfidf", "binary"):
+        m = PseudoLSC(weighting=weighting, max_iter=5)
+        for y in (y1, y2):
+            m.fit(X[:240], y)
+            m.transform(X[240:260])                                  # fills the cache
+            for q in (m.q, 3.0):
+                m.set_params(q=q)
+                Xv, X2 = m._geometry(X[240:260], project_binary(X[240:260], m._remap, m.feature_indices_.size))
+                want = subspace_distances(Xv, m.cluster_centers_, m.dimension_weights_ ** q, X2)
+                np.testing.assert_allclose(m.transform(X[240:260]), want, rtol=1e-10, atol=1e-12)
+            m.set_params(q=2.0)

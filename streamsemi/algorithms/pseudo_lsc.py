@@ -49,6 +49,7 @@ Implementation notes (where the paper is vague):
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
 from numbers import Integral, Real
 from typing import Any
@@ -69,6 +70,9 @@ from streamsemi.algorithms.base import (
 )
 
 _TINY = 1e-300
+#: Per fitted model, the prediction-side terms of the subspace distances (weak keys:
+#: an entry goes with its model; bounded by the number of live models).
+_DISTANCE_TERMS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _LOG_FLOOR = 1e-12
 
 
@@ -472,6 +476,7 @@ class PseudoLSC(ClassifierMixin, TransformerMixin, StreamsemiEstimator):
     def fit(self, X: Any, y: Any) -> PseudoLSC:
         """Fit on counts ``X`` and seeds ``y`` (label lists, [] = unlabeled; or scalars)."""
         self._validate_params()
+        _DISTANCE_TERMS.pop(self, None)
         X = self._validate_counts(X, reset=True)
         y = target_list(y)
         multilabel = _is_multilabel_input(y)
@@ -656,8 +661,33 @@ class PseudoLSC(ClassifierMixin, TransformerMixin, StreamsemiEstimator):
 
     def _distances(self, X: Any) -> np.ndarray:
         X = self._validate_counts(X, reset=False)
-        Xv, X2 = self._geometry(X, project_binary(X, self._remap, self.feature_indices_.size))
-        return subspace_distances(Xv, self.cluster_centers_, self.dimension_weights_ ** self.q, X2)
+        Xb = project_binary(X, self._remap, self.feature_indices_.size)
+        Xv, X2 = self._geometry(X, Xb)
+        a, B1, B2 = self._distance_terms()
+        if X2 is None:
+            G = np.asarray(Xv @ B1) + a[None, :]
+        else:
+            G = np.asarray(X2 @ B2) - 2.0 * np.asarray(Xv @ B1) + a[None, :]
+        return np.maximum(G, 0.0)
+
+    def _distance_terms(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The model's parts of :func:`subspace_distances`, computed once per fitted model:
+        ``a = sum_i Lq z^2`` and the (m x k) right-hand sides of the sparse products
+        (binary rows: ``(Lq (1 - 2z)).T``; weighted rows: ``(Lq z).T`` and ``Lq.T``).
+        Kept outside the estimator's attributes (not checkpointed; rebuilt after a refit)."""
+        Z, Lam = self.cluster_centers_, self.dimension_weights_
+        key = (id(Z), id(Lam), float(self.q), self.weighting)
+        hit = _DISTANCE_TERMS.get(self)
+        if hit is not None and hit[0] == key:
+            return hit[1]
+        Lq = Lam ** self.q
+        a = (Lq * Z * Z).sum(axis=1)
+        if self.weighting == "binary":
+            terms = (a, np.ascontiguousarray((Lq * (1.0 - 2.0 * Z)).T), np.empty((0, 0)))
+        else:
+            terms = (a, np.ascontiguousarray((Lq * Z).T), np.ascontiguousarray(Lq.T))
+        _DISTANCE_TERMS[self] = (key, terms)
+        return terms
 
     def transform(self, X: Any) -> np.ndarray:
         """Subspace distance of each row to each cluster (n x k)."""
