@@ -12,6 +12,7 @@ from streamsemi.algorithms.cle import (
     CLE,
     contracted_graph,
     knn_graph,
+    loo_calibration,
     solve_map,
     top_k_inverted,
     top_k_similar,
@@ -377,3 +378,20 @@ def test_unit_rows_weightings():
     np.testing.assert_allclose(tf.toarray()[0], np.array([2, 0, 1]) / np.sqrt(5))
     with pytest.raises(ValueError):
         unit_rows(X, "nope", None)
+
+
+def test_loo_calibration_window_fallback_for_few_seed_classes():
+    # class 1 has one seed whose out-of-sample value (0.9) is far above where the
+    # window's top documents on its map sit; min_seeds=2 takes the member level from the window
+    seed_codes = np.array([0, 0, 0, 1])
+    loo = np.array([[0.8, 0.1], [0.9, 0.2], [1.0, 0.0], [0.1, 0.9]])
+    Y = np.column_stack([np.linspace(0.0, 1.0, 101), np.linspace(0.0, 0.5, 101)])
+    off1, sc1 = loo_calibration(loo, seed_codes, 2)
+    np.testing.assert_allclose(off1, [0.1, 0.1])
+    np.testing.assert_allclose(sc1, [0.8, 0.8])
+    off2, sc2 = loo_calibration(loo, seed_codes, 2, Y, min_seeds=2)
+    np.testing.assert_allclose(off2, [0.1, 0.1])
+    # class 0 (3 seeds) unchanged; class 1: 1 - 0.5 * 1/4 quantile of its map = 0.4375
+    np.testing.assert_allclose(sc2, [0.8, 0.4375 - 0.1])
+    with pytest.raises(ValueError):
+        CLE(loo_min_seeds=0).fit(sp.csr_matrix(np.eye(4)), ["a", "b", None, None])

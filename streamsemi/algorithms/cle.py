@@ -449,19 +449,29 @@ def prior_thresholds(Y: np.ndarray, prior: np.ndarray) -> np.ndarray:
     return np.array([np.quantile(Y[:, k], 1.0 - prior[k]) for k in range(Y.shape[1])])
 
 
-def loo_calibration(loo: np.ndarray, seed_codes: np.ndarray, r: int) -> tuple[np.ndarray, np.ndarray]:
+def loo_calibration(loo: np.ndarray, seed_codes: np.ndarray, r: int, Y: np.ndarray | None = None,
+                    min_seeds: int = 1) -> tuple[np.ndarray, np.ndarray]:
     """Per-map affine calibration from the seeds' leave-one-out (out-of-sample) maps.
 
     Map ``k`` becomes ``(y - m_o) / (m_k - m_o)`` with ``m_k`` / ``m_o`` the median
     leave-one-out value of class-``k`` seeds / other seeds: 1 is where a typical
     class member lands, 0 a typical non-member, whatever the class's seed count.
     An uninformative map (``m_k <= m_o``) keeps the seed scaling (offset 0, scale 1).
+
+    A class with fewer than ``min_seeds`` seeds has too few leave-one-out values for a
+    median (one seed: its single out-of-sample value). Given the window's maps ``Y``,
+    its ``m_k`` is then the median of the top ``prior_k`` share of documents on map
+    ``k`` (``prior_k`` = the class's share of the seeds), i.e. where a typical member
+    lands if the class is as frequent in the window as among the seeds.
     """
     offset, scale = np.zeros(r), np.ones(r)
+    counts = np.bincount(seed_codes, minlength=r)
     for k in range(r):
         mine, other = loo[seed_codes == k, k], loo[seed_codes != k, k]
         if mine.size and other.size:
             m_k, m_o = float(np.median(mine)), float(np.median(other))
+            if Y is not None and counts[k] < min_seeds:
+                m_k = float(np.quantile(Y[:, k], 1.0 - 0.5 * counts[k] / seed_codes.size))
             if m_k - m_o > 1e-9:
                 offset[k], scale[k] = m_o, m_k - m_o
     return offset, scale
@@ -532,6 +542,11 @@ class CLE(DiscoveryMixin, ScoresClassifierMixin, TransformerMixin, StreamsemiEst
         Calibrated discovery: cluster again the members of every rejected cluster and judge
         its parts (finds small unseeded classes hidden in a mixture, at the cost of more and
         less stable new clusters; :func:`~streamsemi.algorithms._discovery.split_rejected`).
+    loo_min_seeds : int, default=1
+        "calibrated": a class with fewer seeds takes its map's member level from the
+        window (median of the top seed-share of documents on the map) instead of the
+        median of its seeds' leave-one-out values (:func:`loo_calibration`); 1 = never.
+        Measured on development draws and not kept as default (docs/algorithms/cle.md).
     max_iter : int, default=100
         k-means iterations.
     eigen_tol : float, default=1e-8
@@ -583,6 +598,7 @@ class CLE(DiscoveryMixin, ScoresClassifierMixin, TransformerMixin, StreamsemiEst
         "map_scaling": [StrOptions(set(MAP_SCALINGS))],
         "constrained": ["boolean"],
         **DISCOVERY_CONSTRAINTS,
+        "loo_min_seeds": [Interval(Integral, 1, None, closed="left")],
         "max_iter": [Interval(Integral, 1, None, closed="left")],
         "eigen_tol": [Interval(Real, 0, None, closed="left")],
         "knn_method": [StrOptions(set(KNN_METHODS))],
@@ -594,7 +610,7 @@ class CLE(DiscoveryMixin, ScoresClassifierMixin, TransformerMixin, StreamsemiEst
                  assign: str = "calibrated", map_scaling: str = "seeds", constrained: bool = True,
                  n_new_clusters: int | str = 0, discovery: str = "calibrated",
                  discovery_quantile: float = 0.4, discovery_init: Any = None,
-                 discovery_split: bool = False, max_iter: int = 100, eigen_tol: float = 1e-8,
+                 discovery_split: bool = False, loo_min_seeds: int = 1, max_iter: int = 100, eigen_tol: float = 1e-8,
                  knn_method: str = "inverted", block_memory_mb: float = 64.0,
                  random_state: int | None = 0) -> None:
         self.n_neighbors = n_neighbors
@@ -608,6 +624,7 @@ class CLE(DiscoveryMixin, ScoresClassifierMixin, TransformerMixin, StreamsemiEst
         self.discovery_quantile = discovery_quantile
         self.discovery_init = discovery_init
         self.discovery_split = discovery_split
+        self.loo_min_seeds = loo_min_seeds
         self.max_iter = max_iter
         self.eigen_tol = eigen_tol
         self.knn_method = knn_method
@@ -671,7 +688,7 @@ class CLE(DiscoveryMixin, ScoresClassifierMixin, TransformerMixin, StreamsemiEst
                 prior = np.bincount(codes[seeds], minlength=r) / seeds.size
                 calib_offset = prior_thresholds(Y, prior)
             else:
-                calib_offset, calib_scale = loo_calibration(loo, codes[seeds], r)
+                calib_offset, calib_scale = loo_calibration(loo, codes[seeds], r, Y, int(self.loo_min_seeds))
             labels = ((Y - calib_offset) / calib_scale).argmax(axis=1)
             if self.constrained:
                 labels[seeds] = codes[seeds]
