@@ -195,14 +195,8 @@ def project_values(X: sp.csr_matrix, remap: np.ndarray, m: int) -> sp.csr_matrix
 
 def project_binary(X: sp.csr_matrix, remap: np.ndarray, m: int) -> sp.csr_matrix:
     """Binary rows restricted to the selected columns (``remap[col]`` = new id or -1)."""
-    X = sp.csr_matrix(X)
-    cols = remap[X.indices]
-    keep = (cols >= 0) & (X.data > 0)
-    rows = np.repeat(np.arange(X.shape[0]), np.diff(X.indptr))[keep]
-    indptr = np.zeros(X.shape[0] + 1, dtype=np.int64)
-    np.cumsum(np.bincount(rows, minlength=X.shape[0]), out=indptr[1:])
-    out = sp.csr_matrix((np.ones(int(keep.sum())), cols[keep], indptr), shape=(X.shape[0], m))
-    out.sort_indices()
+    out = project_values(X, remap, m)
+    out.data[:] = 1.0
     return out
 
 

@@ -264,22 +264,7 @@ def constrained_kmeans_dense(Z: np.ndarray, codes: np.ndarray, C0: np.ndarray,
     labels are the assignment to the returned centroids. An emptied cluster keeps
     its previous centroid.
     """
-    seeds = np.flatnonzero(codes >= 0)
-    C = C0.copy()
-    labels = _sq_distances(Z, C).argmin(axis=1)
-    labels[seeds] = codes[seeds]
-    n_iter = 0
-    for n_iter in range(1, max_iter + 1):  # noqa: B007
-        counts = np.bincount(labels, minlength=C.shape[0]).astype(np.float64)
-        sums = np.zeros_like(C)
-        np.add.at(sums, labels, Z)
-        nonempty = counts > 0
-        C[nonempty] = sums[nonempty] / counts[nonempty, None]
-        new = _sq_distances(Z, C).argmin(axis=1)
-        new[seeds] = codes[seeds]
-        if np.array_equal(new, labels):
-            break
-        labels = new
+    labels, C, _, n_iter = _dense_kmeans(Z, codes, C0, max_iter, prior=False)
     return labels, C, n_iter
 
 
@@ -314,6 +299,12 @@ def prior_kmeans_dense(Z: np.ndarray, codes: np.ndarray, C0: np.ndarray,
     Returns ``(labels, centroids, bias, n_iter)``; ``labels`` is the argmax of
     ``-||z - c||^2 + bias`` for the returned centroids and bias (seeds: their class).
     """
+    return _dense_kmeans(Z, codes, C0, max_iter, prior=True)
+
+
+def _dense_kmeans(Z: np.ndarray, codes: np.ndarray, C0: np.ndarray, max_iter: int,
+                  prior: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """The loop of :func:`constrained_kmeans_dense` (``prior=False``: bias 0) and :func:`prior_kmeans_dense`."""
     seeds = np.flatnonzero(codes >= 0)
     C = C0.copy()
     labels = _sq_distances(Z, C).argmin(axis=1)
@@ -326,8 +317,11 @@ def prior_kmeans_dense(Z: np.ndarray, codes: np.ndarray, C0: np.ndarray,
         np.add.at(sums, labels, Z)
         nonempty = counts > 0
         C[nonempty] = sums[nonempty] / counts[nonempty, None]
-        bias = gaussian_prior_bias(Z, labels, C)
-        new = (_sq_distances(Z, C) - bias[None, :]).argmin(axis=1)
+        if prior:
+            bias = gaussian_prior_bias(Z, labels, C)
+            new = (_sq_distances(Z, C) - bias[None, :]).argmin(axis=1)
+        else:
+            new = _sq_distances(Z, C).argmin(axis=1)
         new[seeds] = codes[seeds]
         if np.array_equal(new, labels):
             break
