@@ -84,15 +84,29 @@ def test_gil_releasing_predictions_run_on_the_helper_thread_with_the_same_verdic
     eng.process([Document(id=f"r{i}", text=ds.texts[i]) for i in order[:180]])
     assert eng.ready
     assert DLDA.predict_releases_gil and CLE.predict_releases_gil
+    from streamsemi.algorithms.constrained_kmeans import ConstrainedKMeans
+
     threads: dict[str, set[str]] = {}
+    helper_started = threading.Event()
     for cls in (DLDA, CLE):
         original = cls.predict_proba
 
         def spy(self, X, _original=original, _name=cls.__name__):
             threads.setdefault(_name, set()).add(threading.current_thread().name)
+            if threading.current_thread().name.startswith("predict"):
+                helper_started.set()
             return _original(self, X)
 
         monkeypatch.setattr(cls, "predict_proba", spy)
+    # the polling thread's own work (constrained k-means) lasts until the helper has taken a prediction:
+    # without it, on a busy machine the helper may not get the GIL before this thread takes everything back
+    ck_original = ConstrainedKMeans.predict_proba
+
+    def slow_ck(self, X):
+        helper_started.wait(30)
+        return ck_original(self, X)
+
+    monkeypatch.setattr(ConstrainedKMeans, "predict_proba", slow_ck)
     X = eng.featurizer.transform([ds.texts[i] for i in order[180:]], update_sketch=False)
     parallel = eng._assign_all(eng.models, X)
     assert set(threads) == {"DLDA", "CLE"}
