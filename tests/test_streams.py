@@ -643,6 +643,19 @@ def test_fair_fitter_keeps_other_streams_out_of_the_gap_between_two_fits_of_a_fi
         time.sleep(0.05)
         order.append(name)
 
+    def race(fitter: FairFitter, first_round) -> list[str]:
+        """A first round on one thread; once its first fit runs, an established stream's fit on another."""
+        order.clear()
+        fitting.clear()
+        a = threading.Thread(target=first_round)
+        a.start()
+        assert fitting.wait(5)
+        b = threading.Thread(target=fitter.run, args=(False, "old"))
+        b.start()
+        a.join(5)
+        b.join(5)
+        return list(order)
+
     fair = FairFitter(fit, first_round_active=in_round.is_set)
 
     def first_round() -> None:
@@ -652,26 +665,11 @@ def test_fair_fitter_keeps_other_streams_out_of_the_gap_between_two_fits_of_a_fi
         fair.run(True, "new-2")
         in_round.clear()
 
-    a = threading.Thread(target=first_round)
-    a.start()
-    assert fitting.wait(5)
-    b = threading.Thread(target=fair.run, args=(False, "old"))
-    b.start()
-    a.join(5)
-    b.join(5)
-    assert order == ["new-1", "new-2", "old"]
+    assert race(fair, first_round) == ["new-1", "new-2", "old"]
     # without the round's flag the established stream's fit takes the gap
-    order.clear()
-    fitting.clear()
     plain = FairFitter(fit)
-    a = threading.Thread(target=lambda: (plain.run(True, "new-1"), time.sleep(0.2), plain.run(True, "new-2")))
-    a.start()
-    assert fitting.wait(5)
-    b = threading.Thread(target=plain.run, args=(False, "old"))
-    b.start()
-    a.join(5)
-    b.join(5)
-    assert order == ["new-1", "old", "new-2"]
+    assert race(plain, lambda: (plain.run(True, "new-1"), time.sleep(0.2), plain.run(True, "new-2"))) == \
+        ["new-1", "old", "new-2"]
 
 
 def test_worker_settings_reach_every_streams_engine_existing_and_created_later():

@@ -163,13 +163,13 @@ AUTO_SUFFIX = " (auto)"
 
 def chooses_new_clusters(method: str) -> bool:
     """``method`` can choose its number of new clusters from the data (``n_new_clusters="auto"``)."""
-    from streamsemi.algorithms import accepts_param, algorithm_class
+    from streamsemi.algorithms import AlgorithmNotAvailable, accepts_param, algorithm_class
 
     if method in BASELINES:
         return False
     try:
         return accepts_param(algorithm_class(method)[0], "discovery")
-    except Exception:  # noqa: BLE001 - an unavailable algorithm simply has no auto row
+    except AlgorithmNotAvailable:  # an unavailable algorithm simply has no auto row
         return False
 
 
