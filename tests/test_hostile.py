@@ -4,7 +4,8 @@ In process: the engine's ``max_classes`` bound covers held labels. Through the r
 worker process and the embedded broker: the poison pills of the review (a 400-digit
 ``ts``, ``ts: "0001-01-01"``, lone UTF-16 surrogates in documents and control messages,
 a dead letter too large to produce) are dead-lettered and the worker never restarts,
-also not after a restart that replays the control topic; labels for thousands of unseen
+also not after a restart that replays the control topic (which does not dead-letter them a
+second time); labels for thousands of unseen
 ids with distinct classes cannot seed more than ``max_classes`` classes; and a stream of
 thousands of generated hostile messages interleaved with good documents leaves every
 good document assigned, every bad message dead-lettered with its reason, and the RSS
@@ -162,12 +163,17 @@ def test_poison_pills_are_dead_lettered_and_survive_a_restart(broker, tmp_path, 
         assert [m["id"] for m in resolved] == ["late"] and "\U0001f33e" in resolved[0]["text"]
         assert w.proc.poll() is None and _starts(w) == 1
         assert w.terminate() == 0
-        # the control topic is replayed from the beginning at every start: the poison must not come back
+        # the control topic is replayed from the beginning at every start: the poison must not crash the worker,
+        # and what the first run dead-lettered is not dead-lettered a second time (state_dir/control_rejections.json)
         w = WorkerProcess(broker.bootstrap, topics, args, log_dir=tmp_path).start()
         assert w.wait_ready(60)
-        assert wait_until(lambda: (w.metric("streamsemi_dead_letters_total") or 0) >= len(POISON_CONTROL), 30)
+        assert wait_until(lambda: (w.metric("streamsemi_control_rejections_replayed_total") or 0) >= len(POISON_CONTROL), 30)
         time.sleep(2)
         assert w.proc.poll() is None
+        assert w.metric("streamsemi_control_rejections_replayed_total") == len(POISON_CONTROL)
+        assert (w.metric("streamsemi_dead_letters_total") or 0) == 0
+        again = [json.loads(r.value) for r in read_topic(broker.bootstrap, topics.deadletter, idle=2.0)]
+        assert len(again) == len(where), "a replayed control record was dead-lettered twice"
     finally:
         assert w.terminate() == 0
     assert not _errors(w)

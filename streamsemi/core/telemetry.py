@@ -44,6 +44,9 @@ class Telemetry:
         self.new_clusters = Gauge("streamsemi_new_clusters", "Discovered (unseeded) clusters in the current model", ["algorithm"], registry=r)
         self.dead_letters = Counter("streamsemi_dead_letters", "Messages sent to the dead-letter topic, by reason", ["reason"], registry=r)
         self.control = Counter("streamsemi_control_messages", "Control messages applied, by op", ["op"], registry=r)
+        self.control_rejections_replayed = Counter(
+            "streamsemi_control_rejections_replayed",
+            "Dead letters of replayed control records not written again (an earlier run wrote them)", registry=r)
         self.seeds = Gauge("streamsemi_seed_documents", "Seed-labeled documents held, by class (bounded)", ["class"], registry=r)
         self._seed_counts: dict[str, int] = {}  # what self.seeds exports (set_seed_counts)
         self.pending = Gauge("streamsemi_pending_labels", "Labels waiting for their document", registry=r)

@@ -58,6 +58,7 @@ from streamsemi.engine import Assignment, Engine, EngineConfig
 from streamsemi.service import checkpoint, kafka_io
 from streamsemi.service.broker_reset import BrokerResetGuard
 from streamsemi.service.config import Settings, instance_name
+from streamsemi.service.control_rejections import RejectedControl, fingerprint
 from streamsemi.service.fitter import FitProcess
 from streamsemi.service.httpserver import StatusServer
 from streamsemi.service.inflight import InFlightMarker
@@ -144,6 +145,9 @@ class Worker:
         self.ledger = OutputLedger(self._make_producer, on_resend=t.output_resends.inc)
         self.resets = BrokerResetGuard(settings, on_episode=t.broker_resets.inc)
         self.inflight = InFlightMarker(settings.state_dir or None)
+        # control records dead-lettered by an earlier run are not dead-lettered again when the topic is replayed
+        self.rejections = RejectedControl(settings.state_dir or None, settings.control_topic)
+        self.rejections_saved = time.monotonic()
         self.last_loop = time.time()
         self.paused = False
         self.newest_record_ts: float | None = None
@@ -204,6 +208,10 @@ class Worker:
         if s.state_dir:
             self._restore()
             self.inflight.load()
+            known = self.rejections.load()
+            if known:
+                event(log, "control_rejections_loaded", records=known,
+                      action="these control records are not dead-lettered again when the topic is replayed")
         self._adopt_suggestions()
         self.last_checkpoint = time.monotonic()
         self.ledger.open()
@@ -258,6 +266,9 @@ class Worker:
             if self.consumer is not None and not self.ledger.commit_if_settled(self.consumer, self._held()):
                 event(log, "shutdown_outputs_unacknowledged", logging.WARNING, records=len(self.ledger.unsettled),
                       action="not committing; their documents are processed again at the next start")
+            elif self.consumer is not None:
+                self.rejections.settle()
+            self.rejections.save()
         except Exception as exc:  # noqa: BLE001
             event(log, "shutdown_commit_failed", logging.WARNING, error=str(exc))
         if self.watch is not None:
@@ -440,6 +451,10 @@ class Worker:
     def _commit_and_checkpoint(self) -> None:
         try:
             if self.ledger.commit_if_settled(self.consumer, self._held()):
+                self.rejections.settle()
+                if time.monotonic() - self.rejections_saved >= self.settings.checkpoint_interval_s:
+                    self.rejections.save()
+                    self.rejections_saved = time.monotonic()
                 if (self.checkpointer and time.monotonic() - self.last_checkpoint >= self.settings.checkpoint_interval_s
                         and self.consumer.assignment()):  # not while joining: keep this thread in poll()
                     self._checkpoint("interval")
@@ -462,18 +477,30 @@ class Worker:
     def _apply_control(self) -> None:
         if self.control is None:
             return
-        dead = []
+        dead: list[tuple[dict, Rejected]] = []
+        fingerprints = []
         for raw, partition, offset, key in self.control.drain():
             msg = parse_control(raw, self.limits)
             if isinstance(msg, Rejected):
-                dead.append((dead_letter(raw, msg.reason, msg.detail, self.settings.control_topic, partition, offset, key), msg))
-                continue
-            if msg.op == "name" and self.control.replayed(partition, offset):
+                rejected = [(dead_letter(raw, msg.reason, msg.detail, self.settings.control_topic, partition, offset, key),
+                             msg)]
+            elif msg.op == "name" and self.control.replayed(partition, offset):
                 continue  # applied before this start: the seeds it made are on the control topic (origin "cluster")
-            for op, rej in self._apply(msg, offset):
-                dead.append((dead_letter(encode_json(op), rej.reason, rej.detail, self.settings.control_topic, partition, offset), rej))
+            else:
+                rejected = [(dead_letter(encode_json(op), rej.reason, rej.detail, self.settings.control_topic, partition,
+                                         offset), rej) for op, rej in self._apply(msg, offset)]
+            if not rejected:
+                continue
+            fp = fingerprint(partition, offset, raw)
+            if self.rejections.known(fp):  # dead-lettered by an earlier run (the control topic is replayed at start)
+                self.telemetry.control_rejections_replayed.inc(len(rejected))
+                continue
+            dead.extend(rejected)
+            fingerprints.append(fp)
         if dead:
             self._emit([], dead)
+        for fp in fingerprints:  # known once every output so far is acknowledged (_commit_and_checkpoint)
+            self.rejections.add(fp)
 
     def _apply(self, msg: ControlMessage, offset: int) -> list[tuple[dict, Rejected]]:
         if self.streams is not None:
