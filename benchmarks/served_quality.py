@@ -35,7 +35,9 @@ Issue 14 part 5. Four modes (``python benchmarks/served_quality.py MODE ...``):
     (``timestamp_ms``); the worker's producer stamps each output record's
     CreateTime when it sends it; the type found on the output records (CreateTime or
     LogAppendTime) is written in the results. "Fresh" documents are those sent after
-    the algorithm's first output existed (the others waited for the first model).
+    the algorithm's first output existed (the others waited for the first model; since
+    session 6 the primary serves before the other algorithms' first models are in, and their
+    first output of those documents is a revision).
 
 ``engine``
     The same stream replayed in process through :class:`streamsemi.engine.Engine`

@@ -5,9 +5,10 @@ process, by stream-mode evaluation. It is driven from one thread (the polling
 thread); refits run on a snapshot, either inline (``background_refit=False``,
 deterministic) or on a background thread, and swap the new models in atomically.
 
-Documents that arrive before every enabled algorithm has a model are buffered
-(bounded by ``max_buffered_docs``; the worker pauses consumption when the buffer
-is full) and assigned as soon as the first refit completes. The first refit waits
+Documents that arrive before the models serve (:attr:`Engine.serving`: the primary's
+first model, or every algorithm's with ``revisions = "off"``) are buffered (bounded by
+``max_buffered_docs``; the worker pauses consumption when the buffer is full) and
+assigned as soon as they serve. The first refit waits
 for ``min_docs_first_refit`` documents and seeds covering ``min_seed_classes``
 classes with ``min_seeds_per_class`` each, and until the seeded classes stopped
 growing (the last ``first_fit_stable_seeds`` seeds introduced no new class), or a
@@ -455,6 +456,20 @@ class Engine:
         return all(a in self.models for a in self.config.algorithms)
 
     @property
+    def serving(self) -> bool:
+        """Documents are assigned: every algorithm has a model, or (with revisions) the primary has one.
+
+        In the first refit round each model is published as soon as it is fitted, the
+        primary's first: fresh and buffered documents are served by the primary without
+        waiting for the slowest algorithm (six algorithms on 20NG: D-LDA's first fit
+        takes 30-60 s). The other algorithms' verdicts of those documents come with their
+        first models through the revision pass (a document's first message of such an
+        algorithm is a revision). With ``revisions = "off"`` every algorithm's model is
+        waited for, so that each document gets every algorithm's verdict.
+        """
+        return self.ready or (self.config.revisions != "off" and self.primary in self.models)
+
+    @property
     def refitting(self) -> bool:
         t = self._refit_thread
         return t is not None and t.is_alive()
@@ -666,7 +681,7 @@ class Engine:
                 self._last_doc_at = self.clock()
                 if self._first_doc_at is None:
                     self._first_doc_at = self._last_doc_at
-            if self.ready and not self.buffer:
+            if self.serving and not self.buffer:
                 assignments = self._assign(good)
             else:
                 self._buffer(good)
@@ -686,14 +701,14 @@ class Engine:
         return ProcessResult(assignments, rejected, revisions)
 
     def flush(self, limit: int | None = None) -> list[Assignment]:
-        """Assign buffered documents (oldest first, at most ``limit``) once every enabled algorithm has a model.
+        """Assign buffered documents (oldest first, at most ``limit``) once the models serve (:attr:`serving`).
 
         :meth:`process` flushes ``FLUSH_CHUNK`` documents per call, so that a large
         buffer is assigned over several polls (the worker polls without waiting while
         documents are buffered) instead of in one long call.
         """
         out: list[Assignment] = []
-        if self.ready and self.buffer:
+        if self.serving and self.buffer:
             n = len(self.buffer) if limit is None else min(limit, len(self.buffer))
             batch = [self.buffer.popleft() for _ in range(n)]
             self.buffer_bytes = (0 if not self.buffer else
@@ -802,6 +817,8 @@ class Engine:
                 served[doc.id] = _Served(len(self.config.algorithms))
         verdicts = self._assign_all(models, X)
         for k, name in enumerate(self.config.algorithms):
+            if name not in verdicts:
+                continue  # no model yet (first round): its verdicts come with its first model (revision pass)
             slot = models[name]
             per_doc = verdicts[name]
             is_primary = name == primary
@@ -907,11 +924,13 @@ class Engine:
         """A new revision pass over the window documents some algorithm's current model has not judged yet."""
         self._pass_models = models
         versions = [models[a].version if a in models else 0 for a in self.config.algorithms]
+        present = [a in models for a in self.config.algorithms]
         primary_k = self._alg_index[self.primary]
         todo: deque[str] = deque()
         for doc_id, entry in self._served.items():
             v = entry.verdicts
-            if any(x is None or x[3] < versions[k] or (k == primary_k and not x[2]) for k, x in enumerate(v)):
+            if any(present[k] and (x is None or x[3] < versions[k] or (k == primary_k and not x[2]))
+                   for k, x in enumerate(v)):
                 todo.append(doc_id)
         self._pass_ids = todo
         if todo:
@@ -944,7 +963,7 @@ class Engine:
         cfg = self.config
         self._on_swap()
         models = self.models
-        if cfg.revisions == "off" or not self.ready:
+        if cfg.revisions == "off" or not self.serving:
             return []
         if models is not self._pass_models:
             self._start_pass(models)  # a newer swap restarts the pass with the newest models
@@ -971,6 +990,8 @@ class Engine:
         changed: dict[str, list[Assignment]] = {}
         verdicts = self._assign_all(models, X)
         for k, name in enumerate(cfg.algorithms):
+            if name not in verdicts:
+                continue  # no model yet: judged when its first model arrives (a new pass)
             slot = models[name]
             is_primary = name == primary
             for doc_id, (label, score, labels, cluster, new) in zip(ids, verdicts[name], strict=True):
@@ -1000,7 +1021,7 @@ class Engine:
         return out
 
     def _assign_all(self, models: dict[str, ModelSlot], X: sp.csr_matrix) -> dict[str, list]:
-        """:meth:`_assign_with` of every algorithm on ``X``.
+        """:meth:`_assign_with` of every algorithm that has a model in ``models`` on ``X``.
 
         The ``predict_proba`` of estimators whose compiled kernel releases the GIL
         (class attribute ``predict_releases_gil``: D-LDA's fold-in, CLE's neighbour
@@ -1008,7 +1029,7 @@ class Engine:
         thread assigns with the others (issue 16); a queued prediction the helper has not
         started when this thread is done is taken back and run here. The results are the same.
         """
-        algorithms = self.config.algorithms
+        algorithms = [a for a in self.config.algorithms if a in models]
         heavy = [a for a in algorithms if getattr(models[a].model, "predict_releases_gil", False)]
         futures: dict[str, Future] = {}
         if heavy and X.shape[0]:
@@ -1238,7 +1259,9 @@ class Engine:
         new_models = dict(self.models)
         fallback_slot: ModelSlot | None = None
         failed: list[str] = []
-        for name in self.config.algorithms:
+        # the primary first: its model is the label users get (and in the first round it serves alone, serving)
+        order = sorted(self.config.algorithms, key=lambda a: a != self.primary)
+        for name in order:
             t0 = time.perf_counter()
             try:
                 slot = self._fit_one(name, snap)
@@ -1267,8 +1290,9 @@ class Engine:
                 except Exception as exc:  # noqa: BLE001
                     event(log, "agreement_failed", logging.WARNING, algorithm=name, error=str(exc))
             new_models[name] = slot
-            if all(a in self.models for a in self.config.algorithms):
-                # publish this algorithm's model now (a new dict: batches being assigned keep the one they read)
+            if self.ready or (self.config.revisions != "off" and (name == self.primary or self.primary in self.models)):
+                # publish this algorithm's model now (a new dict: batches being assigned keep the one they read); in
+                # the first round too once the primary's is in (serving): documents need not wait for the slowest
                 self.models = {**self.models, name: slot}
             if name == FALLBACK_ALGORITHM:
                 fallback_slot = slot

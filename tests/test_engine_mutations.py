@@ -726,7 +726,7 @@ def test_a_failure_of_the_first_algorithm_does_not_stop_the_others(lab, caplog) 
     caplog.set_level(logging.INFO, logger="streamsemi.engine")
     lab.fail = {SK}
     lab.new_clusters = {CK: ["new-0", "new-1"]}
-    eng = make(algorithms=[SK, CK], primary=CK)
+    eng = make(algorithms=[SK, CK], primary=SK)  # the primary is fitted first in every round
     seed_topics(eng)
     out = eng.process(docs(6)).assignments
     assert [f[0] for f in lab.fits] == [SK, CK] and not eng.models[CK].fallback and eng.models[SK].fallback
@@ -736,14 +736,44 @@ def test_a_failure_of_the_first_algorithm_does_not_stop_the_others(lab, caplog) 
 
 
 def test_first_round_models_are_published_together_later_ones_as_fitted(lab) -> None:
-    eng = make()
+    eng = make(revisions="off")
     seen: list[tuple[str, dict]] = []
     lab.on_fit = lambda name: seen.append((name, {a: s.version for a, s in eng.models.items()}))
     seed_topics(eng)
     eng.process(docs(6))
-    assert seen == [(CK, {}), (SK, {})], "no algorithm serves before every one has a model"
+    assert seen == [(CK, {}), (SK, {})], "without revisions no algorithm serves before every one has a model"
     eng.request_refit()
     assert seen[2:] == [(CK, {CK: 1, SK: 1}), (SK, {CK: 2, SK: 1})]
+
+
+def test_first_round_the_primary_serves_alone_and_the_others_verdicts_come_as_revisions(lab) -> None:
+    eng = make(algorithms=[SK, CK], primary=CK)  # revisions "changed" (the default)
+    seen: list[tuple[str, dict, bool]] = []
+    lab.on_fit = lambda name: seen.append((name, {a: s.version for a, s in eng.models.items()}, eng.serving))
+    seed_topics(eng)
+    out = eng.process(docs(6)).assignments
+    # the primary fits first and serves before the second algorithm's fit starts
+    assert seen == [(CK, {}, False), (SK, {CK: 1}, True)]
+    assert eng.ready and len(out) == 12 and {a.algorithm for a in out if a.primary} == {CK}
+    lab.fail = {SK}
+    fresh = make(algorithms=[SK, CK], primary=CK, background_refit=True)
+    gate = threading.Event()
+    lab.on_fit = lambda name: gate.wait(10) if name == SK else None
+    seed_topics(fresh)
+    first = fresh.process(docs(6)).assignments  # d0-d5 buffered (or served if the primary's fit was that quick)
+    deadline = time.monotonic() + 10
+    while CK not in fresh.models and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert fresh.serving and not fresh.ready and fresh.refitting
+    first += fresh.process(docs(3, start=6)).assignments  # the buffered d0-d5, then d6-d8
+    assert sorted((a.id, a.algorithm, a.revision) for a in first) == [(f"d{i}", CK, 0) for i in range(9)], \
+        "documents are served by the primary while the other algorithm still fits"
+    assert fresh.process([]).revisions == [], "no revision without a model of the missing algorithm"
+    gate.set()
+    assert fresh.wait_for_refit(10) and fresh.ready and fresh.models[SK].fallback
+    revised = [a for chunk in drain(fresh) for a in chunk]
+    assert {a.id for a in revised if a.algorithm == SK} == {f"d{i}" for i in range(9)}
+    assert all(a.revision >= 1 for a in revised if a.algorithm == SK)
 
 
 def test_the_agreement_gauge_is_the_share_of_window_documents_in_the_same_class(lab) -> None:

@@ -489,6 +489,11 @@ class StreamEngines:
         return all(e.ready for e in self.engines.values())
 
     @property
+    def serving(self) -> bool:
+        """Every stream that exists assigns its documents (:attr:`Engine.serving`)."""
+        return all(e.serving for e in self.engines.values())
+
+    @property
     def refitting(self) -> bool:
         return any(e.refitting for e in self.engines.values())
 

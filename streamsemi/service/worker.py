@@ -323,7 +323,7 @@ class Worker:
             # a revision pass in progress or buffered documents to assign: do not wait for records, the loop goes
             # on with the next chunk
             eng = self.engine
-            wait_ms = 0 if eng.revisions_pending or (eng.buffer and eng.ready and not eng.holding_backlog) else 500
+            wait_ms = 0 if eng.revisions_pending or (eng.buffer and eng.serving and not eng.holding_backlog) else 500
             polled = self.consumer.poll(timeout_ms=wait_ms, max_records=self.settings.max_poll_records)
         except KafkaError as exc:
             self.broker_error("poll")
