@@ -958,7 +958,9 @@ class Engine:
         the provisional flag or the primary flag changed since its last emission
         (every algorithm when ``revisions = all``); its revision number increases by
         one and every algorithm's verdict is emitted for it in the ``all`` mode, only
-        the changed ones otherwise. Seeds are not revised (their label is the seed).
+        the changed ones otherwise. Seeds are not revised (their label is the seed), except
+        for the first verdict of an algorithm whose first model arrived after the document
+        was served (:attr:`serving`): every document gets every algorithm's verdict once.
         """
         cfg = self.config
         self._on_swap()
@@ -973,11 +975,15 @@ class Engine:
         ids: list[str] = []
         rows: list[Row] = []
         limit = self._revision_limit()
+        present = [a in models for a in cfg.algorithms]
         while self._pass_ids and len(ids) < limit:
             doc_id = self._pass_ids.popleft()
             entry = self.window.get(doc_id)
-            if entry is None or doc_id not in self._served or doc_id in self.seeds:
+            served = self._served.get(doc_id)
+            if entry is None or served is None:
                 continue
+            if doc_id in self.seeds and not any(p and x is None for p, x in zip(present, served.verdicts, strict=True)):
+                continue  # a seed's label is the seed: only a missing first verdict is emitted
             ids.append(doc_id)
             rows.append(entry.row)
         self.telemetry.revisions_pending.set(len(self._pass_ids))
@@ -997,6 +1003,8 @@ class Engine:
             for doc_id, (label, score, labels, cluster, new) in zip(ids, verdicts[name], strict=True):
                 entry = self._served[doc_id]
                 before = entry.verdicts[k]
+                if before is not None and doc_id in self.seeds:
+                    continue
                 verdict = (sys.intern(cluster), slot.provisional, is_primary, slot.version)
                 differs = (before is None or before[0] != cluster or before[1] != slot.provisional
                            or (is_primary and not before[2]))

@@ -769,11 +769,13 @@ def test_first_round_the_primary_serves_alone_and_the_others_verdicts_come_as_re
     assert sorted((a.id, a.algorithm, a.revision) for a in first) == [(f"d{i}", CK, 0) for i in range(9)], \
         "documents are served by the primary while the other algorithm still fits"
     assert fresh.process([]).revisions == [], "no revision without a model of the missing algorithm"
+    fresh.label("d7", [topic_of("d7")])  # a seed now: it still gets the other algorithm's first verdict
     gate.set()
     assert fresh.wait_for_refit(10) and fresh.ready and fresh.models[SK].fallback
     revised = [a for chunk in drain(fresh) for a in chunk]
     assert {a.id for a in revised if a.algorithm == SK} == {f"d{i}" for i in range(9)}
     assert all(a.revision >= 1 for a in revised if a.algorithm == SK)
+    assert not [a for a in revised if a.id == "d7" and a.algorithm == CK], "a seed's served verdicts are not revised"
 
 
 def test_the_agreement_gauge_is_the_share_of_window_documents_in_the_same_class(lab) -> None:
