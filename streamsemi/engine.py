@@ -994,6 +994,7 @@ class Engine:
         primary = self.primary
         now = self.clock()
         changed: dict[str, list[Assignment]] = {}
+        firsts: Counter = Counter()  # (algorithm, class label) of first verdicts (the primary served alone before)
         verdicts = self._assign_all(models, X)
         for k, name in enumerate(cfg.algorithms):
             if name not in verdicts:
@@ -1005,6 +1006,8 @@ class Engine:
                 before = entry.verdicts[k]
                 if before is not None and doc_id in self.seeds:
                     continue
+                if before is None:
+                    firsts[(name, label, new)] += 1
                 verdict = (sys.intern(cluster), slot.provisional, is_primary, slot.version)
                 differs = (before is None or before[0] != cluster or before[1] != slot.provisional
                            or (is_primary and not before[2]))
@@ -1022,6 +1025,9 @@ class Engine:
             out.extend(revised)
         for name, count in Counter(a.algorithm for a in out).items():  # metrics once per chunk
             self.telemetry.revisions.labels(name).inc(count)
+        for (name, label, new), count in firsts.items():  # a first verdict is an assignment of the document too
+            self.telemetry.assignments.labels(name, self.telemetry.class_label(label, new)).inc(count)
+            self.telemetry.assigned.labels(name).inc(count)
         self.revisions_sent += len(out)
         self._revision_cost = (time.perf_counter() - t0) / len(ids)
         if not self._pass_ids:
