@@ -392,6 +392,10 @@ class Engine:
         self.version = 0
         self.buffer: deque[tuple[Document, Row]] = deque()
         self.buffer_bytes = 0  # accounted bytes of the buffered documents (see buffer_full)
+        # documents the primary served alone in the first round (serving): held like buffered ones (row, source for
+        # the worker's commit hold-back) until every algorithm judged them, even if they left the window meanwhile
+        self.partial: OrderedDict[str, tuple[Document, Row]] = OrderedDict()
+        self.partial_bytes = 0
         self.docs_since_refit = 0
         self.last_refit_start = self.clock()
         self.last_drift_refit = 0.0
@@ -504,7 +508,8 @@ class Engine:
         no text (it is in the window), so their bytes are the id and the term row.
         """
         cfg = self.config
-        return len(self.buffer) >= cfg.max_buffered_docs or self.buffer_bytes >= cfg.max_buffered_docs * BUFFER_BYTES_PER_DOC
+        return (len(self.buffer) + len(self.partial) >= cfg.max_buffered_docs
+                or self.buffer_bytes + self.partial_bytes >= cfg.max_buffered_docs * BUFFER_BYTES_PER_DOC)
 
     @property
     def revisions_pending(self) -> int:
@@ -719,12 +724,38 @@ class Engine:
         return out
 
     def drop_buffered(self, predicate: Callable[[Document], bool]) -> int:
-        """Forget buffered documents matching ``predicate`` (e.g. of revoked partitions)."""
+        """Forget buffered documents matching ``predicate`` (e.g. of revoked partitions): the partition's new
+        owner reads them again (their commits were held back); so are partially judged ones (:attr:`partial`)."""
         keep = deque(item for item in self.buffer if not predicate(item[0]))
         dropped = len(self.buffer) - len(keep)
         self.buffer = keep
         self.buffer_bytes = sum(_buffered_bytes(doc, row) for doc, row in keep)
+        for doc_id in [k for k, (doc, _) in self.partial.items() if predicate(doc)]:
+            self._release_partial(doc_id)
         return dropped
+
+    @property
+    def partial_docs(self) -> list[Document]:
+        """Documents the primary served alone that some algorithm has not judged yet (their sources hold
+        the worker's commits back, as buffered documents do: a crash re-reads them)."""
+        return [doc for doc, _ in self.partial.values()]
+
+    def _hold_partial(self, items: Sequence[tuple[Document, Row]]) -> None:
+        """Served by the primary alone: keep row and source until every algorithm has judged them."""
+        for doc, row in items:
+            light = replace(doc, text="", meta=None)
+            old = self.partial.pop(doc.id, None)
+            if old is not None:
+                self.partial_bytes -= _buffered_bytes(*old)
+            self.partial[doc.id] = (light, row)
+            self.partial_bytes += _buffered_bytes(light, row)
+
+    def _release_partial(self, doc_id: str) -> None:
+        held = self.partial.pop(doc_id, None)
+        if held is not None:
+            self.partial_bytes = max(0, self.partial_bytes - _buffered_bytes(*held))
+            if doc_id not in self.window:
+                self._served.pop(doc_id, None)
 
     def _buffer(self, items: Sequence[tuple[Document, Row]]) -> None:
         """Hold documents until the first model: without their text and meta (the window keeps the text)."""
@@ -816,6 +847,11 @@ class Engine:
                 served.pop(doc.id, None)   # a document sent again starts over (revision 0)
                 served[doc.id] = _Served(len(self.config.algorithms))
         verdicts = self._assign_all(models, X)
+        if track and len(verdicts) < len(self.config.algorithms):
+            self._hold_partial(items)
+        elif self.partial:
+            for doc, _ in items:  # sent again and judged by every algorithm now
+                self._release_partial(doc.id)
         for k, name in enumerate(self.config.algorithms):
             if name not in verdicts:
                 continue  # no model yet (first round): its verdicts come with its first model (revision pass)
@@ -911,13 +947,18 @@ class Engine:
     # ------------------------------------------------------------------ revisions
     def _forget_served(self, ids: Sequence[str]) -> None:
         """Documents that left the window are not revised any more."""
+        partial = self.partial
         for doc_id in ids:
-            self._served.pop(doc_id, None)
+            if doc_id not in partial:  # a partially judged document stays until its last verdict (revision pass)
+                self._served.pop(doc_id, None)
 
     def _bound_served(self) -> None:
         """At most ``window_max_docs`` entries (a document re-added to the window may leave a stale one behind)."""
         served = self._served
-        while served and (len(served) > self.config.window_max_docs or next(iter(served)) not in self.window):
+        while served and (len(served) > self.config.window_max_docs + len(self.partial)
+                          or next(iter(served)) not in self.window):
+            if next(iter(served)) in self.partial:
+                break  # the oldest entries are partially judged documents: kept until judged (bounded by buffer_full)
             served.popitem(last=False)
 
     def _start_pass(self, models: dict[str, ModelSlot]) -> None:
@@ -980,12 +1021,13 @@ class Engine:
             doc_id = self._pass_ids.popleft()
             entry = self.window.get(doc_id)
             served = self._served.get(doc_id)
-            if entry is None or served is None:
+            held = self.partial.get(doc_id)
+            if (entry is None and held is None) or served is None:
                 continue
             if doc_id in self.seeds and not any(p and x is None for p, x in zip(present, served.verdicts, strict=True)):
                 continue  # a seed's label is the seed: only a missing first verdict is emitted
             ids.append(doc_id)
-            rows.append(entry.row)
+            rows.append(entry.row if entry is not None else held[1])
         self.telemetry.revisions_pending.set(len(self._pass_ids))
         if not ids:
             return []
@@ -1023,6 +1065,10 @@ class Engine:
             for a in revised:
                 a.revision = entry.revision
             out.extend(revised)
+        if self.partial:
+            for doc_id in ids:
+                if doc_id in self.partial and all(v is not None for v in self._served[doc_id].verdicts):
+                    self._release_partial(doc_id)
         for name, count in Counter(a.algorithm for a in out).items():  # metrics once per chunk
             self.telemetry.revisions.labels(name).inc(count)
         for (name, label, new), count in firsts.items():  # a first verdict is an assignment of the document too

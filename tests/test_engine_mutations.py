@@ -12,15 +12,18 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from dataclasses import replace
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from kafka import TopicPartition
 from sklearn.preprocessing import normalize
 
 import streamsemi.engine as engine_mod
 from streamsemi.core.messages import Document, Rejected
 from streamsemi.engine import Engine, EngineConfig
+from streamsemi.service.worker import Worker
 
 TOPICS = {
     "food": "recipe flour butter oven bake sugar dough pastry kitchen cream",
@@ -778,6 +781,34 @@ def test_first_round_the_primary_serves_alone_and_the_others_verdicts_come_as_re
     assert not [a for a in revised if a.id == "d7" and a.algorithm == CK], "a seed's served verdicts are not revised"
     # documents_assigned_total counts every document once per algorithm, the late first verdicts included
     assert sample(fresh.telemetry.assigned, algorithm=SK) == sample(fresh.telemetry.assigned, algorithm=CK) == 9
+
+
+def test_documents_the_primary_served_alone_are_held_until_every_algorithm_judged_them(lab) -> None:
+    # a window of 8: the documents served while the other algorithm fits leave it before its model is in
+    eng = make(algorithms=[SK, CK], primary=CK, background_refit=True, window_max_docs=8, max_buffered_docs=12)
+    gate = threading.Event()
+    lab.on_fit = lambda name: gate.wait(10) if name == SK else None
+    seed_topics(eng)
+    out = eng.process(docs(6)).assignments
+    deadline = time.monotonic() + 10
+    while CK not in eng.models and time.monotonic() < deadline:
+        time.sleep(0.01)
+    tp = TopicPartition("documents", 0)
+    out += eng.process([replace(d, source=(tp, 100 + i)) for i, d in enumerate(docs(10, start=6))]).assignments
+    served = {f"d{i}" for i in range(16)}
+    # their offsets hold the worker's commits back, as buffered documents' do (a crash reads them again)
+    assert Worker._held(SimpleNamespace(engine=eng)) == {tp: 100}
+    assert {a.id for a in out} == served and {a.algorithm for a in out} == {CK}
+    assert set(eng.partial) == served and {d.id for d in eng.partial_docs} == served
+    assert eng.buffer_full, "held documents count against the pre-model buffer (backpressure)"
+    assert not served <= set(eng.window.ids()), "some of them left the window"
+    gate.set()
+    assert eng.wait_for_refit(10) and eng.ready
+    revised = [a for chunk in drain(eng) for a in chunk]
+    assert sorted(a.id for a in revised if a.algorithm == SK) == sorted(served), "every one judged by SK once"
+    assert not eng.partial and eng.partial_bytes == 0 and not eng.buffer_full
+    assert Worker._held(SimpleNamespace(engine=eng)) == {}
+    assert len(eng._served) <= 8 and set(eng._served) <= set(eng.window.ids())
 
 
 def test_the_agreement_gauge_is_the_share_of_window_documents_in_the_same_class(lab) -> None:

@@ -228,6 +228,7 @@ class StreamEngines:
         self.seeds = _Union(self, "seeds")
         self.pending = _Union(self, "pending")
         self.buffer = _Union(self, "buffer")
+        self.partial_docs = _Union(self, "partial_docs")
         self.suggestion_board = _Boards(self)
 
     @classmethod

@@ -466,9 +466,10 @@ class Worker:
             event(log, "flush_failed", logging.WARNING, error=_error(exc))
 
     def _held(self) -> dict[TopicPartition, int]:
-        """The oldest offset per partition of documents the engine still buffers (no model yet)."""
+        """The oldest offset per partition of documents the engine still buffers (no model yet), or that the
+        primary served alone while another algorithm's first model is not in yet."""
         held: dict[TopicPartition, int] = {}
-        for doc, _ in self.engine.buffer:
+        for doc in [d for d, _ in self.engine.buffer] + list(self.engine.partial_docs):
             if doc.source is not None:
                 tp, off = doc.source
                 held[tp] = min(off, held.get(tp, off))
