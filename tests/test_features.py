@@ -13,6 +13,7 @@ from streamsemi.core.features import (
     WordSketch,
     feature_index,
     idf_weights,
+    l2_normalize_rows,
     tfidf,
 )
 
@@ -136,3 +137,32 @@ def test_restored_sketch_keeps_its_bounds():
     for slots in ({"8": {"a": 1}}, {"-1": {"a": 1}}, {"1": {"a": 1, "b": 1, "c": 1}}):
         with pytest.raises(ValueError, match="out of range or holds more"):
             WordSketch.from_dict({**state, "slots": slots})
+
+
+def test_tfidf_matches_scikit_learn_and_leaves_its_input_alone():
+    """The vectorised tf-idf (column scaling and row norms on the stored values) equals
+    scikit-learn's sublinear, smoothed, l2-normalised TfidfTransformer, keeps an empty row
+    empty and does not modify the counts it was given."""
+    import scipy.sparse as sp
+    from sklearn.feature_extraction.text import TfidfTransformer
+
+    rng = np.random.default_rng(3)
+    dense = rng.poisson(0.4, size=(30, 50)).astype(np.float64)
+    dense[4] = 0.0  # an empty document
+    X = sp.csr_matrix(dense)
+    before = X.copy()
+    ours = tfidf(X, idf_weights(X))
+    ref = TfidfTransformer(sublinear_tf=True, smooth_idf=True).fit_transform(X)
+    assert np.allclose(ours.toarray(), ref.toarray(), rtol=0, atol=1e-12)
+    assert ours[4].nnz == 0
+    assert np.array_equal(X.toarray(), before.toarray()) and X.nnz == before.nnz
+    norms = np.sqrt(np.asarray(ours.multiply(ours).sum(axis=1)).ravel())
+    assert np.allclose(norms[np.arange(30) != 4], 1.0)
+    # a zero column weight leaves no stored zero behind
+    idf = idf_weights(X)
+    idf[np.flatnonzero(dense[0])[0]] = 0.0
+    assert np.all(tfidf(X, idf).data != 0)
+    # l2_normalize_rows copies too
+    Y = l2_normalize_rows(X)
+    assert np.array_equal(X.toarray(), before.toarray())
+    assert np.allclose(Y.toarray(), dense / np.maximum(np.linalg.norm(dense, axis=1, keepdims=True), 1e-300))

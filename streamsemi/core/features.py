@@ -299,13 +299,25 @@ def tfidf(X: sp.spmatrix, idf: np.ndarray, sublinear_tf: bool = True, norm: bool
     if sublinear_tf:
         np.log(X.data, out=X.data)
         X.data += 1.0
-    X = sp.csr_matrix(X @ sp.diags(idf))
-    return l2_normalize_rows(X) if norm else X
+    # column scaling on the stored values (the batch's hot path: no diagonal matrix product)
+    X.data *= np.asarray(idf, dtype=np.float64)[X.indices]
+    X.eliminate_zeros()  # a zero idf weight leaves no explicit zero behind (as the product did)
+    return _l2_normalize_csr_inplace(X) if norm else X
 
 
 def l2_normalize_rows(X: sp.spmatrix) -> sp.csr_matrix:
     """Scale every non-empty row of a sparse matrix to unit Euclidean length."""
-    X = sp.csr_matrix(X, dtype=np.float64)
-    norms = np.sqrt(np.asarray(X.multiply(X).sum(axis=1)).ravel())
+    return _l2_normalize_csr_inplace(sp.csr_matrix(X, dtype=np.float64, copy=True))
+
+
+def _l2_normalize_csr_inplace(X: sp.csr_matrix) -> sp.csr_matrix:
+    """:func:`l2_normalize_rows` on ``X``'s own stored values (``X`` must be a CSR matrix
+    of float64 that the caller owns): per-row sums of squares by one ``bincount``."""
+    n = X.shape[0]
+    if X.nnz == 0:
+        return X
+    rows = np.repeat(np.arange(n), np.diff(X.indptr))
+    norms = np.sqrt(np.bincount(rows, weights=X.data * X.data, minlength=n))
     norms[norms == 0] = 1.0
-    return sp.csr_matrix(sp.diags(1.0 / norms) @ X)
+    X.data /= norms[rows]
+    return X
