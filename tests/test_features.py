@@ -13,6 +13,7 @@ from streamsemi.core.features import (
     WordSketch,
     feature_index,
     idf_weights,
+    l1_normalize_rows,
     l2_normalize_rows,
     tfidf,
 )
@@ -166,3 +167,14 @@ def test_tfidf_matches_scikit_learn_and_leaves_its_input_alone():
     Y = l2_normalize_rows(X)
     assert np.array_equal(X.toarray(), before.toarray())
     assert np.allclose(Y.toarray(), dense / np.maximum(np.linalg.norm(dense, axis=1, keepdims=True), 1e-300))
+
+
+def test_l1_normalize_rows_divides_by_row_sums_on_a_copy():
+    import scipy.sparse as sp
+
+    dense = np.array([[1.0, 3.0, 0.0], [0.0, 0.0, 0.0], [2.0, 0.0, 2.0]])
+    X = sp.csr_matrix(dense)
+    Y = l1_normalize_rows(X)
+    assert np.allclose(Y.toarray(), [[0.25, 0.75, 0.0], [0.0, 0.0, 0.0], [0.5, 0.0, 0.5]])
+    assert np.array_equal(X.toarray(), dense)
+    assert l1_normalize_rows(sp.csr_matrix((2, 3))).nnz == 0

@@ -322,15 +322,6 @@ def test_invalid_parameters():
         ConstrainedPLSA(alpha=0).fit(X, y)
 
 
-def test_fast_tfidf_matches_features_tfidf(corpus):
-    from streamsemi.algorithms.semi_ldc import sublinear_tfidf_rows
-    from streamsemi.core.features import idf_weights, tfidf
-
-    X = corpus[0]
-    idf = idf_weights(X)
-    assert abs(sublinear_tfidf_rows(X, idf) - tfidf(X, idf)).max() < 1e-12
-
-
 def test_calibrate_temperature_flattens_only_when_seeds_disagree():
     from streamsemi.algorithms.semi_ldc import calibrate_temperature
 

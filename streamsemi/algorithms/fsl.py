@@ -138,7 +138,7 @@ from streamsemi.algorithms.base import (
     new_cluster_names,
 )
 from streamsemi.algorithms.constrained_kmeans import farthest_point_centroids, seed_means
-from streamsemi.core.features import idf_weights, tfidf
+from streamsemi.core.features import idf_weights, l1_normalize_rows, l2_normalize_rows, tfidf
 
 VARIANTS = ("sk", "ck", "ap", "sap")
 
@@ -911,18 +911,14 @@ def _scale_rows_l2(X: sp.csr_matrix, g: np.ndarray | None) -> sp.csr_matrix:
     Y = sp.csr_matrix(X, copy=True)
     if g is not None:
         Y.data *= g[Y.indices]
-    norms = np.sqrt(np.asarray(Y.multiply(Y).sum(axis=1)).ravel())
-    norms[norms == 0] = 1.0
-    return sp.csr_matrix(sp.diags(1.0 / norms) @ Y)
+    return l2_normalize_rows(Y)
 
 
 def _scale_rows_l1(X: sp.csr_matrix, g: np.ndarray | None) -> sp.csr_matrix:
     Y = sp.csr_matrix(X, copy=True)
     if g is not None:
         Y.data *= g[Y.indices]
-    sums = np.asarray(Y.sum(axis=1)).ravel()
-    sums[sums == 0] = 1.0
-    return sp.csr_matrix(sp.diags(1.0 / sums) @ Y)
+    return l1_normalize_rows(Y)
 
 
 __all__ = ["FSL", "VARIANTS", "confidence", "cumulative_confidence", "update_rif_weights",

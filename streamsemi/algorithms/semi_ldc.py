@@ -54,7 +54,7 @@ from streamsemi.algorithms.base import (
     new_cluster_names,
 )
 from streamsemi.algorithms.constrained_kmeans import farthest_point_centroids, lloyd, seed_means
-from streamsemi.core.features import idf_weights, l2_normalize_rows, tfidf
+from streamsemi.core.features import idf_weights, l1_normalize_rows, l2_normalize_rows, tfidf
 
 WEIGHTINGS = ("tfidf", "tf-l2", "counts")
 
@@ -71,9 +71,7 @@ def observed_columns(X: sp.csr_matrix, min_df: int = 1) -> np.ndarray:
 
 def row_normalize_l1(X: sp.csr_matrix) -> sp.csr_matrix:
     """Divide every row by its sum (Algorithm 1, line 2); empty rows stay zero."""
-    sums = np.asarray(X.sum(axis=1)).ravel()
-    sums[sums == 0] = 1.0
-    return sp.csr_matrix(sp.diags(1.0 / sums) @ X)
+    return l1_normalize_rows(X)
 
 
 def seed_topic_init(Xl1: sp.csr_matrix, codes: np.ndarray, n_classes: int,
@@ -370,30 +368,12 @@ def calibrate_temperature(D2: np.ndarray, codes: np.ndarray, t0: float,
     return float(np.exp(best))
 
 
-def sublinear_tfidf_rows(X: sp.csr_matrix, idf: np.ndarray) -> sp.csr_matrix:
-    """``(1 + ln n) * idf`` with l2-normalised rows, computed on the CSR arrays directly.
-
-    Numerically the same as :func:`streamsemi.core.features.tfidf` (sublinear, normalised)
-    but without the diagonal sparse product, which dominates predict time.
-    """
-    X = sp.csr_matrix(X, dtype=np.float64, copy=True)
-    X.eliminate_zeros()
-    data = np.log(X.data)
-    data += 1.0
-    data *= idf[X.indices]
-    rows = np.repeat(np.arange(X.shape[0]), np.diff(X.indptr))
-    norms = np.sqrt(np.bincount(rows, weights=data * data, minlength=X.shape[0]))
-    norms[norms == 0] = 1.0
-    data /= norms[rows]
-    return sp.csr_matrix((data, X.indices, X.indptr), shape=X.shape)
-
-
 def _weight(X: sp.csr_matrix, weighting: str, idf: np.ndarray | None) -> sp.csr_matrix:
     """Document representation fed to PCA/LDA (see ``SemiLDC.weighting``)."""
     if weighting == "tfidf":
-        return sublinear_tfidf_rows(X, idf)
+        return tfidf(X, idf)
     if weighting == "tf-l2":
-        return sublinear_tfidf_rows(X, np.ones(X.shape[1]))
+        return tfidf(X, np.ones(X.shape[1]))
     if weighting == "counts":
         return sp.csr_matrix(X, dtype=np.float64)
     raise ValueError(f"unknown weighting {weighting!r}; choose one of {WEIGHTINGS}")

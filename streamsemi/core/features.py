@@ -310,6 +310,17 @@ def l2_normalize_rows(X: sp.spmatrix) -> sp.csr_matrix:
     return _l2_normalize_csr_inplace(sp.csr_matrix(X, dtype=np.float64, copy=True))
 
 
+def l1_normalize_rows(X: sp.spmatrix) -> sp.csr_matrix:
+    """Divide every non-empty row of a sparse matrix by its sum (a copy; empty rows stay zero)."""
+    X = sp.csr_matrix(X, dtype=np.float64, copy=True)
+    if X.nnz:
+        rows = np.repeat(np.arange(X.shape[0]), np.diff(X.indptr))
+        sums = np.bincount(rows, weights=X.data, minlength=X.shape[0])
+        sums[sums == 0] = 1.0
+        X.data /= sums[rows]
+    return X
+
+
 def _l2_normalize_csr_inplace(X: sp.csr_matrix) -> sp.csr_matrix:
     """:func:`l2_normalize_rows` on ``X``'s own stored values (``X`` must be a CSR matrix
     of float64 that the caller owns): per-row sums of squares by one ``bincount``."""
