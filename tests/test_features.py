@@ -178,3 +178,15 @@ def test_l1_normalize_rows_divides_by_row_sums_on_a_copy():
     assert np.allclose(Y.toarray(), [[0.25, 0.75, 0.0], [0.0, 0.0, 0.0], [0.5, 0.0, 0.5]])
     assert np.array_equal(X.toarray(), dense)
     assert l1_normalize_rows(sp.csr_matrix((2, 3))).nnz == 0
+
+
+def test_row_scalings_sum_duplicate_entries_first():
+    """A CSR matrix with two stored values for one (row, column) is scaled as their sum."""
+    import scipy.sparse as sp
+
+    dup = sp.csr_matrix((np.array([1.0, 2.0, 4.0]), np.array([0, 0, 1]), np.array([0, 3])), shape=(1, 2))
+    canon = sp.csr_matrix(np.array([[3.0, 4.0]]))
+    idf = np.array([1.0, 2.0])
+    assert np.allclose(tfidf(dup, idf).toarray(), tfidf(canon, idf).toarray())
+    assert np.allclose(l2_normalize_rows(dup).toarray(), [[0.6, 0.8]])
+    assert np.allclose(l1_normalize_rows(dup).toarray(), [[3 / 7, 4 / 7]])

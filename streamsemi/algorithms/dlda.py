@@ -799,5 +799,5 @@ class DLDA(DiscoveryMixin, ClassifierMixin, StreamsemiEstimator):
         return sp.csr_matrix((W.ravel(), (rows, cols)), shape=(K, int(self.n_features_in_)))
 
 
-__all__ = ["DLDA", "align_seeded_classes", "seed_votes", "estimate_pi", "estimate_phi", "class_proba", "prune_vocabulary",
-           "capped_counts", "tokens_from_counts", "match_clusters"]
+__all__ = ["DLDA", "align_seeded_classes", "seed_votes", "estimate_pi", "estimate_phi", "class_proba",
+           "prune_vocabulary", "capped_counts", "tokens_from_counts", "match_clusters"]

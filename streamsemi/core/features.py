@@ -295,6 +295,7 @@ def tfidf(X: sp.spmatrix, idf: np.ndarray, sublinear_tf: bool = True, norm: bool
         l2-normalise rows.
     """
     X = sp.csr_matrix(X, dtype=np.float64, copy=True)
+    X.sum_duplicates()  # the stored values are worked on directly: one per (row, column)
     X.eliminate_zeros()
     if sublinear_tf:
         np.log(X.data, out=X.data)
@@ -313,6 +314,7 @@ def l2_normalize_rows(X: sp.spmatrix) -> sp.csr_matrix:
 def l1_normalize_rows(X: sp.spmatrix) -> sp.csr_matrix:
     """Divide every non-empty row of a sparse matrix by its sum (a copy; empty rows stay zero)."""
     X = sp.csr_matrix(X, dtype=np.float64, copy=True)
+    X.sum_duplicates()
     if X.nnz:
         rows = np.repeat(np.arange(X.shape[0]), np.diff(X.indptr))
         sums = np.bincount(rows, weights=X.data, minlength=X.shape[0])
@@ -325,6 +327,7 @@ def _l2_normalize_csr_inplace(X: sp.csr_matrix) -> sp.csr_matrix:
     """:func:`l2_normalize_rows` on ``X``'s own stored values (``X`` must be a CSR matrix
     of float64 that the caller owns): per-row sums of squares by one ``bincount``."""
     n = X.shape[0]
+    X.sum_duplicates()
     if X.nnz == 0:
         return X
     rows = np.repeat(np.arange(n), np.diff(X.indptr))
