@@ -186,6 +186,21 @@ def match_clusters(overlap: np.ndarray, new_sizes: np.ndarray, old_sizes: np.nda
     return out
 
 
+def doc_tokens(ptr: np.ndarray, docs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Token layout of the documents ``docs``: their own ``ptr`` and the positions of their
+    tokens in the full token arrays."""
+    lengths = np.diff(ptr)[docs]
+    sub_ptr = np.zeros(docs.size + 1, dtype=np.int64)
+    np.cumsum(lengths, out=sub_ptr[1:])
+    return sub_ptr, np.repeat(ptr[docs] - sub_ptr[:-1], lengths) + np.arange(sub_ptr[-1])
+
+
+def pin_seeded_tokens(z: np.ndarray, ptr: np.ndarray, fixed: np.ndarray) -> None:
+    """Set the class state of every seeded document's tokens to its class (in place)."""
+    seeded_tok = np.repeat(fixed >= 0, np.diff(ptr))
+    z[seeded_tok] = np.repeat(fixed, np.diff(ptr))[seeded_tok]
+
+
 def seed_votes(ptr: np.ndarray, w: np.ndarray, codes: np.ndarray, pi: np.ndarray,
                phi: np.ndarray, n_known: int) -> np.ndarray:
     """Which document class each seed's words are most likely under.
@@ -198,10 +213,10 @@ def seed_votes(ptr: np.ndarray, w: np.ndarray, codes: np.ndarray, pi: np.ndarray
     K = pi.shape[0]
     seeded = np.flatnonzero(codes >= 0)
     votes = np.zeros((n_known, K))
-    lengths = np.diff(ptr)[seeded]
-    if seeded.size == 0 or lengths.sum() == 0:
+    sub_ptr, idx = doc_tokens(ptr, seeded)
+    lengths = np.diff(sub_ptr)
+    if seeded.size == 0 or idx.size == 0:
         return votes
-    idx = np.repeat(ptr[seeded] - np.r_[0, np.cumsum(lengths)[:-1]], lengths) + np.arange(lengths.sum())
     rows = np.repeat(np.arange(seeded.size), lengths)
     C = sp.csr_matrix((np.ones(idx.size), (rows, w[idx])), shape=(seeded.size, phi.shape[1]))
     loglik = np.asarray(C @ np.log(np.maximum(pi @ phi, 1e-300)).T)
@@ -482,9 +497,7 @@ class DLDA(DiscoveryMixin, ClassifierMixin, StreamsemiEstimator):
             old_pos = np.minimum(old_pos, prev.vocab_.size - 1)
             in_old = prev.vocab_[old_pos] == vocab
             phiT0[in_old] = prev.phi_[:, old_pos[in_old]].T
-            # seeded documents: z fixed to the label, whatever the previous state
-            seeded_tok = np.repeat(fixed >= 0, np.diff(ptr))
-            z[seeded_tok] = np.repeat(fixed, np.diff(ptr))[seeded_tok]
+            pin_seeded_tokens(z, ptr, fixed)  # seeded documents: z fixed to the label, whatever the previous state
             # partly known documents (new words, vanished classes) and new documents
             need = np.flatnonzero(np.maximum.reduceat(
                 np.r_[(z < 0) | (yt < 0), False].astype(np.int8), ptr[:-1].clip(max=T))
@@ -500,19 +513,8 @@ class DLDA(DiscoveryMixin, ClassifierMixin, StreamsemiEstimator):
                 self._seed_init(ptr, w, z, yt, fixed, K, L, V)
             sweeps = int(self.n_sweeps)
 
-        ndk, nkl, nk, nvl, nl = gibbs.build_counts(ptr, w, z, yt, K, L, V)
-        acc = np.zeros((N, K))
         n_avg = max(1, min(int(self.n_average), sweeps)) if sweeps else 0
-        free = (fixed < 0).astype(np.uint8)
-        if sweeps:
-            gibbs.gibbs_sweeps_sparse(ptr, w, z, yt, free, ndk, nkl, nk, nvl, nl,
-                               self.alpha_, float(self.beta), float(self.delta),
-                               sweeps, n_avg, self._seed(2), acc)
-            acc /= n_avg
-        else:
-            acc[:] = ndk
-        self.pi_ = estimate_pi(nkl, float(self.delta))
-        self.phi_ = estimate_phi(nvl, float(self.beta))
+        acc, nk = self._sample(ptr, w, z, yt, fixed, K, L, V, sweeps, n_avg, self._seed(2))
         self.n_realigned_ = 0
         if n_new and sweeps and n_known:
             order = align_seeded_classes(seed_votes(ptr, w, fixed, self.pi_, self.phi_, n_known))
@@ -521,18 +523,10 @@ class DLDA(DiscoveryMixin, ClassifierMixin, StreamsemiEstimator):
                 inv[order] = np.arange(K)
                 placed = z >= 0
                 z[placed] = inv[z[placed]]
-                seeded_tok = np.repeat(fixed >= 0, np.diff(ptr))
-                z[seeded_tok] = np.repeat(fixed, np.diff(ptr))[seeded_tok]
-                ndk, nkl, nk, nvl, nl = gibbs.build_counts(ptr, w, z, yt, K, L, V)
+                pin_seeded_tokens(z, ptr, fixed)
                 more = max(int(self.warm_sweeps), n_avg)
-                acc[:] = 0.0
-                gibbs.gibbs_sweeps_sparse(ptr, w, z, yt, free, ndk, nkl, nk, nvl, nl,
-                                          self.alpha_, float(self.beta), float(self.delta),
-                                          more, n_avg, self._seed(7), acc)
-                acc /= n_avg
+                acc, nk = self._sample(ptr, w, z, yt, fixed, K, L, V, more, n_avg, self._seed(7))
                 sweeps += more
-                self.pi_ = estimate_pi(nkl, float(self.delta))
-                self.phi_ = estimate_phi(nvl, float(self.beta))
                 self.n_realigned_ = int((order[:n_known] != np.arange(n_known)).sum())
         lengths = np.diff(ptr)
         empty = lengths == 0
@@ -643,6 +637,24 @@ class DLDA(DiscoveryMixin, ClassifierMixin, StreamsemiEstimator):
             p = np.full(K, 1.0 / K)
         return float(self.alpha) * K * p
 
+    def _sample(self, ptr: np.ndarray, w: np.ndarray, z: np.ndarray, yt: np.ndarray, fixed: np.ndarray,
+                K: int, L: int, V: int, sweeps: int, n_avg: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+        """Run ``sweeps`` sweeps of the chain from the states ``z``/``yt`` (in place), set ``pi_``
+        and ``phi_`` from the final counts; return the O_dk averaged over the last ``n_avg``
+        sweeps (the counts themselves with no sweep) and the class totals."""
+        ndk, nkl, nk, nvl, nl = gibbs.build_counts(ptr, w, z, yt, K, L, V)
+        acc = np.zeros((ptr.size - 1, K))
+        if sweeps:
+            gibbs.gibbs_sweeps_sparse(ptr, w, z, yt, (fixed < 0).astype(np.uint8), ndk, nkl, nk, nvl, nl,
+                                      self.alpha_, float(self.beta), float(self.delta),
+                                      sweeps, n_avg, seed, acc)
+            acc /= n_avg
+        else:
+            acc[:] = ndk
+        self.pi_ = estimate_pi(nkl, float(self.delta))
+        self.phi_ = estimate_phi(nvl, float(self.beta))
+        return acc, nk
+
     def _class_alpha(self) -> np.ndarray:
         """The fitted per-class prior (symmetric for a model saved before ``alpha_`` existed)."""
         check_is_fitted(self)
@@ -663,10 +675,7 @@ class DLDA(DiscoveryMixin, ClassifierMixin, StreamsemiEstimator):
         free_docs = np.flatnonzero((fixed < 0) & (np.diff(ptr) > 0))
         if seeded.size == 0 or free_docs.size == 0:
             return
-        lengths = np.diff(ptr)[seeded]
-        sub_ptr = np.zeros(seeded.size + 1, dtype=np.int64)
-        np.cumsum(lengths, out=sub_ptr[1:])
-        idx = np.repeat(ptr[seeded] - sub_ptr[:-1], lengths) + np.arange(sub_ptr[-1])
+        sub_ptr, idx = doc_tokens(ptr, seeded)
         sz, sy = z[idx].copy(), yt[idx].copy()
         sw = w[idx]
         ndk, nkl, nk, nvl, nl = gibbs.build_counts(sub_ptr, sw, sz, sy, K, L, V)
@@ -689,10 +698,7 @@ class DLDA(DiscoveryMixin, ClassifierMixin, StreamsemiEstimator):
                         yt: np.ndarray, fixed: np.ndarray, pi: np.ndarray, phiT: np.ndarray,
                         sweeps: int, seed: int) -> None:
         """Fold-in (pi, phi fixed) the tokens of ``docs``, writing their z/y in place."""
-        lengths = np.diff(ptr)[docs]
-        sub_ptr = np.zeros(docs.size + 1, dtype=np.int64)
-        np.cumsum(lengths, out=sub_ptr[1:])
-        idx = np.repeat(ptr[docs] - sub_ptr[:-1], lengths) + np.arange(sub_ptr[-1])
+        sub_ptr, idx = doc_tokens(ptr, docs)
         sz, sy = z[idx].copy(), yt[idx].copy()
         gibbs.fold_in(sub_ptr, w[idx], sz, sy, fixed[docs], pi, phiT, self.alpha_,
                       sweeps, max(1, sweeps // 2), seed)
