@@ -116,6 +116,63 @@ def fit_estimator(est: Any, X: sp.csr_matrix, y: Sequence[Any], doc_ids: Sequenc
     return est.fit(X, y)
 
 
+def score_rows(est: Any, X: sp.csr_matrix, multilabel: bool) -> tuple[np.ndarray, np.ndarray | None]:
+    """A fitted estimator's scores of ``X``, the matrix it was fitted on: probabilities (float64) and, for a
+    multi-label estimator, its ``predict`` indicator (bool).
+
+    The probabilities are the fit's own (``est.fitted_proba()``: D-LDA's chain, CLE's
+    embedding) when the estimator keeps them, else ``predict_proba(X)``. What
+    :meth:`Engine._assign_with` turns into verdicts; computed once per fit on the training
+    snapshot (:class:`SnapshotScores`), in the fit process when there is one.
+    """
+    fitted = getattr(est, "fitted_proba", None)
+    P = fitted() if fitted is not None else None
+    if P is None or np.shape(P) != (X.shape[0], len(est.classes_)):
+        P = est.predict_proba(X)
+    P = np.asarray(P, dtype=np.float64)
+    if not (multilabel or getattr(est, "multilabel_", False)):
+        return P, None
+    ind = est.predict(X)
+    ind = ind.toarray() if sp.issparse(ind) else np.asarray(ind)
+    return P, ind.astype(bool)
+
+
+@dataclass(frozen=True)
+class SnapshotScores:
+    """A new model's scores of the documents of the snapshot it was fitted on (issue 16).
+
+    The revision pass that follows a swap, the cluster tracking, the explanations, the
+    agreement gauge and the suggestion ranker all ask the new model about the same
+    snapshot documents. :func:`score_rows` runs once, right after the fit (in the fit
+    process when the worker has one: on the second core, not on the polling thread), and
+    those readers take the rows from here. A row is used for a document only while its
+    row in the window is still the very object the snapshot was built from (a document
+    sent again gets a new row and is scored again). Lives as long as its :class:`ModelSlot`.
+
+    Attributes
+    ----------
+    proba : ndarray (n, n_classes)
+        The snapshot rows' probabilities (:func:`score_rows`: the fit's own, or ``predict_proba``).
+    indicator : ndarray of bool (n, n_classes) or None
+        ``predict`` of a multi-label model.
+    index : dict of document id -> row
+        Shared by the slots of one snapshot.
+    rows : list of Row
+        The snapshot's row objects (identity check).
+    """
+
+    proba: np.ndarray
+    indicator: np.ndarray | None
+    index: dict[str, int]
+    rows: list[Row]
+
+    def positions(self, ids: Sequence[str], rows: Sequence[Row]) -> np.ndarray:
+        """Snapshot row of each ``(id, row)``, -1 where the document is not in the snapshot with that row."""
+        index, snap_rows = self.index, self.rows
+        return np.fromiter(((i if (i := index.get(d)) is not None and snap_rows[i] is r else -1)
+                            for d, r in zip(ids, rows, strict=True)), dtype=np.int64, count=len(ids))
+
+
 @dataclass
 class EngineConfig:
     """Settings of the in-process engine (the worker builds it from its settings).
@@ -248,6 +305,16 @@ class ModelSlot:
     n_train: int = 0
     provisional: bool = False
     renamed: dict[str, str] = field(default_factory=dict)  # raw cluster name -> public id (core/clusters.py)
+    scores: SnapshotScores | None = None  # the model's scores of its training snapshot (issue 16)
+
+
+def _snapshot_proba(slot: ModelSlot, X: sp.csr_matrix, rows: Any, snap: _Snapshot | None = None) -> np.ndarray:
+    """``slot.model.predict_proba(X)`` where ``X`` is ``rows`` (an index or slice) of the slot's training snapshot
+    (``snap`` given: only when the slot was fitted on it), read from :attr:`ModelSlot.scores` when it has them."""
+    sc = slot.scores
+    if sc is None or (snap is not None and (snap.rows is None or sc.rows is not snap.rows)):
+        return slot.model.predict_proba(X)
+    return sc.proba[rows]
 
 
 @dataclass
@@ -360,6 +427,14 @@ class _Snapshot:
     n_window: int
     trigger: str
     provisional: bool = False
+    rows: list[Row] | None = None  # the row objects X was built from (SnapshotScores)
+    _index: dict[str, int] | None = None
+
+    def index(self) -> dict[str, int]:
+        """Document id -> row of X (built once, on the refit thread, and shared by the round's slots)."""
+        if self._index is None:
+            self._index = {d: i for i, d in enumerate(self.doc_ids)}
+        return self._index
 
 
 #: The process's one helper thread for :meth:`Engine._assign_all` (shared by every engine, e.g. per stream);
@@ -412,11 +487,14 @@ class Engine:
         self._refit_version = 0   # version and window size of the refit started last (holding_backlog)
         self._refit_window = 0
         # fit(name, unfitted estimator, X, y, doc_ids, warm_start_from) -> fitted estimator, in another process
-        # (streamsemi.service.fitter.FitProcess, set by the worker); None: fit in this process
+        # (streamsemi.service.fitter.FitProcess, set by the worker); None: fit in this process. Called with
+        # scores=True, multilabel=bool it returns (fitted, score_rows(fitted, X, multilabel) or None)
         self.fitter: Callable[..., Any] | None = None
         # seconds of revision work per process() call (None: revision_chunk documents; the worker sets a budget)
         self.revision_budget_s: float | None = None
         self._revision_cost: float | None = None  # seconds per document of the last revision chunk
+        self._revision_emit_cost = 0.0  # the caller's seconds per document to emit it (note_revision_emit)
+        self._chunk_docs = 0  # documents of the last revision chunk whose emission was not noted yet
         self._adwin = ADWIN(delta=config.drift_delta) if config.drift_detection else None
         self.last_refit_error: dict[str, str] = {}
         # the primary algorithm ("auto": chosen at every refit round, see _choose_primary)
@@ -834,7 +912,8 @@ class Engine:
         if not items:
             return []
         self._on_swap()
-        X = rows_to_csr([r for _, r in items], self.config.n_features)
+        rows = [r for _, r in items]
+        X = rows_to_csr(rows, self.config.n_features)
         models = self.models
         primary = self.primary
         now = self.clock()
@@ -846,7 +925,7 @@ class Engine:
             for doc, _ in items:
                 served.pop(doc.id, None)   # a document sent again starts over (revision 0)
                 served[doc.id] = _Served(len(self.config.algorithms))
-        verdicts = self._assign_all(models, X)
+        verdicts = self._assign_all(models, X, rows, [doc.id for doc, _ in items])
         if track and len(verdicts) < len(self.config.algorithms):
             self._hold_partial(items)
         elif self.partial:
@@ -990,7 +1069,24 @@ class Engine:
             return limit
         if self._revision_cost is None:
             return min(limit, REVISION_PROBE)
-        return max(1, min(limit, int(self.revision_budget_s / max(self._revision_cost, 1e-9))))
+        cost = self._revision_cost + self._revision_emit_cost
+        return max(1, min(limit, int(self.revision_budget_s / max(cost, 1e-9))))
+
+    @property
+    def revision_chunk_docs(self) -> int:
+        """Documents of the last revision chunk whose emission cost was not noted yet."""
+        return self._chunk_docs
+
+    def note_revision_emit(self, seconds: float) -> None:
+        """The caller's seconds to emit the last revision chunk (encode, send), counted in ``revision_budget_s``.
+
+        The worker calls it after sending a chunk's revisions: with the new models' snapshot
+        scores (:class:`SnapshotScores`) assigning a revised document costs little, and the
+        records it produces are most of its cost.
+        """
+        if self._chunk_docs:
+            self._revision_emit_cost = max(0.0, seconds) / self._chunk_docs
+            self._chunk_docs = 0
 
     def _revise(self) -> list[Assignment]:
         """One chunk of the revision pass: re-assign up to ``revision_chunk`` window documents with the newest models.
@@ -1037,7 +1133,7 @@ class Engine:
         now = self.clock()
         changed: dict[str, list[Assignment]] = {}
         firsts: Counter = Counter()  # (algorithm, class label) of first verdicts (the primary served alone before)
-        verdicts = self._assign_all(models, X)
+        verdicts = self._assign_all(models, X, rows, ids)
         for k, name in enumerate(cfg.algorithms):
             if name not in verdicts:
                 continue  # no model yet: judged when its first model arrives (a new pass)
@@ -1076,13 +1172,19 @@ class Engine:
             self.telemetry.assigned.labels(name).inc(count)
         self.revisions_sent += len(out)
         self._revision_cost = (time.perf_counter() - t0) / len(ids)
+        self._chunk_docs = len(ids)
         if not self._pass_ids:
             event(log, "revision_pass_done", model_version=max(s.version for s in models.values()))
         return out
 
-    def _assign_all(self, models: dict[str, ModelSlot], X: sp.csr_matrix) -> dict[str, list]:
+    def _assign_all(self, models: dict[str, ModelSlot], X: sp.csr_matrix,
+                    rows: Sequence[Row] | None = None, ids: Sequence[str] | None = None) -> dict[str, list]:
         """:meth:`_assign_with` of every algorithm that has a model in ``models`` on ``X``.
 
+        ``rows`` / ``ids``: the row objects and document ids of ``X``; a document of a
+        model's training snapshot (same row object) takes its scores from the model's
+        :class:`SnapshotScores` and is not predicted again (the revision pass after a swap,
+        the backlog the first model was fitted on).
         The ``predict_proba`` of estimators whose compiled kernel releases the GIL
         (class attribute ``predict_releases_gil``: D-LDA's fold-in, CLE's neighbour
         search) is queued for a helper thread, so that it uses the second core while this
@@ -1090,22 +1192,54 @@ class Engine:
         started when this thread is done is taken back and run here. The results are the same.
         """
         algorithms = [a for a in self.config.algorithms if a in models]
-        heavy = [a for a in algorithms if getattr(models[a].model, "predict_releases_gil", False)]
-        futures: dict[str, Future] = {}
-        if heavy and X.shape[0]:
-            futures = {a: _PREDICT_POOL.submit(models[a].model.predict_proba, X) for a in heavy}
-        out = {a: self._assign_with(models[a], X) for a in algorithms if a not in futures}
+        pos: dict[str, np.ndarray] = {}  # snapshot row per document, -1: predict
+        if rows is not None and ids is not None and X.shape[0]:
+            for a in algorithms:
+                sc = models[a].scores
+                if sc is not None:
+                    pos[a] = sc.positions(ids, rows)
+        todo = {a: (X if a not in pos else X[pos[a] < 0]) for a in algorithms}
+        heavy = [a for a in algorithms
+                 if getattr(models[a].model, "predict_releases_gil", False) and todo[a].shape[0]]
+        futures: dict[str, Future] = {a: _PREDICT_POOL.submit(models[a].model.predict_proba, todo[a]) for a in heavy}
+        out = {a: self._assign_with(models[a], X, *self._scores_of(models[a], todo[a], pos.get(a)))
+               for a in algorithms if a not in futures}
         for a in reversed(list(futures)):  # what the helper has not started yet, this thread predicts itself
             f = futures[a]
-            out[a] = self._assign_with(models[a], X, None if f.cancel() else f.result())
+            out[a] = self._assign_with(models[a], X, *self._scores_of(models[a], todo[a], pos.get(a),
+                                                                      None if f.cancel() else f.result()))
         return out
 
     @staticmethod
-    def _assign_with(slot: ModelSlot, X: sp.csr_matrix,
-                     proba: Any = None) -> list[tuple[str | None, float, dict[str, float], str, bool]]:
+    def _scores_of(slot: ModelSlot, X_rest: sp.csr_matrix, pos: np.ndarray | None,
+                   proba_rest: Any = None) -> tuple[np.ndarray | None, np.ndarray | None]:
+        """``(proba, indicator)`` for :meth:`_assign_with`: snapshot rows (``pos >= 0``) from ``slot.scores``, the
+        others (``X_rest``) predicted (``proba_rest``: their ``predict_proba``, when already computed);
+        ``(proba_rest, None)`` without positions."""
+        if pos is None:
+            return proba_rest, None
+        sc = slot.scores
+        assert sc is not None
+        hit = pos >= 0
+        P = np.empty((pos.size, sc.proba.shape[1]), dtype=np.float64)
+        P[hit] = sc.proba[pos[hit]]
+        ind = None
+        if sc.indicator is not None:
+            ind = np.empty((pos.size, sc.indicator.shape[1]), dtype=bool)
+            ind[hit] = sc.indicator[pos[hit]]
+        if X_rest.shape[0]:
+            P[~hit] = np.asarray(slot.model.predict_proba(X_rest) if proba_rest is None else proba_rest)
+            if ind is not None:
+                rest = slot.model.predict(X_rest)
+                ind[~hit] = (rest.toarray() if sp.issparse(rest) else np.asarray(rest)).astype(bool)
+        return P, ind
+
+    @staticmethod
+    def _assign_with(slot: ModelSlot, X: sp.csr_matrix, proba: Any = None,
+                     indicator: np.ndarray | None = None) -> list[tuple[str | None, float, dict[str, float], str, bool]]:
         # vectorised over the batch (argmax, row-wise argsort, masks); the per-document loop only builds the
         # small label dicts, from Python floats (round() as before: the messages are unchanged).
-        # proba: slot.model.predict_proba(X) when already computed (_assign_all)
+        # proba: slot.model.predict_proba(X) when already computed (_assign_all); indicator: its predict(X) (multi-label)
         P = np.asarray(slot.model.predict_proba(X) if proba is None else proba, dtype=np.float64)
         classes = [str(c) for c in slot.classes]
         n = P.shape[0]
@@ -1114,9 +1248,10 @@ class Engine:
         top = P.argmax(axis=1)
         scores = P[np.arange(n), top].tolist()
         if slot.multilabel:
-            indicator = slot.model.predict(X)
-            indicator = indicator.toarray() if sp.issparse(indicator) else np.asarray(indicator)
-            chosen = indicator.astype(bool)  # a copy
+            if indicator is None:
+                indicator = slot.model.predict(X)
+                indicator = indicator.toarray() if sp.issparse(indicator) else np.asarray(indicator)
+            chosen = np.array(indicator, dtype=bool)  # a copy
             empty = ~chosen.any(axis=1)
             chosen[empty, top[empty]] = True  # no label chosen: the most probable one
             rows, cols = np.nonzero(chosen)
@@ -1172,7 +1307,7 @@ class Engine:
         if not ids:
             return None
         return _Snapshot(self.version + 1, rows_to_csr(rows, self.config.n_features), ids, labels,
-                         len(in_window), trigger, provisional=not self.seed_policy_met())
+                         len(in_window), trigger, provisional=not self.seed_policy_met(), rows=rows)
 
     def _start_refit(self, trigger: str, quiet: bool = False) -> None:
         if not self.refits_enabled:
@@ -1241,16 +1376,29 @@ class Engine:
         if prev is not None and not self._warm_start_useful(prev, snap):
             prev = None
         warm = prev.model if getattr(cls, "supports_warm_start", False) and prev is not None and not prev.fallback else None
+        scored: tuple[np.ndarray, np.ndarray | None] | None = None
         if self.fitter is not None:  # in another process (streamsemi.service.fitter): returns the fitted copy
-            est = self.fitter(name, est, snap.X, y, snap.doc_ids, warm)
+            if probe:
+                est = self.fitter(name, est, snap.X, y, snap.doc_ids, warm)
+            else:  # and the new model's scores of the snapshot, computed there (SnapshotScores)
+                est, scored = self.fitter(name, est, snap.X, y, snap.doc_ids, warm, scores=True, multilabel=multilabel)
         else:
             fit_estimator(est, snap.X, y, snap.doc_ids, warm)
+            if not probe:
+                try:
+                    scored = score_rows(est, snap.X, multilabel)
+                except Exception as exc:  # noqa: BLE001 - the readers score what they need themselves
+                    event(log, "snapshot_scores_failed", logging.WARNING, algorithm=name,
+                          error=f"{type(exc).__name__}: {exc}")
         multilabel = multilabel or bool(getattr(est, "multilabel_", False))
+        snap_scores = None
+        if scored is not None and snap.rows is not None and scored[0].shape == (snap.X.shape[0], len(est.classes_)):
+            snap_scores = SnapshotScores(scored[0], scored[1], snap.index(), snap.rows)
         try:
             explain = {}
             if self.config.explain_words and not probe:
                 # distinctive words against the whole window (core/explain.py), not the most frequent
-                member = window_membership(est, snap.X, multilabel)
+                member = window_membership(est, snap.X, multilabel, scored if snap_scores is not None else None)
                 # the scores outside the sketch's lock (the polling thread takes it to vectorise), the model's own
                 # words only when a class has no distinctive word
                 scores = distinctive_scores(snap.X, member, len(est.classes_))
@@ -1263,7 +1411,7 @@ class Engine:
             explain = {}
         return ModelSlot(est, snap.version, self.clock(), np.asarray(est.classes_),
                          frozenset(str(c) for c in getattr(est, "new_clusters_", []) or []),
-                         multilabel, explain, n_train=snap.X.shape[0], provisional=snap.provisional)
+                         multilabel, explain, n_train=snap.X.shape[0], provisional=snap.provisional, scores=snap_scores)
 
     def _warm_start_useful(self, prev: ModelSlot, snap: _Snapshot) -> bool:
         """Warm-start from ``prev`` only on a full (sliding) window that ``prev`` was fitted on too, same seeded classes.
@@ -1311,7 +1459,8 @@ class Engine:
         X = snap.X[idx]
         # the cluster _assign_with gives (the most probable class), without the label dicts: this runs on the
         # refit thread and held the GIL the polling thread needs
-        a, b = (np.asarray(m.classes, dtype=str)[np.asarray(m.model.predict_proba(X)).argmax(axis=1)] for m in (old, new))
+        a, b = (np.asarray(m.classes, dtype=str)[np.asarray(P).argmax(axis=1)]
+                for m, P in ((old, old.model.predict_proba(X)), (new, _snapshot_proba(new, X, idx, snap))))
         return float(np.mean(a == b))
 
     def _refit_round(self, snap: _Snapshot) -> None:
@@ -1426,11 +1575,12 @@ class Engine:
             cand = np.flatnonzero(np.fromiter((lb is None for lb in snap.seed_labels[:n]), bool, n))
             cand = cand[sg.candidate_sample(cand.size, seed=snap.version)]
             X = snap.X[cand]
-            P = np.asarray(slot.model.predict_proba(X), dtype=np.float64)
+            # the snapshot's scores when the models are this round's (the usual case: no prediction at all)
+            P = np.asarray(_snapshot_proba(slot, X, cand, snap), dtype=np.float64)
             primary = sg.ModelView(self.primary, P, [str(c) for c in slot.classes], slot.new_clusters)
             sample = sg.disagreement_sample(P)
-            others = [sg.ModelView(name, np.asarray(m.model.predict_proba(X[sample])), [str(c) for c in m.classes],
-                                   m.new_clusters, sample)
+            others = [sg.ModelView(name, np.asarray(_snapshot_proba(m, X[sample], cand[sample], snap)),
+                                   [str(c) for c in m.classes], m.new_clusters, sample)
                       for name, m in models.items()
                       if name != self.primary and name in self._alg_index and not m.fallback and sample.size]
             counts: dict[str, int] = {}
@@ -1480,7 +1630,7 @@ class Engine:
         try:
             n = snap.n_window
             ids, X = snap.doc_ids[:n], snap.X[:n]
-            new = Membership.from_proba(ids, slot.model.predict_proba(X), [str(c) for c in slot.classes])
+            new = Membership.from_proba(ids, _snapshot_proba(slot, X, slice(0, n), snap), [str(c) for c in slot.classes])
             prev = self._memberships.get(name)
             if prev is None and old is not None and not old.fallback and n:
                 prev = Membership.from_proba(ids, old.model.predict_proba(X), [str(c) for c in old.classes])

@@ -515,6 +515,8 @@ def test_a_failing_revision_pass_is_abandoned_and_fresh_documents_go_on(lab, cap
     assert eng.revisions_pending == 0
     eng.process([])      # the pass starts: first chunk of 4
     assert eng.revisions_pending == 5
+    for slot in eng.models.values():
+        slot.scores = None  # a model without its snapshot's scores (adopted, restored) predicts in the pass
     lab.fail_predict = True
     res = eng.process([])
     assert res.revisions == [] and eng.revisions_pending == 0 and sample(eng.telemetry.revisions_pending) == 0
@@ -1157,6 +1159,8 @@ def test_a_revision_carries_the_new_models_whole_verdict(lab) -> None:
 def test_a_revision_budget_sizes_the_chunks_from_the_last_chunks_cost(lab, monkeypatch) -> None:
     monkeypatch.setattr(engine_mod, "time", SimpleNamespace(perf_counter=lambda: lab.pc, time=time.time))
     monkeypatch.setattr(engine_mod, "REVISION_PROBE", 3)
+    # models without their snapshot's scores (as adopted or restored ones): every revised document is predicted
+    monkeypatch.setattr(engine_mod, "score_rows", lambda *a: None)
     eng = make(revisions="all", revision_chunk=100)
     seed_topics(eng)
     eng.process(docs(20))
@@ -1165,6 +1169,31 @@ def test_a_revision_budget_sizes_the_chunks_from_the_last_chunks_cost(lab, monke
     eng.request_refit()
     sizes = [len({a.id for a in chunk}) for chunk in drain(eng)]
     assert sizes == [3, 5, 5, 5, 2], "3 to measure, then 0.11 s / 0.02 s per document"
+
+
+def test_the_revision_budget_counts_the_callers_cost_of_emitting_a_chunk(lab, monkeypatch) -> None:
+    """With snapshot scores assigning costs ~nothing: the chunk is sized by what emitting it cost the worker."""
+    monkeypatch.setattr(engine_mod, "time", SimpleNamespace(perf_counter=lambda: lab.pc, time=time.time))
+    monkeypatch.setattr(engine_mod, "REVISION_PROBE", 3)
+    eng = make(revisions="all", revision_chunk=100)
+    seed_topics(eng)
+    eng.process(docs(24))
+    eng.revision_budget_s = 0.11
+    lab.pc_per_doc = 0.0                       # read from the snapshot's scores: no prediction cost
+    eng.request_refit()
+    assert all(s.scores is not None for s in eng.models.values())
+    sizes = []
+    for _ in range(20):
+        chunk = eng.process([]).revisions
+        if not chunk and not eng.revisions_pending:
+            break
+        n = len({a.id for a in chunk})
+        sizes.append(n)
+        assert eng.revision_chunk_docs == n
+        eng.note_revision_emit(0.02 * n)       # the worker: 0.02 s to send one document's records
+        assert eng.revision_chunk_docs == 0
+    assert sizes == [3, 5, 5, 5, 5, 1], "0.11 s / 0.02 s of emitting per document"
+    eng.note_revision_emit(5.0)                # nothing pending: ignored
 
 
 def test_a_named_clusters_seed_read_back_is_not_a_seed_change(lab) -> None:

@@ -389,3 +389,13 @@ def test_cached_distance_terms_follow_refits_and_params(reuters):
                 want = subspace_distances(Xv, m.cluster_centers_, m.dimension_weights_ ** q, X2)
                 np.testing.assert_allclose(m.transform(X[240:260]), want, rtol=1e-10, atol=1e-12)
             m.set_params(q=2.0)
+
+
+def test_a_documents_probabilities_do_not_depend_on_the_rest_of_its_batch(fitted):
+    """The distance regulariser scales with the row's own distances, not the batch's largest one (issue 16: the
+    engine scores a model's whole training snapshot at once and new documents in small batches)."""
+    model, X, _, _, n_train = fitted
+    rows = X[:n_train]
+    batch = model.predict_proba(rows)
+    alone = np.vstack([model.predict_proba(rows[i:i + 1]) for i in range(rows.shape[0])])
+    np.testing.assert_allclose(alone, batch, rtol=1e-12, atol=1e-15)

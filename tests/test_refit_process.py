@@ -73,6 +73,27 @@ def test_the_fit_process_fits_the_same_model_as_in_process(r8, fitter, name):
     np.testing.assert_allclose(remote.predict_proba(X), local.predict_proba(X), rtol=1e-9, atol=1e-12)
 
 
+@pytest.mark.parametrize("name", [CK, "pseudo-lsc"])
+def test_the_fit_process_scores_the_snapshot_as_the_fitted_model_would(r8, fitter, name):
+    """scores=True: the fitted copy and its predict_proba (and a multi-label model's predict) of X, computed there."""
+    ds, order = r8
+    X, y, ids = _xy(ds, order)
+    multilabel = name == "pseudo-lsc"
+    if multilabel:
+        y = [[v] if v is not None else [] for v in y]
+    remote, scored = fitter(name, build_estimator(name, None, 0, 0), X, y, ids, scores=True, multilabel=multilabel)
+    proba, indicator = scored
+    assert proba.dtype == np.float64 and proba.shape == (X.shape[0], len(remote.classes_))
+    np.testing.assert_allclose(proba, remote.predict_proba(X), rtol=1e-9, atol=1e-12)
+    if multilabel:
+        expected = remote.predict(X)
+        expected = expected.toarray() if sp.issparse(expected) else np.asarray(expected)
+        assert indicator.dtype == bool and np.array_equal(indicator, expected.astype(bool))
+    else:
+        assert indicator is None
+    assert fitter(name, build_estimator(name, None, 0, 0), X, y, ids).classes_.size >= 2, "without scores: the model"
+
+
 def test_a_fit_error_in_the_fit_process_is_raised_in_the_worker(r8, fitter):
     ds, order = r8
     X, _, ids = _xy(ds, order, n=50)

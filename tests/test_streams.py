@@ -232,14 +232,14 @@ def test_a_slow_stream_does_not_delay_another_streams_first_model_beyond_one_fit
     calls: list[tuple[str, int, float, float]] = []
     slow_started = threading.Event()
 
-    def fit(name, est, X, y, doc_ids, warm=None):
+    def fit(name, est, X, y, doc_ids, warm=None, scores=False, multilabel=False):
         t0 = time.monotonic()
         if X.shape[0] > 200:
             slow_started.set()
             time.sleep(slow_s)   # news's grown window
         est.fit(X, y)
         calls.append((name, X.shape[0], t0, time.monotonic()))
-        return est
+        return (est, None) if scores else est  # no snapshot scores: the engine predicts what it needs
 
     se.fitter = fit
     _seed(se, "news", NEWS, rng)

@@ -199,6 +199,17 @@ class StreamsemiEstimator(BaseEstimator):
                 f"n_new_clusters = {n_new} exceeds the number of unlabeled documents ({n_unlabeled})")
         return X, codes, classes
 
+    def fitted_proba(self) -> np.ndarray | None:
+        """Class probabilities of the rows ``fit`` was given, as the fit inferred them, or None.
+
+        Rows in fit order, columns following ``classes_``. Estimators whose fit already
+        infers every training row (D-LDA's chain, CLE's embedding) return those, so that the
+        engine does not score its training snapshot again with ``predict_proba``
+        (:func:`streamsemi.engine.score_rows`); None (the default): it does.
+        """
+        check_is_fitted(self)
+        return None
+
     def _explain_weights(self) -> Any:
         """(n_classes x n_features_in_) non-negative word weights per class (dense or sparse)."""
         raise NotImplementedError

@@ -698,7 +698,9 @@ class PseudoLSC(ClassifierMixin, TransformerMixin, StreamsemiEstimator):
         else:
             nn = np.broadcast_to(np.arange(k), D.shape)
         d = np.take_along_axis(D, nn, axis=1)
-        inv = 1.0 / (d + 1e-12 * max(float(D.max()), 1e-300) + _TINY)
+        # the regulariser scales with each row's own distances: a document's probabilities do not depend on
+        # the other documents of the batch (they did through the batch's largest distance)
+        inv = 1.0 / (d + 1e-12 * np.maximum(D.max(axis=1, keepdims=True), 1e-300) + _TINY)
         inv /= inv.sum(axis=1, keepdims=True)
         P = np.einsum("nk,nkc->nc", inv, self.cluster_label_dist_[nn])
         return np.clip(P, 0.0, 1.0)

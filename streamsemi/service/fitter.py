@@ -51,6 +51,8 @@ log = logging.getLogger("streamsemi.service.fitter")
 _HEADER = struct.Struct("<Q")
 _ARRAY_KINDS = "biufcUS"
 MAX_ERROR_CHARS = 2000
+SCORES_PROBA = "scores.proba"          # reply arrays of a request with "scores" (the estimator's are a0, a1, ...)
+SCORES_INDICATOR = "scores.indicator"
 START_TIMEOUT_S = 120.0
 
 
@@ -113,7 +115,7 @@ def _csr_arrays(X: sp.csr_matrix) -> dict[str, np.ndarray]:
 
 # ---------------------------------------------------------------- the fit process
 def _fit_request(header: dict[str, Any], arrays: dict[str, np.ndarray]) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-    from streamsemi.engine import fit_estimator
+    from streamsemi.engine import fit_estimator, score_rows
 
     registry = header["registry"]
     shape = tuple(int(x) for x in header["shape"])
@@ -125,7 +127,17 @@ def _fit_request(header: dict[str, Any], arrays: dict[str, np.ndarray]) -> tuple
     fit_estimator(est, X, y, header["doc_ids"], warm)
     seconds = time.perf_counter() - t0
     state, out = estimator_state(est)
-    return {"estimator": state, "seconds": seconds}, out
+    reply: dict[str, Any] = {"estimator": state, "seconds": seconds}
+    if header.get("scores"):
+        try:
+            P, indicator = score_rows(est, X, bool(header.get("multilabel")))
+        except Exception as exc:  # noqa: BLE001 - the model is fine; the worker scores what it needs itself
+            reply["scores_error"] = f"{type(exc).__name__}: {exc}"[:MAX_ERROR_CHARS]
+        else:
+            out[SCORES_PROBA] = P
+            if indicator is not None:
+                out[SCORES_INDICATOR] = indicator
+    return reply, out
 
 
 def serve(conn: Any, nice: int = 0) -> None:
@@ -238,8 +250,14 @@ class FitProcess:
         return FitProcessDied(f"the fit process died while fitting {algorithm} (exit code {code}); restarted")
 
     def __call__(self, name: str, est: Any, X: sp.csr_matrix, y: Sequence[Any], doc_ids: Sequence[str],
-                 warm_start_from: Any = None) -> Any:
+                 warm_start_from: Any = None, *, scores: bool = False, multilabel: bool = False) -> Any:
         """Fit ``est`` (an unfitted estimator of registry algorithm ``name``) in the fit process; the fitted copy.
+
+        With ``scores``, the fitted model also scores ``X`` there
+        (:func:`streamsemi.engine.score_rows`, ``multilabel``: with the ``predict``
+        indicator) and the call returns ``(fitted copy, (proba, indicator or None))``, or
+        ``(fitted copy, None)`` when scoring failed (logged): the worker does not predict its
+        own training snapshot again (:class:`streamsemi.engine.SnapshotScores`).
 
         Raises
         ------
@@ -251,7 +269,8 @@ class FitProcess:
         X = sp.csr_matrix(X)
         header: dict[str, Any] = {"registry": name, "shape": [int(s) for s in X.shape],
                                   "y": [list(v) if isinstance(v, (list, tuple)) else v for v in y],
-                                  "doc_ids": [str(d) for d in doc_ids]}
+                                  "doc_ids": [str(d) for d in doc_ids], "scores": bool(scores),
+                                  "multilabel": bool(multilabel)}
         arrays = _csr_arrays(X)
         header["estimator"], arrays = estimator_state(est, arrays)
         if warm_start_from is not None:
@@ -280,7 +299,13 @@ class FitProcess:
         reply, out = unpack(data)
         if "error" in reply:
             raise RemoteFitError(str(reply["error"]))
-        return restore_estimator(reply["estimator"], out, name)
+        proba, indicator = out.pop(SCORES_PROBA, None), out.pop(SCORES_INDICATOR, None)
+        fitted = restore_estimator(reply["estimator"], out, name)
+        if not scores:
+            return fitted
+        if "scores_error" in reply:
+            event(log, "snapshot_scores_failed", logging.WARNING, algorithm=name, error=str(reply["scores_error"]))
+        return fitted, (None if proba is None else (proba, indicator))
 
     def close(self, timeout: float = 1.0) -> None:
         """Stop the fit process (a fit in flight fails with :class:`RemoteFitError`, its result is not waited for).

@@ -514,6 +514,13 @@ class StreamEngines:
     def revisions_pending(self) -> int:
         return sum(e.revisions_pending for e in self.engines.values())
 
+    def note_revision_emit(self, seconds: float) -> None:
+        """:meth:`Engine.note_revision_emit`: the seconds shared by the streams' last chunks, by their sizes."""
+        engines = [e for e in self.engines.values() if e.revision_chunk_docs]
+        total = sum(e.revision_chunk_docs for e in engines)
+        for e in engines:
+            e.note_revision_emit(seconds * e.revision_chunk_docs / total)
+
     @property
     def control_ops(self) -> int:
         return sum(e.control_ops for e in self.engines.values())

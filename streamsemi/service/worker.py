@@ -370,7 +370,9 @@ class Worker:
         for op, rej in self.engine.drain_dead():
             dead.append((dead_letter(encode_json(op), rej.reason, rej.detail, self.settings.control_topic), rej))
         self._emit(assignments, dead)
+        t_emit = time.perf_counter()
         self._emit(revisions, [])  # after the fresh ones; they belong to no consumed record
+        self.engine.note_revision_emit(time.perf_counter() - t_emit)  # part of a revision's cost (budget)
         self._reemit_resolved()
         self._emit_cluster_events()
         self.ledger.advance(positions)  # every record has its outputs sent (or is buffered: _held)
