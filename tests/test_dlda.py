@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import io
+import itertools
+import math
 
 import numpy as np
 import pytest
@@ -556,3 +558,55 @@ def test_known_class_taken_over_by_another_group_is_realigned_on_a_real_draw():
     for group in ("sci.crypt", "talk.politics.guns"):
         in_new = pred[~seeded & (true == group)]
         assert max(np.mean(in_new == c) for c in m.new_clusters_) >= 0.75
+
+
+# ----------------------------------------------------------------------------- fold-in with y summed out
+def _random_model(K=4, L=6, V=9, seed=0):
+    rng = np.random.default_rng(seed)
+    pi = rng.dirichlet(np.full(L, 0.5), size=K)          # K x L
+    phi = rng.dirichlet(np.full(V, 0.3), size=L)         # L x V
+    return pi, phi, np.ascontiguousarray(phi.T), np.full(K, 0.2)
+
+
+def test_collapsed_fold_in_samples_the_exact_class_posterior_of_a_one_token_document():
+    """One token of word v: p(z = k) ∝ alpha_k sum_l pi_kl phi_lv exactly; the averaged counts converge to it."""
+    pi, phi, phiT, alpha = _random_model()
+    MT = np.ascontiguousarray(phiT @ pi.T)
+    for v in (0, 4, 8):
+        ptr, w = np.array([0, 1]), np.array([v])
+        acc = gibbs.fold_in_collapsed(ptr, w, MT, alpha, 20000, 20000, 3)[0] / 20000
+        exact = alpha * MT[v] / (alpha * MT[v]).sum()
+        np.testing.assert_allclose(acc, exact, atol=0.015)
+
+
+def _exact_class_counts(w, MT, alpha):
+    """E[O_dk] under p(z) ∝ prod_i M_{z_i v_i} x prod_k Gamma(n_k + alpha_k) / Gamma(alpha_k), by enumeration."""
+    K = MT.shape[1]
+    E, Z = np.zeros(K), 0.0
+    for zs in itertools.product(range(K), repeat=w.size):
+        n = np.bincount(zs, minlength=K)
+        lw = sum(np.log(MT[w[i], zs[i]]) for i in range(w.size))
+        lw += sum(math.lgamma(n[k] + alpha[k]) - math.lgamma(alpha[k]) for k in range(K))
+        E += math.exp(lw) * n
+        Z += math.exp(lw)
+    return E / Z
+
+
+def test_collapsed_fold_in_samples_the_same_posterior_as_sampling_the_topics_too():
+    """Summing y out changes the sampler, not the posterior: both average to the exact E[O_dk] of a document."""
+    pi, phi, phiT, alpha = _random_model(seed=1)
+    MT = np.ascontiguousarray(phiT @ pi.T)
+    w = np.array([0, 3, 3, 5, 8, 8])
+    ptr = np.array([0, w.size])
+    exact = _exact_class_counts(w, MT, alpha)
+    sweeps, seeds = 20000, (5, 6, 7, 8)
+    collapsed = np.mean([gibbs.fold_in_collapsed(ptr, w, MT, alpha, sweeps, sweeps, s)[0] for s in seeds], 0) / sweeps
+    both = np.mean([gibbs.fold_in(ptr, w, np.full(w.size, -1, np.int16), np.full(w.size, -1, np.int16),
+                                  np.array([-1]), pi, phiT, alpha, sweeps, sweeps, s)[0] for s in seeds], 0) / sweeps
+    np.testing.assert_allclose(collapsed, exact, atol=0.08)   # of 6 tokens; sticky chains (alpha = 0.2)
+    np.testing.assert_allclose(both, exact, atol=0.08)
+    wrong = np.ascontiguousarray(phiT @ np.roll(pi, 1, axis=0).T)  # classes' words swapped: a different posterior
+    assert np.abs(_exact_class_counts(w, wrong, alpha) - exact).max() > 0.3
+    shuffled = gibbs.fold_in_collapsed(np.array([0, 2, 2 + w.size]), np.concatenate([[1, 2], w]), MT, alpha,
+                                       sweeps, sweeps, 5)[1]
+    np.testing.assert_array_equal(shuffled, gibbs.fold_in_collapsed(ptr, w, MT, alpha, sweeps, sweeps, 5)[0])

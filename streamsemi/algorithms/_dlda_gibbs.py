@@ -317,6 +317,69 @@ def fold_in(ptr: np.ndarray, w: np.ndarray, z: np.ndarray, y: np.ndarray,
     return acc
 
 
+@njit(cache=True, fastmath=True, nogil=True)  # predictions run on a helper thread: let other threads run
+def fold_in_collapsed(ptr: np.ndarray, w: np.ndarray, MT: np.ndarray, alpha: np.ndarray,
+                      n_sweeps: int, n_average: int, seed: int) -> np.ndarray:
+    """Fold-in Gibbs sampling of the document classes with the word topics summed out.
+
+    With pi and phi fixed, a token's topic y_i touches nothing but its own token, so
+    summing Eqs. 4-5 over l gives the class of a token directly:
+
+        p(z_i = k | z_-i) ∝ (O_dk + alpha_k) M_kv,    M = pi phi  (K x V, given as MT, V x K)
+
+    the same posterior over the classes as :func:`fold_in` (which samples y too), at
+    K instead of K + L operations per token (Rao-Blackwellised: it also mixes faster).
+    Tokens start in document order from that conditional; each document is sampled on
+    its own, with an RNG seeded from ``seed`` and its word sequence (a document's result
+    does not depend on its batch). Returns (N x K) O_dk summed over the last
+    ``n_average`` sweeps (the initial counts when ``n_sweeps`` is 0).
+    """
+    N = ptr.size - 1
+    K = MT.shape[1]
+    base = np.uint64(seed)
+    acc = np.zeros((N, K))
+    st = np.zeros(1, dtype=np.uint64)
+    nd = np.zeros(K)
+    cz = np.empty(K)
+    z = np.empty(ptr[N] - ptr[0], dtype=np.int64)
+    off = ptr[0]
+    for d in range(N):
+        start = ptr[d]
+        end = ptr[d + 1]
+        if end == start:
+            continue
+        st[0] = _doc_seed(base, w, start, end)
+        for k in range(K):
+            nd[k] = 0.0
+        for i in range(start, end):
+            mv = MT[w[i]]
+            tot = 0.0
+            for k in range(K):
+                tot += (nd[k] + alpha[k]) * mv[k]
+                cz[k] = tot
+            k = _draw(cz, K, st)
+            z[i - off] = k
+            nd[k] += 1.0
+        for s in range(n_sweeps):
+            for i in range(start, end):
+                nd[z[i - off]] -= 1.0
+                mv = MT[w[i]]
+                tot = 0.0
+                for k in range(K):
+                    tot += (nd[k] + alpha[k]) * mv[k]
+                    cz[k] = tot
+                k = _draw(cz, K, st)
+                z[i - off] = k
+                nd[k] += 1.0
+            if s >= n_sweeps - n_average:
+                for k in range(K):
+                    acc[d, k] += nd[k]
+        if n_sweeps == 0:
+            for k in range(K):
+                acc[d, k] = nd[k]
+    return acc
+
+
 @njit(cache=True)
 def transfer_states(new_ptr: np.ndarray, new_col: np.ndarray, old_ptr: np.ndarray,
                     old_col: np.ndarray, old_z: np.ndarray, old_y: np.ndarray,

@@ -62,6 +62,7 @@ _MAX_TOPICS = 32767  # z and y are stored as int16
 # phi_.T in C order per fitted model, for the fold-in kernel: outside the estimator's __dict__
 # so that predict does not change the estimator (nor add an L x V array to its checkpoints)
 _PHI_T: weakref.WeakKeyDictionary[Any, tuple[np.ndarray, np.ndarray]] = weakref.WeakKeyDictionary()
+_CLASS_WORD_T: weakref.WeakKeyDictionary[Any, tuple[np.ndarray, np.ndarray, np.ndarray]] = weakref.WeakKeyDictionary()
 
 
 # --------------------------------------------------------------------------- math helpers
@@ -748,20 +749,34 @@ class DLDA(DiscoveryMixin, ClassifierMixin, StreamsemiEstimator):
             _PHI_T[self] = cached
         return cached[1]
 
+    def _class_word_T(self) -> np.ndarray:
+        """``(pi @ phi).T`` (V x K, contiguous): p(word | class), the fold-in's per-token weights (cached)."""
+        cached = _CLASS_WORD_T.get(self)
+        if cached is None or cached[0] is not self.phi_ or cached[1] is not self.pi_:
+            cached = (self.phi_, self.pi_, np.ascontiguousarray(self._phiT() @ np.asarray(self.pi_).T))
+            _CLASS_WORD_T[self] = cached
+        return cached[2]
+
     def _fold_in_counts(self, X: Any) -> tuple[np.ndarray, np.ndarray]:
+        """O_dk of each row by fold-in with the word topics summed out (:func:`~._dlda_gibbs.fold_in_collapsed`).
+
+        The same posterior over the classes as sampling z and y (Eqs. 4-5 with pi and phi
+        fixed), at K instead of K + L operations per token. Measured against the z-and-y
+        sampler on 3,000 held-out documents (fits on 5,000 20NG documents with 5% seeds and
+        4,500 R8 documents with 2%; ``benchmarks/dlda_fold_in.py``): 10-18x faster, macro-F1
+        0.656 vs 0.624 (20NG) and 0.576 vs 0.558 (R8); the two agree on 81% / 94% of the
+        documents, more than the z-and-y sampler with another seed agrees with itself (78% / 93%).
+        """
         X = self._validate_counts(X, reset=False)
         X.sum_duplicates()
         X.sort_indices()
         lookup = np.full(X.shape[1], -1, dtype=np.int64)
         lookup[self.vocab_] = np.arange(self.vocab_.size)
         ptr, w, _ = tokens_from_counts(X, lookup, int(self.max_doc_tokens))
-        T = int(ptr[-1])
-        z = np.full(T, -1, dtype=np.int16)
-        yt = np.full(T, -1, dtype=np.int16)
         sweeps = int(self.fold_in_sweeps)
         n_avg = max(1, sweeps // 2)
-        acc = gibbs.fold_in(ptr, w, z, yt, np.full(X.shape[0], -1, dtype=np.int64), self.pi_,
-                            self._phiT(), self._class_alpha(), sweeps, n_avg, self._seed(4))
+        acc = gibbs.fold_in_collapsed(ptr, w, self._class_word_T(), self._class_alpha(), sweeps, n_avg,
+                                      self._seed(4))
         if sweeps:
             acc /= n_avg
         return acc, np.diff(ptr)
