@@ -24,7 +24,7 @@ from sklearn.metrics import f1_score
 
 from streamsemi.algorithms import _dlda_gibbs as gibbs
 from streamsemi.algorithms import build_estimator
-from streamsemi.algorithms.dlda import class_proba, tokens_from_counts
+from streamsemi.algorithms.dlda import class_proba
 from streamsemi.core.datasets import load
 from streamsemi.core.features import TextFeaturizer
 from streamsemi.engine import fit_estimator
@@ -34,12 +34,7 @@ OUT = Path(__file__).parent / "results" / "dlda_fold_in.json"
 
 def z_and_y_proba(est, X, seed: int) -> np.ndarray:
     """``predict_proba`` as before session 8: the fold-in that samples each token's topic too."""
-    X = est._validate_counts(X, reset=False)
-    X.sum_duplicates()
-    X.sort_indices()
-    lookup = np.full(X.shape[1], -1, dtype=np.int64)
-    lookup[est.vocab_] = np.arange(est.vocab_.size)
-    ptr, w, _ = tokens_from_counts(X, lookup, int(est.max_doc_tokens))
+    ptr, w = est.fold_in_tokens(X)
     T = int(ptr[-1])
     sweeps = int(est.fold_in_sweeps)
     n_avg = max(1, sweeps // 2)

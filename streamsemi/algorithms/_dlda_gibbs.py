@@ -309,12 +309,27 @@ def fold_in(ptr: np.ndarray, w: np.ndarray, z: np.ndarray, y: np.ndarray,
                     py[ll] = pk[ll] * phv[ll]
                 y[i] = _block_draw(py, L, bs, _block_sums(py, L, bs), st)
             if s >= n_sweeps - n_average:
-                for k in range(K):
-                    acc[d, k] += nd[k]
+                _add_counts(acc, d, nd, K)
         if n_sweeps == 0:
-            for k in range(K):
-                acc[d, k] = nd[k]
+            _add_counts(acc, d, nd, K)
     return acc
+
+
+@njit(cache=True, inline="always")
+def _add_counts(acc: np.ndarray, d: int, nd: np.ndarray, K: int) -> None:
+    """``acc[d] += nd`` (the fold-in's O_dk of one sweep; ``acc[d]`` starts at 0)."""
+    for k in range(K):
+        acc[d, k] += nd[k]
+
+
+@njit(cache=True, fastmath=True, inline="always")
+def _class_draw(nd: np.ndarray, alpha: np.ndarray, mv: np.ndarray, cz: np.ndarray, K: int, st: np.ndarray) -> int:
+    """A token's class from ``p(k) ∝ (nd_k + alpha_k) mv_k`` (``mv``: its word's column of M = pi phi)."""
+    tot = 0.0
+    for k in range(K):
+        tot += (nd[k] + alpha[k]) * mv[k]
+        cz[k] = tot
+    return _draw(cz, K, st)
 
 
 @njit(cache=True, fastmath=True, nogil=True)  # predictions run on a helper thread: let other threads run
@@ -352,31 +367,19 @@ def fold_in_collapsed(ptr: np.ndarray, w: np.ndarray, MT: np.ndarray, alpha: np.
         for k in range(K):
             nd[k] = 0.0
         for i in range(start, end):
-            mv = MT[w[i]]
-            tot = 0.0
-            for k in range(K):
-                tot += (nd[k] + alpha[k]) * mv[k]
-                cz[k] = tot
-            k = _draw(cz, K, st)
+            k = _class_draw(nd, alpha, MT[w[i]], cz, K, st)
             z[i - off] = k
             nd[k] += 1.0
         for s in range(n_sweeps):
             for i in range(start, end):
                 nd[z[i - off]] -= 1.0
-                mv = MT[w[i]]
-                tot = 0.0
-                for k in range(K):
-                    tot += (nd[k] + alpha[k]) * mv[k]
-                    cz[k] = tot
-                k = _draw(cz, K, st)
+                k = _class_draw(nd, alpha, MT[w[i]], cz, K, st)
                 z[i - off] = k
                 nd[k] += 1.0
             if s >= n_sweeps - n_average:
-                for k in range(K):
-                    acc[d, k] += nd[k]
+                _add_counts(acc, d, nd, K)
         if n_sweeps == 0:
-            for k in range(K):
-                acc[d, k] = nd[k]
+            _add_counts(acc, d, nd, K)
     return acc
 
 
