@@ -132,9 +132,13 @@ def score_rows(est: Any, X: sp.csr_matrix, multilabel: bool) -> tuple[np.ndarray
     P = np.asarray(P, dtype=np.float64)
     if not (multilabel or getattr(est, "multilabel_", False)):
         return P, None
+    return P, predict_indicator(est, X)
+
+
+def predict_indicator(est: Any, X: sp.csr_matrix) -> np.ndarray:
+    """A multi-label estimator's ``predict(X)`` as a dense bool array (n, n_classes), a new array."""
     ind = est.predict(X)
-    ind = ind.toarray() if sp.issparse(ind) else np.asarray(ind)
-    return P, ind.astype(bool)
+    return (ind.toarray() if sp.issparse(ind) else np.asarray(ind)).astype(bool)
 
 
 @dataclass(frozen=True)
@@ -308,11 +312,11 @@ class ModelSlot:
     scores: SnapshotScores | None = None  # the model's scores of its training snapshot (issue 16)
 
 
-def _snapshot_proba(slot: ModelSlot, X: sp.csr_matrix, rows: Any, snap: _Snapshot | None = None) -> np.ndarray:
-    """``slot.model.predict_proba(X)`` where ``X`` is ``rows`` (an index or slice) of the slot's training snapshot
-    (``snap`` given: only when the slot was fitted on it), read from :attr:`ModelSlot.scores` when it has them."""
+def _snapshot_proba(slot: ModelSlot, X: sp.csr_matrix, rows: Any, snap: _Snapshot) -> np.ndarray:
+    """``slot.model.predict_proba(X)`` where ``X`` is ``rows`` (an index or slice) of ``snap``: read from
+    :attr:`ModelSlot.scores` when the slot was fitted on that snapshot."""
     sc = slot.scores
-    if sc is None or (snap is not None and (snap.rows is None or sc.rows is not snap.rows)):
+    if sc is None or snap.rows is None or sc.rows is not snap.rows:
         return slot.model.predict_proba(X)
     return sc.proba[rows]
 
@@ -1230,8 +1234,7 @@ class Engine:
         if X_rest.shape[0]:
             P[~hit] = np.asarray(slot.model.predict_proba(X_rest) if proba_rest is None else proba_rest)
             if ind is not None:
-                rest = slot.model.predict(X_rest)
-                ind[~hit] = (rest.toarray() if sp.issparse(rest) else np.asarray(rest)).astype(bool)
+                ind[~hit] = predict_indicator(slot.model, X_rest)
         return P, ind
 
     @staticmethod
@@ -1248,10 +1251,7 @@ class Engine:
         top = P.argmax(axis=1)
         scores = P[np.arange(n), top].tolist()
         if slot.multilabel:
-            if indicator is None:
-                indicator = slot.model.predict(X)
-                indicator = indicator.toarray() if sp.issparse(indicator) else np.asarray(indicator)
-            chosen = np.array(indicator, dtype=bool)  # a copy
+            chosen = predict_indicator(slot.model, X) if indicator is None else np.array(indicator, dtype=bool)  # a copy
             empty = ~chosen.any(axis=1)
             chosen[empty, top[empty]] = True  # no label chosen: the most probable one
             rows, cols = np.nonzero(chosen)
