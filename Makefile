@@ -1,12 +1,13 @@
 # Quick start:  make demo   (install + embedded broker + worker + web console + Reuters R8 streaming through)
-#               make test   (install the test extras + run the whole suite)
+#               make test   (install the test extras + run the suite, about 11 minutes on 2 cores)
+#               make test-long   (the long fault-injection end-to-end checks, about 7 minutes; CI runs both)
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 DEMO_ARGS ?=
 PYTEST_ARGS ?=
 
-.PHONY: demo test install-demo install-test lint results clean mutation
+.PHONY: demo test test-long install-demo install-test lint results clean mutation
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -22,7 +23,10 @@ demo: install-demo
 	$(BIN)/streamsemi demo $(DEMO_ARGS)
 
 test: install-test
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -m "not long" $(PYTEST_ARGS)
+
+test-long: install-test
+	$(BIN)/python -m pytest -m long $(PYTEST_ARGS)
 
 lint: install-test
 	$(BIN)/ruff check .

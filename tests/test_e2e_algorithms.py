@@ -17,6 +17,7 @@ KNOWN = {"earn", "acq", "crude", "grain", "wheat"}
 HIDDEN = {"money-fx", "trade"}  # never seeded: D-LDA must put them in new clusters, not force them
 
 
+@pytest.mark.long
 def test_all_algorithms_in_one_worker(broker, tmp_path):
     ds = load("reuters21578")
     by_topic: dict[str, list[int]] = {}

@@ -10,7 +10,14 @@ from kafka.errors import KafkaTimeoutError
 from kafka_fakes import FakeConsumer, FakeProducer
 
 from streamsemi.service import kafka_io
-from streamsemi.service.broker_reset import RESET_EPISODE_S, BrokerResetGuard
+from streamsemi.service.broker_reset import (
+    RESET_EPISODE_S,
+    AssignmentWatchdog,
+    BrokerResetGuard,
+    coordinator_reachable,
+    coordinator_state,
+    request_metadata,
+)
 from streamsemi.service.config import resolve
 from streamsemi.service.inflight import InFlightMarker
 from streamsemi.service.ledger import Output, OutputLedger
@@ -203,3 +210,89 @@ def test_without_a_state_dir_the_marker_does_nothing(tmp_path):
     m.begin([(TP0, 1)])
     m.load()
     assert m.suspects == {} and list(tmp_path.iterdir()) == []
+
+
+# ---------------------------------------------------------------- assignment watchdog
+class _Member:
+    """A consumer seen through the kafka-python internals the watchdog reads."""
+
+    class _State:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        def __str__(self) -> str:
+            return f"MemberState.{self.name.upper()}"
+
+    def __init__(self, state: str, parts=(), coordinator=True) -> None:
+        outer = self
+        self.parts, self.refreshes = set(parts), 0
+
+        class Coordinator:
+            @property
+            def state(self):
+                return _Member._State(outer.state)
+
+            def coordinator_unknown(self):
+                return not outer.coordinator
+
+        class Cluster:
+            def request_update(self):
+                outer.refreshes += 1
+
+        class Client:
+            cluster = Cluster()
+
+        self.state, self.coordinator = state, coordinator
+        self._coordinator, self._client = Coordinator(), Client()
+
+    def assignment(self):
+        return self.parts
+
+
+def test_watchdog_replaces_only_a_member_stuck_outside_its_group():
+    clock = _Clock()
+    wd = AssignmentWatchdog(30.0, clock=clock)
+    stuck = _Member("rebalancing")
+    assert wd.check(stuck) is None and stuck.refreshes == 1, "unassigned: fresh metadata asked at once"
+    clock.t += 29.0
+    assert wd.check(stuck) is None and stuck.refreshes == 2
+    clock.t += 2.0
+    reason = wd.check(stuck)
+    assert reason == "no partitions for 31 s while its group membership stays rebalancing"
+    assert wd.check(stuck) is None, "the wait starts again for the new member"
+    # a member of a group with more members than partitions is stable: never replaced, metadata every 5 s
+    idle, wd2 = _Member("stable"), AssignmentWatchdog(30.0, clock=clock)
+    for _ in range(40):
+        assert wd2.check(idle) is None
+        clock.t += 2.5
+    assert idle.refreshes == 20
+    # a broker that is down: a new consumer would not help
+    down, wd3 = _Member("unjoined", coordinator=False), AssignmentWatchdog(30.0, clock=clock)
+    wd3.check(down)
+    clock.t += 100
+    assert wd3.check(down) is None
+    down.coordinator = True
+    assert wd3.check(down).endswith("stays unjoined")
+    # partitions assigned: the wait is over and nothing is asked
+    ok, wd4 = _Member("stable", parts={TP0}), AssignmentWatchdog(30.0, clock=clock)
+    wd4.since = clock.t - 1000
+    assert wd4.check(ok) is None and wd4.since is None and ok.refreshes == 0
+
+
+def test_watchdog_reads_the_installed_kafka_python(broker):
+    """The internals the watchdog reads exist on the installed kafka-python (or it would silently do nothing)."""
+    from kafka import KafkaConsumer
+
+    c = KafkaConsumer(bootstrap_servers=broker.bootstrap, group_id="watchdog-internals", enable_auto_commit=False)
+    try:
+        c.subscribe(["watchdog-internals"])
+        assert coordinator_state(c) == "unjoined"
+        assert request_metadata(c) is True and c._client.cluster.need_update, "a refresh at the next poll"
+        for _ in range(10):
+            c.poll(timeout_ms=300)
+            if coordinator_state(c) == "rebalancing":
+                break
+        # Tansu answers a new group's JoinGroup after about 20 s: the member waits in "rebalancing"
+        assert coordinator_state(c) in ("rebalancing", "stable") and coordinator_reachable(c)
+    finally:
+        c.close()

@@ -145,6 +145,7 @@ def _values(records):
     return [json.loads(r.value) for r in records]
 
 
+@pytest.mark.long
 @pytest.mark.slow
 def test_name_end_to_end_cli_seeds_on_the_control_topic_events_and_revisions(broker, tmp_path, r8):
     ds, order = r8

@@ -98,6 +98,7 @@ def _errors(worker: WorkerProcess) -> list[dict]:
 
 
 # ---------------------------------------------------------------- 1. crash
+@pytest.mark.long
 def test_kill9_three_times_during_a_20000_document_replay(broker, tmp_path, r8):
     topics = Topics()
     topics.create(broker.bootstrap)
@@ -153,6 +154,7 @@ def test_kill9_three_times_during_a_20000_document_replay(broker, tmp_path, r8):
 
 
 # ---------------------------------------------------------------- 2. stall
+@pytest.mark.long
 def test_broker_stall_of_20s_without_restart_or_loss(tmp_path, r8):
     b = start_own_broker(tmp_path)
     try:
@@ -188,6 +190,7 @@ def test_broker_stall_of_20s_without_restart_or_loss(tmp_path, r8):
 
 
 # ---------------------------------------------------------------- 3. broker loss
+@pytest.mark.long
 def test_broker_loss_and_empty_restart(tmp_path, r8):
     b = start_own_broker(tmp_path)
     port = b.port
@@ -265,6 +268,7 @@ def test_broker_loss_and_empty_restart(tmp_path, r8):
 
 
 # ---------------------------------------------------------------- 4. SIGTERM during a refit
+@pytest.mark.long
 def test_sigterm_during_a_slow_refit_exits_within_grace_with_everything_committed(broker, tmp_path, r8):
     topics = Topics()
     topics.create(broker.bootstrap)
@@ -456,6 +460,7 @@ def test_a_document_that_breaks_processing_is_dead_lettered_and_every_other_one_
     assert [e for e in w.logs() if e.get("event") == "batch_processing_failed"]
 
 
+@pytest.mark.long
 def test_a_document_that_kills_the_worker_is_dead_lettered_after_restarts(broker, tmp_path, r8):
     topics = Topics()
     topics.create(broker.bootstrap)
@@ -485,6 +490,7 @@ def test_a_document_that_kills_the_worker_is_dead_lettered_after_restarts(broker
             w.kill()
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("fault", ["noack", "sendfail"])
 def test_an_output_that_is_never_acknowledged_is_never_committed(broker, tmp_path, r8, fault):
     topics = Topics()

@@ -328,6 +328,7 @@ def test_one_refitter_three_assigners_same_labels_and_a_rebalance_without_loss(b
         _stop(*workers)
 
 
+@pytest.mark.long
 @pytest.mark.slow
 def test_refitter_kill9_failover_continues_from_the_latest_published_model(broker, tmp_path):
     topics = _setup(broker, partitions=2)

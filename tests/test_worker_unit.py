@@ -159,3 +159,41 @@ def test_a_revision_pass_gets_a_smaller_budget_while_documents_wait_on_the_broke
     w.step()
     w.step()
     assert w.engine.backlog == 0 and w.engine.revision_budget_s == REVISION_BUDGET_S
+
+
+def test_a_documents_consumer_stuck_outside_its_group_is_replaced_and_the_new_one_serves(r8, caplog):
+    from streamsemi.service.broker_reset import AssignmentWatchdog
+
+    w, tp = _worker(r8)
+
+    class Stuck(FakeConsumer):
+        class _coordinator:  # noqa: N801 - the kafka-python internals the watchdog reads
+            state = "<rebalancing>"
+
+            @staticmethod
+            def coordinator_unknown():
+                return False
+
+        closed: list[dict] = []
+
+        def close(self, **kw):
+            self.closed.append(kw)
+
+    stuck = Stuck([])
+    w.consumer = stuck
+    fresh = FakeConsumer([tp])
+    w._subscribe = lambda: fresh
+    clock = [0.0]
+    w.assignment_watch = AssignmentWatchdog(60.0, clock=lambda: clock[0])
+    w.step()
+    assert w.consumer is stuck, "not before the limit"
+    clock[0] = 61.0
+    with caplog.at_level("WARNING", logger="streamsemi.service.worker"):
+        w.step()
+    assert w.consumer is fresh and stuck.closed == [{"autocommit": False, "timeout_ms": 2000}]
+    assert w.telemetry.broker_errors.labels("rejoin")._value.get() == 1
+    (ev,) = [r.fields for r in caplog.records if r.getMessage() == "documents_consumer_replaced"]
+    assert ev["reason"] == "no partitions for 61 s while its group membership stays rebalancing"
+    fresh.feed(tp, [_doc(r8, i) for i in range(3)])
+    w.step()
+    assert _assigned(w) == {"d0", "d1", "d2"} and fresh.committed_offsets == {tp: 3}

@@ -138,3 +138,96 @@ class BrokerResetGuard:
                   reason="assigned shortly after a broker reset")
             return True
         return False
+
+
+REFRESH_EVERY_S = 5.0  # an unassigned member asks for fresh metadata this often
+
+
+def coordinator_state(consumer: Any) -> str | None:
+    """The group coordinator's member state (``stable``, ``rebalancing``, ``unjoined``), None if unknown.
+
+    Reads kafka-python internals without any network call (None if they change).
+    """
+    try:
+        return str(consumer._coordinator.state).rsplit(".", 1)[-1].strip("<>").lower()
+    except Exception:  # noqa: BLE001 - internals of another version
+        return None
+
+
+def coordinator_reachable(consumer: Any) -> bool:
+    """The consumer knows its group coordinator and is connected to it (kafka-python internals)."""
+    try:
+        return not consumer._coordinator.coordinator_unknown()
+    except Exception:  # noqa: BLE001 - internals of another version
+        return False
+
+
+def request_metadata(consumer: Any) -> bool:
+    """Ask the consumer's client to refresh its cluster metadata at its next poll; False if it cannot."""
+    try:
+        consumer._client.cluster.request_update()
+        return True
+    except Exception:  # noqa: BLE001 - internals of another version
+        return False
+
+
+def rejoin_limit_s(settings: Any) -> float:
+    """How long a member may wait outside its group before it is replaced.
+
+    A coordinator completes or abandons a rebalance within the rebalance timeout
+    (kafka-python sends ``max_poll_interval_ms``) plus a session: a member still
+    waiting after that will not be answered.
+    """
+    return (settings.max_poll_interval_ms + settings.session_timeout_ms) / 1000
+
+
+class AssignmentWatchdog:
+    """Notices a documents consumer that stays without partitions and says when to replace it.
+
+    A group member without partitions is normal when the group has more members than
+    the topic has partitions: its coordinator state is then ``stable``. Two other
+    cases are not, and nothing in kafka-python 3.0.12 ends them by itself:
+
+    * the member joined while its topic did not exist (a broker that came back empty
+      and topics not created yet): it is stable with nothing assigned, and would only
+      see the topic at its next metadata refresh (``metadata_max_age_ms``, five
+      minutes by default). Remedy: ask for metadata every :data:`REFRESH_EVERY_S`.
+    * a rejoin that never completes (a JoinGroup reply lost while the loop was
+      outside ``poll()``): the state stays ``rebalancing``/``unjoined``. Remedy:
+      after ``limit_s`` (:func:`rejoin_limit_s`: longer than any rebalance the
+      coordinator may run; a new group's first join takes about 20 s on Tansu) the
+      worker closes the consumer and subscribes a new one.
+
+    Parameters
+    ----------
+    limit_s : float
+        How long a member may stay unassigned and not stable before it is replaced.
+    clock : callable
+        Monotonic clock (seconds), injectable for tests.
+    """
+
+    def __init__(self, limit_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.limit_s = limit_s
+        self.clock = clock
+        self.since: float | None = None
+        self.refreshed = -1e18
+
+    def check(self, consumer: Any) -> str | None:
+        """Called once per loop; returns the reason to replace ``consumer``, or None."""
+        if consumer is None or consumer.assignment():
+            self.since = None
+            return None
+        now = self.clock()
+        if self.since is None:
+            self.since = now
+        if now - self.refreshed >= REFRESH_EVERY_S:
+            self.refreshed = now
+            request_metadata(consumer)
+        waited = now - self.since
+        if waited < self.limit_s:
+            return None
+        state = coordinator_state(consumer)
+        if state is None or state == "stable" or not coordinator_reachable(consumer):
+            return None  # a member of a larger group, or a broker that is down: a new consumer would not help
+        self.since = now
+        return f"no partitions for {waited:.0f} s while its group membership stays {state}"

@@ -56,7 +56,7 @@ from streamsemi.core.messages import (
 from streamsemi.core.telemetry import Telemetry
 from streamsemi.engine import Assignment, Engine, EngineConfig
 from streamsemi.service import checkpoint, kafka_io
-from streamsemi.service.broker_reset import BrokerResetGuard
+from streamsemi.service.broker_reset import AssignmentWatchdog, BrokerResetGuard, rejoin_limit_s
 from streamsemi.service.config import Settings, instance_name
 from streamsemi.service.control_rejections import RejectedControl, fingerprint
 from streamsemi.service.fitter import FitProcess
@@ -144,6 +144,7 @@ class Worker:
         self.watch: BrokerWatch | None = None
         self.ledger = OutputLedger(self._make_producer, on_resend=t.output_resends.inc)
         self.resets = BrokerResetGuard(settings, on_episode=t.broker_resets.inc)
+        self.assignment_watch = AssignmentWatchdog(rejoin_limit_s(settings))
         self.inflight = InFlightMarker(settings.state_dir or None)
         # control records dead-lettered by an earlier run are not dead-lettered again when the topic is replayed
         self.rejections = RejectedControl(settings.state_dir or None, settings.control_topic)
@@ -219,8 +220,12 @@ class Worker:
         self.control.start()
         self.watch = BrokerWatch(s, on_reset=self.on_broker_reset, on_error=self.broker_error)
         self.watch.start()
-        self.consumer = make_document_consumer(s)
-        self.consumer.subscribe([s.documents_topic], listener=_Rebalance(self))
+        self.consumer = self._subscribe()
+
+    def _subscribe(self) -> Any:
+        consumer = make_document_consumer(self.settings)
+        consumer.subscribe([self.settings.documents_topic], listener=_Rebalance(self))
+        return consumer
 
     def _restore(self) -> None:
         s = self.settings
@@ -316,6 +321,29 @@ class Worker:
             self.resets.handle(self.consumer, self.ledger, seeds=len(self.engine.seeds),
                                model_version=self.engine.version)
         self.resets.check_positions(self.consumer, self.ledger)
+        reason = self.assignment_watch.check(self.consumer)
+        if reason is not None:
+            self._replace_consumer(reason)
+
+    def _replace_consumer(self, reason: str) -> None:
+        """Close a documents consumer stuck outside its group and subscribe a new one.
+
+        It holds no partitions, so there is nothing to commit: the new member starts
+        from the group's committed offsets (at-least-once, as after a restart).
+        """
+        try:
+            fresh = self._subscribe()
+        except Exception as exc:  # noqa: BLE001 - keep the old consumer, try again after the next wait
+            event(log, "documents_consumer_replace_failed", logging.WARNING, reason=reason, error=_error(exc))
+            return
+        old, self.consumer, self.paused = self.consumer, fresh, False
+        try:
+            old.close(autocommit=False, timeout_ms=2000)
+        except Exception:  # noqa: BLE001 - a consumer stuck in its group may fail to leave it
+            pass
+        self.telemetry.broker_errors.labels("rejoin").inc()
+        event(log, "documents_consumer_replaced", logging.WARNING, reason=reason,
+              action="a new member joins the group and reads from the committed offsets")
 
     def _poll(self) -> list[tuple[TopicPartition, Any]] | None:
         """Records of one poll, in partition order; None when the poll failed."""
