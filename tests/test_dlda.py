@@ -17,6 +17,7 @@ from streamsemi.algorithms.dlda import (
     DLDA,
     align_seeded_classes,
     capped_counts,
+    class_proba,
     match_clusters,
     prune_vocabulary,
     seed_votes,
@@ -210,6 +211,50 @@ def test_fitted_seeded_documents_keep_their_class(corpus, fitted):
         if v is not None:
             assert lab[i] == v
             assert fitted.scores_[i] == 1.0  # O_dk / n_d with every token in class k
+
+
+def test_the_fits_verdicts_average_the_chain_with_a_fold_in_under_the_final_topics(corpus, monkeypatch):
+    """labels_ / doc_class_proba_ of an unseeded document: the mean of the chain's counts and a collapsed fold-in
+    of the training tokens under the final pi, phi; a seeded document keeps the chain's counts."""
+    X, _, y, _, _ = corpus
+    ids = [f"d{i}" for i in range(X.shape[0])]
+    calls = []
+    real = gibbs.fold_in_collapsed
+
+    def chain_only(self, acc, ptr, w, fixed):
+        return acc
+
+    monkeypatch.setattr(DLDA, "_averaged_with_fold_in", chain_only)
+    chain = DLDA(n_new_clusters=1, **FAST).fit(X, y, doc_ids=ids)
+    monkeypatch.undo()
+
+    def all_in_last_class(ptr, w, MT, alpha, sweeps, n_avg, seed):
+        calls.append((ptr.copy(), w.copy(), MT.copy()))
+        real(ptr, w, MT, alpha, sweeps, n_avg, seed)  # the real kernel accepts these arguments
+        F = np.zeros((ptr.size - 1, MT.shape[1]))
+        F[:, -1] = np.diff(ptr) * n_avg  # every token in the last class, summed over n_avg sweeps
+        return F
+
+    monkeypatch.setattr(gibbs, "fold_in_collapsed", all_in_last_class)
+    est = DLDA(n_new_clusters=1, **FAST).fit(X, y, doc_ids=ids)
+    ((ptr, w, MT),) = calls
+    np.testing.assert_array_equal(ptr, est.doc_ptr_)
+    np.testing.assert_allclose(MT, (est.pi_ @ est.phi_).T)
+    lengths = np.diff(ptr)
+    F = np.zeros_like(chain.doc_class_proba_)
+    F[:, -1] = lengths
+    want = class_proba(0.5 * (class_counts(chain) + F), est.alpha_)
+    seeded = np.array([v is not None for v in y])
+    np.testing.assert_allclose(est.doc_class_proba_[~seeded], want[~seeded], rtol=1e-9)
+    np.testing.assert_allclose(est.doc_class_proba_[seeded], chain.doc_class_proba_[seeded], rtol=1e-9)
+    assert (est.labels_[~seeded] != chain.labels_[~seeded]).any(), "the fold-in's counts move the verdicts"
+    np.testing.assert_allclose(est.fitted_proba(), est.doc_class_proba_)
+
+
+def class_counts(est):
+    """O_dk back from doc_class_proba_ (Eq. 22 inverted: rows sum to the document length)."""
+    lengths = np.diff(est.doc_ptr_)
+    return est.doc_class_proba_ * (lengths + est.alpha_.sum())[:, None] - est.alpha_
 
 
 # ----------------------------------------------------------------------------- quality
