@@ -197,3 +197,13 @@ def test_a_documents_consumer_stuck_outside_its_group_is_replaced_and_the_new_on
     fresh.feed(tp, [_doc(r8, i) for i in range(3)])
     w.step()
     assert _assigned(w) == {"d0", "d1", "d2"} and fresh.committed_offsets == {tp: 3}
+
+
+def test_shutdown_closes_the_consumer_within_the_grace_period_without_committing(r8):
+    w, tp = _worker(r8)
+    closed = []
+    w.consumer.close = lambda **kw: closed.append(kw)
+    w.shutdown()
+    ((kw,),) = [closed]
+    assert kw["autocommit"] is False and 500 <= kw["timeout_ms"] <= 5000, "kafka-python takes timeout_ms"
+    assert w.ledger.producer.closed

@@ -279,12 +279,13 @@ class Worker:
         if self.watch is not None:
             self.watch.stop()
         self._checkpoint("shutdown", wait=True)
-        for closer in (self.consumer, self.producer):
+        # bounded by what is left of the grace period (KafkaConsumer.close takes timeout_ms, KafkaProducer.close
+        # seconds); the consumer commits nothing here: every commit above went through the ledger
+        for closer, kwargs in ((self.consumer, lambda s: {"autocommit": False, "timeout_ms": int(s * 1000)}),
+                               (self.producer, lambda s: {"timeout": s})):
             if closer is not None:
                 try:
-                    closer.close(timeout=max(0.5, min(5.0, grace - (time.monotonic() - t0) - 0.5)))
-                except TypeError:
-                    closer.close()
+                    closer.close(**kwargs(max(0.5, min(5.0, grace - (time.monotonic() - t0) - 0.5))))
                 except Exception:  # noqa: BLE001
                     pass
         if self.control is not None:
