@@ -497,7 +497,7 @@ def rank(ids: Sequence[str], X: sp.spmatrix, primary: ModelView, others: Sequenc
     return out
 
 
-def candidate_sample(n: int, size: int = CANDIDATE_SAMPLE, seed: int = 0) -> np.ndarray:
+def candidate_sample(n: int, size: int | None = None, seed: int = 0) -> np.ndarray:
     """Sorted indices of at most ``size`` of ``n`` candidates, drawn at random (``seed``: the model version).
 
     Ranking every document of a large window would cost a ``predict_proba`` of the whole
@@ -505,6 +505,7 @@ def candidate_sample(n: int, size: int = CANDIDATE_SAMPLE, seed: int = 0) -> np.
     fresh sample each round bounds the cost and still lets every document be suggested
     (random subsampling before uncertainty sampling: Ertekin et al. 2007).
     """
+    size = CANDIDATE_SAMPLE if size is None else size
     if n <= size:
         return np.arange(n)
     return np.sort(np.random.default_rng(seed).choice(n, size=size, replace=False))
