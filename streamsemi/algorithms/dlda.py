@@ -677,9 +677,10 @@ class DLDA(DiscoveryMixin, ClassifierMixin, StreamsemiEstimator):
         if not sweeps:
             return acc
         n_avg = max(1, sweeps // 2)
-        MT = np.ascontiguousarray(np.asarray(self.phi_).T @ np.asarray(self.pi_).T)  # (not fitted yet: no cache)
-        fold = gibbs.fold_in_collapsed(ptr, w, MT, np.asarray(self.alpha_, dtype=np.float64), sweeps, n_avg,
-                                       self._seed(8)) / n_avg
+        # the final pi, phi: _class_word_T caches M for the predictions that follow; alpha_ directly (_class_alpha
+        # checks that the fit has ended)
+        fold = gibbs.fold_in_collapsed(ptr, w, self._class_word_T(), np.asarray(self.alpha_, dtype=np.float64),
+                                       sweeps, n_avg, self._seed(8)) / n_avg
         out = 0.5 * (acc + fold)
         seeded = fixed >= 0
         out[seeded] = acc[seeded]

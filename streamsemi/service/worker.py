@@ -106,6 +106,14 @@ def _loopback(host: str) -> bool:
         return False
 
 
+def _close_quietly(client: Any, **kwargs: Any) -> None:
+    """``client.close(**kwargs)``; a failure to close is not worth more than the close itself."""
+    try:
+        client.close(**kwargs)
+    except Exception:  # noqa: BLE001
+        pass
+
+
 def _error(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"[:MAX_ERROR_CHARS]
 
@@ -281,13 +289,13 @@ class Worker:
         self._checkpoint("shutdown", wait=True)
         # bounded by what is left of the grace period (KafkaConsumer.close takes timeout_ms, KafkaProducer.close
         # seconds); the consumer commits nothing here: every commit above went through the ledger
-        for closer, kwargs in ((self.consumer, lambda s: {"autocommit": False, "timeout_ms": int(s * 1000)}),
-                               (self.producer, lambda s: {"timeout": s})):
-            if closer is not None:
-                try:
-                    closer.close(**kwargs(max(0.5, min(5.0, grace - (time.monotonic() - t0) - 0.5))))
-                except Exception:  # noqa: BLE001
-                    pass
+        def left() -> float:
+            return max(0.5, min(5.0, grace - (time.monotonic() - t0) - 0.5))
+
+        if self.consumer is not None:
+            _close_quietly(self.consumer, autocommit=False, timeout_ms=int(left() * 1000))
+        if self.producer is not None:
+            _close_quietly(self.producer, timeout=left())
         if self.control is not None:
             self.control.stop()
         if self.fitter is not None:
@@ -338,10 +346,7 @@ class Worker:
             event(log, "documents_consumer_replace_failed", logging.WARNING, reason=reason, error=_error(exc))
             return
         old, self.consumer, self.paused = self.consumer, fresh, False
-        try:
-            old.close(autocommit=False, timeout_ms=2000)
-        except Exception:  # noqa: BLE001 - a consumer stuck in its group may fail to leave it
-            pass
+        _close_quietly(old, autocommit=False, timeout_ms=2000)  # a consumer stuck in its group may fail to leave it
         self.telemetry.broker_errors.labels("rejoin").inc()
         event(log, "documents_consumer_replaced", logging.WARNING, reason=reason,
               action="a new member joins the group and reads from the committed offsets")
