@@ -164,9 +164,10 @@ def test_dead_letter_of_a_value_without_bytes_keeps_its_repr() -> None:
 
 # ---------------------------------------------------------------- the fallback JSON encoder
 def _fallback(obj) -> object:
-    """``obj`` through encode_json with a NaN beside it, which forces the fallback path."""
-    out = _strict(encode_json([obj, math.nan]))
-    assert out[1] is None
+    """``obj`` through encode_json with a lone surrogate beside it, which forces the fallback path
+    (orjson and json.dumps refuse it; a NaN only made json.dumps refuse)."""
+    out = _strict(encode_json([obj, "\udfff"]))
+    assert out[1] == "\ufffd"
     return out[0]
 
 
@@ -244,7 +245,7 @@ def test_fallback_expands_containers_down_to_the_depth_limit() -> None:
     deep: list = ["leaf"]
     for _ in range(JSON_MAX_DEPTH + 10):
         deep = [deep]
-    assert _depth(_fallback(deep)) == (JSON_MAX_DEPTH - 1, "<nested too deeply>")  # [deep, nan] is one level
+    assert _depth(_fallback(deep)) == (JSON_MAX_DEPTH - 1, "<nested too deeply>")  # [deep, surrogate] is one level
     scalar: object = 7
     for _ in range(JSON_MAX_DEPTH - 1):
         scalar = [scalar]
@@ -263,9 +264,9 @@ def test_fallback_expands_containers_down_to_the_depth_limit() -> None:
 
 
 def test_fallback_replaces_values_past_the_item_budget() -> None:
-    values = [math.nan] * JSON_MAX_ITEMS  # the list itself is the first value
-    out = _strict(encode_json(values))
-    assert len(out) == JSON_MAX_ITEMS and out[-2] is None and out[-1] == "<truncated>"
+    values = ["\udfff"] + [math.nan] * (JSON_MAX_ITEMS - 1)  # the list itself is the first value
+    out = _strict(encode_json(values))  # (the lone surrogate makes orjson and json.dumps refuse it)
+    assert len(out) == JSON_MAX_ITEMS and out[0] == "\ufffd" and out[-2] is None and out[-1] == "<truncated>"
     assert out.count("<truncated>") == 1
 
 

@@ -296,3 +296,25 @@ def test_cluster_event_key_and_resolved_seed_op_carry_the_stream_only_when_there
     assert resolved_seed_op(seed)["stream"] == "news"
     seed.label_offset = None
     assert resolved_seed_op(seed) is None, "a seed without its label's offset is not re-emitted"
+
+
+_JSON_SCALARS = (st.none() | st.booleans() | st.integers(min_value=-(2**63), max_value=2**63 - 1)
+                 | st.floats(allow_nan=False, allow_infinity=False) | st.text(st.characters(exclude_categories=("Cs",))))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.recursive(_JSON_SCALARS, lambda inner: st.lists(inner, max_size=4)
+                    | st.dictionaries(st.text(st.characters(exclude_categories=("Cs",)), max_size=8), inner, max_size=4),
+                    max_leaves=20))
+def test_encode_json_fast_path_parses_to_what_json_dumps_gives(obj):
+    """orjson (the fast path) and json.dumps (the former encoder) spell some floats differently
+    (0.00001 against 1e-05), but every value parses back the same, as compact UTF-8."""
+    out = encode_json(obj)
+    assert json.loads(out.decode("utf-8")) == json.loads(json.dumps(obj, ensure_ascii=False))
+
+
+def test_encode_json_takes_the_former_path_for_what_orjson_refuses():
+    """numpy scalars, int keys and integers beyond 64 bits: orjson refuses them, json.dumps gives what it always gave."""
+    obj = {"np": np.float64(0.25), 7: "k", "big": 10**30, "f": 1e-05}
+    assert encode_json(obj) == b'{"np":0.25,"7":"k","big":1000000000000000000000000000000,"f":1e-05}'
+    assert encode_json({"f": 1e-05, "n": float("nan"), "e": "\u00e9"}) == '{"f":0.00001,"n":null,"e":"\u00e9"}'.encode()

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from kafka.partitioner import DefaultPartitioner
+from kafka import KafkaAdminClient
+from kafka.admin import NewTopic
+from kafka.errors import MessageSizeTooLargeError
+from kafka.partitioner import DefaultPartitioner, murmur2
+from kafka_utils import Topics, read_topic
 from prometheus_client import generate_latest
 
 from streamsemi.core.telemetry import Telemetry
-from streamsemi.service.kafka_io import KeyPartitioner
+from streamsemi.service.kafka_io import KeyPartitioner, OutputProducer, make_producer
 
 
 class _Cluster:
@@ -157,3 +161,51 @@ def test_explanations_are_scored_outside_the_sketch_lock_and_the_fallback_runs_o
     eng.process([Document(id=f"r{i}", text=ds.texts[i]) for i in range(150)])
     assert eng.ready and locked == [False]
     assert any(eng.models["constrained-kmeans"].explain.values())
+
+
+def test_output_producer_short_send_lands_records_where_kafka_producer_would(broker) -> None:
+    """The worker's producer hands its own records to the accumulator directly (issue 16); with the
+    installed kafka-python every plain record takes that way, lands at the default partitioner's
+    partition with its key, value and headers, and anything else goes through KafkaProducer.send."""
+    assert OutputProducer.LEAN, "the installed kafka-python's accumulator changed: the short send is off"
+    t = Topics()
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    try:
+        admin.create_topics([NewTopic(t.assignments, 5, 1)])
+    finally:
+        admin.close()
+    p = make_producer(t.settings(broker.bootstrap))
+    try:
+        assert isinstance(p, OutputProducer) and p._lean
+        rng = np.random.default_rng(3)
+        keys = [b"doc-%d" % i for i in range(200)] + [bytes(rng.integers(0, 256, size=9, dtype=np.uint8)) for _ in range(20)]
+        futures = [p.send(t.assignments, key=k, value=b"v" + k, headers=[("model_version", b"7"), ("revision", b"0")])
+                   for k in keys]
+        assert p.lean_sends == len(keys)
+        p.send(t.assignments, key=b"tomb", value=None)  # a tombstone: KafkaProducer.send
+        p.send(t.assignments, key=b"p0", value=b"explicit", partition=0)
+        assert p.lean_sends == len(keys)
+        with pytest.raises(MessageSizeTooLargeError):  # past max_request_size: KafkaProducer.send's own check
+            p.send(t.assignments, key=b"big", value=b"x" * (p.config["max_request_size"] + 1))
+        p.flush(timeout=30)
+        assert all(f.is_done and f.succeeded() for f in futures)
+        # metadata updates replace a topic's partition map: the short send follows the new one
+        p._metadata._partitions = {**p._metadata._partitions,
+                                   t.assignments: {q: m for q, m in p._metadata._partitions[t.assignments].items() if q < 2}}
+        later = [b"later-%d" % i for i in range(40)]
+        for k in later:
+            p.send(t.assignments, key=k, value=b"v" + k)
+        p.flush(timeout=30)
+        assert p.lean_sends == len(keys) + len(later)
+    finally:
+        p.close(timeout=5)
+    records = read_topic(broker.bootstrap, t.assignments, expect=len(keys) + 2 + len(later))
+    got = {r.key: r for r in records}
+    assert len(got) == len(keys) + 2 + len(later)
+    assert all(got[k].partition == (murmur2(k) & 0x7fffffff) % 2 for k in later)
+    for k in keys:
+        r = got[k]
+        assert r.value == b"v" + k and list(r.headers) == [("model_version", b"7"), ("revision", b"0")]
+        assert r.partition == (murmur2(k) & 0x7fffffff) % 5  # kafka-python's DefaultPartitioner
+    assert got[b"tomb"].value is None and got[b"p0"].partition == 0
+    assert len({got[k].partition for k in keys}) == 5

@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+import orjson
+
 REASONS = (
     "invalid_json", "invalid_utf8", "missing_field", "wrong_type", "empty_text", "oversize",
     "no_terms", "unknown_op", "invalid_label", "label_expired", "pending_overflow", "processing_error",
@@ -417,10 +419,19 @@ def _text(o: Any) -> str:
 def encode_json(obj: Any) -> bytes:
     """Compact UTF-8 JSON; total: never raises.
 
-    The fast path is plain :func:`json.dumps`; a value it refuses (a lone surrogate,
-    NaN, an unknown type, a cycle, nesting too deep) is encoded from :func:`_json_safe`'s
-    copy instead, so that an output record can always be built.
+    The fast path is :func:`orjson.dumps` (issue 16: about 1.5 us per assignment message
+    against 19 us for :func:`json.dumps`; its output parses to the same values, and differs
+    in text only in how some floats are spelled, e.g. ``0.00001`` for ``1e-05``). NaN and
+    infinities become ``null``, as :func:`_json_safe` makes them. What orjson refuses (a
+    lone surrogate, a non-str key, a numpy scalar, an integer beyond 64 bits, a cycle,
+    nesting deeper than 254) goes the former way: plain :func:`json.dumps`, and a value it
+    refuses too is encoded from :func:`_json_safe`'s copy, so that an output record can
+    always be built.
     """
+    try:
+        return orjson.dumps(obj)
+    except (TypeError, RecursionError):  # orjson.JSONEncodeError is a TypeError
+        pass
     try:
         return json.dumps(obj, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode("utf-8")
     except (TypeError, ValueError, RecursionError):  # UnicodeEncodeError is a ValueError
