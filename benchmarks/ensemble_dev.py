@@ -11,6 +11,10 @@ documents the ensemble's prediction under several weightings of the same fitted 
   works with one seed per class);
 * ``combined``: both signals pooled seed by seed;
 * ``heldout`` at temperatures 0.05 and 0.1 and ``select`` (the held-out winner);
+* ``prior{a}``: the held-out accuracy shrunk toward the members' prior advantage
+  (:data:`~streamsemi.algorithms.ensemble.DEFAULT_PRIOR`, measured on the seed-7 draws of
+  this script: judge it on other seeds) as if ``a`` more seeds had been scored
+  (``prior1e+06``: the prior alone);
 * ``equal`` and the ``oracle`` best member (macro-F1 on the non-seed documents) for reference.
 
     OMP_NUM_THREADS=1 python benchmarks/ensemble_dev.py --datasets reuters-r8,20ng,reuters-r52 \\
@@ -27,10 +31,13 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from streamsemi.algorithms.ensemble import Ensemble, accuracy_weights
+from streamsemi.algorithms.ensemble import Ensemble, accuracy_weights, shrink_to_prior
 from streamsemi.core.features import idf_weights, l2_normalize_rows, tfidf
 from streamsemi.evaluation import metrics
 from streamsemi.evaluation.protocols import PROTOCOLS, make_draw, prepare
+
+#: ``prior_seeds`` values compared (``prior{a}`` rules: held-out accuracy shrunk toward DEFAULT_PRIOR)
+PRIOR_SEEDS = (1, 3, 10, 30, 1e6)
 
 
 def reverse_validation(X: Any, codes: np.ndarray,
@@ -139,7 +146,12 @@ def main() -> None:
                     "heldout_T0.1": accuracy_weights(held_acc, 0.1),
                     "select": accuracy_weights(held_acc, 1e-6),  # the held-out winner (ties share)
                 }
+                prior = est._prior_of(est.members_)  # DEFAULT_PRIOR: measured on the seed-7 draws
+                for alpha in PRIOR_SEEDS:
+                    rules[f"prior{alpha:g}"] = accuracy_weights(
+                        shrink_to_prior(held_acc, est.heldout_scored_, prior, alpha), T)
                 row = {"dataset": d, "labels": lab, "run": run, "n_seeds": n_seeds,
+                       "heldout_scored": est.heldout_scored_,
                        "members": est.members_, "member_f1": member_f1,
                        "heldout_accuracy": list(map(float, held_acc)), "reverse_accuracy": list(map(float, rv_acc)),
                        "best": float(np.nanmax(member_f1))}
@@ -159,7 +171,8 @@ def main() -> None:
                       + " | held " + " ".join(f"{f:.2f}" for f in held_acc)
                       + " | rv " + " ".join(f"{f:.2f}" for f in rv_acc), flush=True)
     print(f"\nminus the best member, over {len(rows)} draws:")
-    for k in ("heldout", "reverse", "combined", "equal", "heldout_T0.05", "heldout_T0.1", "select"):
+    for k in ("heldout", "reverse", "combined", "equal", "heldout_T0.05", "heldout_T0.1", "select",
+              *(f"prior{a:g}" for a in PRIOR_SEEDS)):
         gaps = np.array([r[k] - r["best"] for r in rows])
         print(f"  {k:9s} mean {gaps.mean():+.3f}  worst {gaps.min():+.3f}  below -0.01: {(gaps < -0.01).sum()}")
     if a.json:

@@ -12,7 +12,13 @@ import scipy.sparse as sp
 
 from streamsemi.algorithms import REGISTRY, make_estimator
 from streamsemi.algorithms.base import DegenerateInputError
-from streamsemi.algorithms.ensemble import Ensemble, accuracy_weights, seed_folds
+from streamsemi.algorithms.ensemble import (
+    DEFAULT_PRIOR,
+    Ensemble,
+    accuracy_weights,
+    seed_folds,
+    shrink_to_prior,
+)
 
 CLASSES = ["alpha", "beta", "gamma"]
 
@@ -57,7 +63,7 @@ def test_heldout_scores_weights_and_probabilities_are_what_the_docstring_says(sc
     y = [v if v == "alpha" or (v == "beta" and i % 30 < 4) or (v == "gamma" and i % 30 < 1) else None
          for i, v in enumerate(y)]
     members = ["constrained-kmeans", "fsl-ck"]
-    ens = Ensemble(members, n_folds=3, temperature=0.05, heldout_score=score, random_state=4).fit(X, y)
+    ens = Ensemble(members, n_folds=3, temperature=0.05, heldout_score=score, prior_seeds=0, random_state=4).fit(X, y)
     codes = np.array([CLASSES.index(v) if v else -1 for v in y])
     folds = seed_folds(codes, 3, np.random.default_rng(4))
     labels = np.array(y, dtype=object)
@@ -85,11 +91,39 @@ def test_heldout_scores_weights_and_probabilities_are_what_the_docstring_says(sc
     assert list(ens.classes_) == CLASSES and ens.new_clusters_ == []
 
 
-def test_single_seed_classes_give_equal_weights():
+def test_single_seed_classes_give_equal_weights_without_a_prior():
     X, y = corpus()
     y = [v if i % 30 == 0 else None for i, v in enumerate(y)]  # one seed per class
-    ens = Ensemble(["constrained-kmeans", "fsl-ck"]).fit(X, y)
+    ens = Ensemble(["constrained-kmeans", "fsl-ck"], prior_seeds=0).fit(X, y)
     assert ens.heldout_accuracy_.tolist() == [0.0, 0.0] and ens.weights_.tolist() == [0.5, 0.5]
+
+
+def test_shrink_to_prior_counts_the_prior_as_seeds():
+    score, prior = np.array([0.8, 0.5, np.nan]), np.array([0.0, 0.1, 0.2])
+    np.testing.assert_allclose(shrink_to_prior(score, 10, prior, 5), [8 / 15, 5.5 / 15, np.nan])
+    np.testing.assert_allclose(shrink_to_prior(score, 0, prior, 5), [0.0, 0.1, np.nan])  # nothing scored: the prior
+    np.testing.assert_allclose(shrink_to_prior(score, 10, prior, 0), score)  # no prior: the seeds
+    np.testing.assert_allclose(shrink_to_prior(score, 0, prior, 0), score)
+
+
+def test_the_prior_decides_without_scored_seeds_and_yields_to_many():
+    X, y = corpus()
+    members = ["constrained-kmeans", "fsl-ck"]
+    one = [v if i % 30 == 0 else None for i, v in enumerate(y)]  # one seed per class: nothing can be scored
+    ens = Ensemble(members, prior={"fsl-ck": 0.05}, prior_seeds=3, temperature=0.02).fit(X, one)
+    assert ens.heldout_scored_ == 0
+    np.testing.assert_allclose(ens.scores_, [0.0, 0.05])
+    np.testing.assert_allclose(ens.weights_, accuracy_weights(np.array([0.0, 0.05]), 0.02))
+    assert ens.weights_[1] > 0.9
+    plain = Ensemble(members, prior_seeds=0).fit(X, y)  # 8 seeds per class
+    shrunk = Ensemble(members, prior={"constrained-kmeans": -0.2, "fsl-ck": 0.3}, prior_seeds=4).fit(X, y)
+    n = shrunk.heldout_scored_
+    assert n == 24
+    np.testing.assert_allclose(shrunk.heldout_accuracy_, plain.heldout_accuracy_)
+    np.testing.assert_allclose(shrunk.scores_, (n * plain.heldout_accuracy_ + 4 * np.array([-0.2, 0.3])) / (n + 4))
+    np.testing.assert_allclose(shrunk.weights_, accuracy_weights(shrunk.scores_, 0.02))
+    default = Ensemble(members, prior_seeds=4).fit(X, one)  # prior=None: DEFAULT_PRIOR
+    np.testing.assert_allclose(default.scores_, [DEFAULT_PRIOR[m] for m in members])
 
 
 def test_a_member_that_cannot_fit_gets_no_weight(monkeypatch):

@@ -13,8 +13,12 @@ member suits the window at hand. :class:`Ensemble`
    member's score alike (with one seed per class nothing is scored and the weights
    are equal). Summed over folds: each member's held-out accuracy ``a_m``
    (``heldout_score``);
-3. weights the members by a softmax of that accuracy,
-   ``w_m = exp((a_m - max_j a_j) / temperature) / sum(...)``: at the default
+3. shrinks it toward each member's prior advantage ``p_m`` (:data:`DEFAULT_PRIOR`,
+   measured on development draws) as if ``prior_seeds`` more seeds had scored it:
+   ``s_m = (n a_m + prior_seeds p_m) / (n + prior_seeds)`` with ``n`` scored seeds
+   (:func:`shrink_to_prior`; with none scored the prior decides);
+   then weights the members by a softmax of that score,
+   ``w_m = exp((s_m - max_j s_j) / temperature) / sum(...)``: at the default
    temperature of 0.02 a member 0.05 below the best keeps ``exp(-2.5) = 8%`` of
    the best one's weight, one 0.1 below keeps 0.7%; ``temperature`` large gives
    the plain average, small the held-out winner;
@@ -47,6 +51,13 @@ from streamsemi.algorithms.base import (
 #: The single-label paper algorithms and the baseline they must beat.
 DEFAULT_MEMBERS: tuple[str, ...] = ("semi-ldc", "cle", "d-lda", "fsl-ck", "constrained-kmeans")
 
+#: Each member's mean macro-F1 minus the mean of the five members on the same draw, over the 24
+#: development draws of ``benchmarks/ensemble_dev.py`` (seed 7; 1.5/2/3% seeds; 1,200 documents of
+#: R8, 20NG, R52, Reuters top-30, R8 and 20NG and top-30 in 500-document windows, R52 cut to 30
+#: words; ``benchmarks/results/ensemble_dev.json``). Draws the robustness protocol does not report.
+DEFAULT_PRIOR: dict[str, float] = {"semi-ldc": 0.018, "cle": 0.062, "d-lda": -0.089, "fsl-ck": 0.017,
+                                   "constrained-kmeans": -0.008}
+
 
 def seed_folds(codes: np.ndarray, n_folds: int, rng: np.random.Generator) -> np.ndarray:
     """Fold of every seed row (``-1`` for unlabeled rows): each class's seeds, shuffled, are
@@ -73,6 +84,16 @@ def accuracy_weights(accuracy: np.ndarray, temperature: float) -> np.ndarray:
     return w / w.sum()
 
 
+def shrink_to_prior(score: np.ndarray, n: int, prior: np.ndarray, prior_seeds: float) -> np.ndarray:
+    """``(n * score + prior_seeds * prior) / (n + prior_seeds)``: a held-out score from ``n`` seeds
+    shrunk toward the prior as if ``prior_seeds`` more seeds had scored it (NaN stays NaN; with
+    ``n + prior_seeds == 0`` the score itself)."""
+    score = np.asarray(score, dtype=np.float64)
+    if n + prior_seeds <= 0:
+        return score.copy()
+    return (n * score + prior_seeds * np.asarray(prior, dtype=np.float64)) / (n + prior_seeds)
+
+
 class Ensemble(ScoresClassifierMixin, StreamsemiEstimator):
     """Weighted average of single-label algorithms' probabilities, weights from held-out seeds.
 
@@ -86,6 +107,17 @@ class Ensemble(ScoresClassifierMixin, StreamsemiEstimator):
         Softmax temperature over the members' held-out accuracies.
     member_params : dict or None, default=None
         ``{registry name: {parameter: value}}`` passed to the members.
+    prior : dict or None, default=None
+        ``{member: advantage}``: what each member is expected to score above the members'
+        average before any seed of the window is seen (None: :data:`DEFAULT_PRIOR`,
+        measured on development draws; a member it does not name gets 0).
+    prior_seeds : float >= 0, default=30
+        How many held-out seeds the prior counts as: a member's score is
+        ``(hits + prior_seeds * prior) / (scored + prior_seeds)``, so with few scored
+        seeds (one seed per class: none) the prior decides, with many the seeds do.
+        0: the held-out score alone. 30 was chosen on development draws (seeds 8 and
+        9 of ``benchmarks/ensemble_dev.py``; docs/algorithms/ensemble.md): mean gap to
+        the best member -0.015 / -0.020 against -0.028 / -0.042 without the prior.
     heldout_score : {"accuracy", "balanced_accuracy"}, default="accuracy"
         Held-out score of a member: the share of the held-out seeds it gets right, or
         the mean over classes of that share per class. Balanced accuracy follows
@@ -108,6 +140,11 @@ class Ensemble(ScoresClassifierMixin, StreamsemiEstimator):
         Each member fitted on all seeds (None where the fit failed).
     heldout_accuracy_ : ndarray of shape (n_members,)
         Accuracy on the held-out seeds (NaN where the full fit failed).
+    heldout_scored_ : int
+        Held-out seeds that could be scored (their class kept a seed in the fold).
+    scores_ : ndarray of shape (n_members,)
+        The score the weights are a softmax of: the held-out score shrunk toward the
+        prior (``prior_seeds``); NaN where the full fit failed.
     weights_ : ndarray of shape (n_members,)
         The members' weights (sum 1).
     member_errors_ : dict
@@ -120,17 +157,21 @@ class Ensemble(ScoresClassifierMixin, StreamsemiEstimator):
         "n_folds": [Interval(Integral, 2, None, closed="left")],
         "temperature": [Interval(Real, 0, None, closed="neither")],
         "member_params": [dict, None],
+        "prior": [dict, None],
+        "prior_seeds": [Interval(Real, 0, None, closed="left")],
         "heldout_score": [StrOptions({"balanced_accuracy", "accuracy"})],
         "random_state": RANDOM_STATE,
     }
 
     def __init__(self, members: list[str] | None = None, *, n_folds: int = 3, temperature: float = 0.02,
-                 member_params: dict[str, dict[str, Any]] | None = None,
-                 heldout_score: str = "accuracy", random_state: int | None = 0) -> None:
+                 member_params: dict[str, dict[str, Any]] | None = None, prior: dict[str, float] | None = None,
+                 prior_seeds: float = 30.0, heldout_score: str = "accuracy", random_state: int | None = 0) -> None:
         self.members = members
         self.n_folds = n_folds
         self.temperature = temperature
         self.member_params = member_params
+        self.prior = prior
+        self.prior_seeds = prior_seeds
         self.heldout_score = heldout_score
         self.random_state = random_state
 
@@ -208,12 +249,19 @@ class Ensemble(ScoresClassifierMixin, StreamsemiEstimator):
                 self.estimators_.append(None)
                 self.member_errors_[name] = f"{type(exc).__name__}: {exc}"
                 accuracy[m] = np.nan
-        self.weights_ = accuracy_weights(accuracy, float(self.temperature))
+        n_scored = int(scored.sum()) if self.heldout_score == "accuracy" else int((scored > 0).sum())
+        self.scores_ = shrink_to_prior(accuracy, n_scored, self._prior_of(names), float(self.prior_seeds))
+        self.weights_ = accuracy_weights(self.scores_, float(self.temperature))
         self.heldout_accuracy_ = accuracy
+        self.heldout_scored_ = int(scored.sum())
         self.members_ = names
         self.new_clusters_: list[str] = []
         self.classes_ = classes
         return self
+
+    def _prior_of(self, names: list[str]) -> np.ndarray:
+        prior = DEFAULT_PRIOR if self.prior is None else self.prior
+        return np.array([float(prior.get(n, 0.0)) for n in names])
 
     def _heldout_score(self, correct: np.ndarray, scored: np.ndarray) -> np.ndarray:
         """Each member's held-out score from per-class correct counts (all 0 when no seed
