@@ -1262,13 +1262,23 @@ class Engine:
         order = np.argsort(-P, axis=1)[:, :LABELS_IN_OUTPUT]
         vals = np.take_along_axis(P, order, axis=1)
         keep = (vals >= LABEL_PROB_MIN) | (order == top[:, None])
+        # the kept labels of a row are almost always a prefix of its sorted ones (the most probable
+        # first): those rows build their dict from slices in C; np.round(x, 6) is round(x, 6) but for
+        # a value within ~1e-16 of a rounding boundary
+        n_keep = keep.sum(axis=1)
+        prefix = (keep == (np.arange(keep.shape[1]) < n_keep[:, None])).all(axis=1)
+        names = np.asarray(classes, dtype=object)[order].tolist()
+        rounded = np.round(vals, 6).tolist()
         new_class = [c in slot.new_clusters for c in classes]
         out = []
-        for k, sc, js, xs, ms in zip(top.tolist(), scores, order.tolist(), vals.tolist(), keep.tolist(), strict=True):
+        for i, (k, sc, c, ok) in enumerate(zip(top.tolist(), scores, n_keep.tolist(), prefix.tolist(), strict=True)):
             name = classes[k]
             new = new_class[k]
-            out.append((None if new else name, sc,
-                        {classes[j]: round(x, 6) for j, x, m in zip(js, xs, ms, strict=True) if m}, name, new))
+            if ok:
+                labels = dict(zip(names[i][:c], rounded[i][:c], strict=True))
+            else:
+                labels = {lb: x for lb, x, m in zip(names[i], rounded[i], keep[i].tolist(), strict=True) if m}
+            out.append((None if new else name, sc, labels, name, new))
         return out
 
     def _run_seed_checks(self) -> None:

@@ -43,6 +43,15 @@ def test_key_partitioner_chooses_the_default_partitioners_partition() -> None:
             assert got == default.partition(topic, key, key, None, b"v", cluster)
             spread.add((topic, got))
     assert {p for t, p in spread if t == "c"} == set(range(12))
+    for topic in ("a", "c"):  # algorithm after algorithm: every key again (remembered hashes), then a long key
+        for key in keys + [b"x" * 300]:
+            assert ours.partition(topic, key, key, None, b"v", cluster) == default.partition(topic, key, key, None,
+                                                                                              b"v", cluster)
+    assert len(ours._hashes) == len(set(keys)) and b"x" * 300 not in ours._hashes
+    small = KeyPartitioner()
+    small.MAX_KEYS = 5
+    for key in keys[:12]:
+        assert small.key_hash(key) == murmur2(key) & 0x7fffffff and len(small._hashes) <= 5
     assert ours.partition("b", None, None, None, b"v", cluster) in {0, 1, 2}
     with pytest.raises(ValueError):
         ours.partition("missing", b"k", b"k", None, b"v", cluster)
@@ -209,3 +218,45 @@ def test_output_producer_short_send_lands_records_where_kafka_producer_would(bro
         assert r.partition == (murmur2(k) & 0x7fffffff) % 5  # kafka-python's DefaultPartitioner
     assert got[b"tomb"].value is None and got[b"p0"].partition == 0
     assert len({got[k].partition for k in keys}) == 5
+
+
+def _label_dicts_as_before(P: np.ndarray, classes: list[str]) -> list[dict[str, float]]:
+    """``Engine._assign_with``'s label dicts as built per document before session 10 (round() per value)."""
+    from streamsemi.engine import LABEL_PROB_MIN, LABELS_IN_OUTPUT
+
+    top = P.argmax(axis=1)
+    order = np.argsort(-P, axis=1)[:, :LABELS_IN_OUTPUT]
+    vals = np.take_along_axis(P, order, axis=1)
+    keep = (vals >= LABEL_PROB_MIN) | (order == top[:, None])
+    return [{classes[j]: round(x, 6) for j, x, m in zip(js, xs, ms, strict=True) if m}
+            for js, xs, ms in zip(order.tolist(), vals.tolist(), keep.tolist(), strict=True)]
+
+
+@pytest.mark.parametrize("n_classes", [2, 7, 20, 60])
+def test_label_dicts_are_the_ones_built_per_document(n_classes) -> None:
+    """The vectorised label dicts (slices of the sorted labels) equal the per-document ones: same
+    labels, same order, same rounded values; rows with tiny probabilities, ties and NaN included."""
+    from streamsemi.engine import Engine, ModelSlot
+
+    rng = np.random.default_rng(n_classes)
+    P = np.vstack([rng.dirichlet(np.full(n_classes, a), size=200) for a in (0.05, 0.3, 3.0)])
+    P[0] = 1.0 / n_classes  # every label tied
+    P[1, :] = 0.0
+    P[1, -1] = 1.0  # one label, the others 0 (below LABEL_PROB_MIN)
+    P[2, :] = 1e-4
+    P[2, 1] = np.nan  # the "most probable" label is NaN and sorted last: the kept labels are no prefix
+    classes = [f"c{i}" for i in range(n_classes)]
+    slot = ModelSlot(model=None, version=1, fitted_at=0.0, classes=np.array(classes), new_clusters=frozenset({"c1"}),
+                     multilabel=False, explain={})
+    got = Engine._assign_with(slot, None, P)
+    want = _label_dicts_as_before(P, classes)
+    assert len(got) == len(want)
+    for (label, score, labels, cluster, new), expected, row in zip(got, want, P, strict=True):
+        assert list(labels) == list(expected)
+        assert [repr(v) for v in labels.values()] == [repr(v) for v in expected.values()]
+        k = int(row.argmax())
+        assert cluster == classes[k] and new == (classes[k] == "c1") and label == (None if new else classes[k])
+        assert score == row[k] or (np.isnan(score) and np.isnan(row[k]))
+    # the NaN row: its "most probable" label sorts last (kept only if it is among the first 10)
+    assert list(got[2][2]) == (["c1"] if n_classes <= 10 else [])
+    assert len(got[0][2]) == min(n_classes, 10)

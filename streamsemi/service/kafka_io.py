@@ -94,15 +94,20 @@ def create_missing_topics(settings: Settings, specs: dict[str, tuple[int, dict[s
 
 
 class KeyPartitioner(DefaultPartitioner):
-    """kafka-python's default partitioner (murmur2 of the key), hashing a key once for consecutive records.
+    """kafka-python's default partitioner (murmur2 of the key), hashing a key once for its records.
 
-    The worker sends the records of one document one after the other (one assignment
-    per algorithm, the labels record): the pure-Python murmur2 ran for each of them.
-    The partition is the default partitioner's, so records keep their partitions.
+    The worker sends 2-7 records per document (one assignment per algorithm, the labels
+    record), algorithm after algorithm for a poll's documents: the pure-Python murmur2 ran
+    for each of them. The hashes of the last ``MAX_KEYS`` keys (of at most ``MAX_KEY_BYTES``
+    bytes) are remembered; the partition is the default partitioner's, so records keep
+    their partitions.
     """
 
+    MAX_KEYS = 4096
+    MAX_KEY_BYTES = 256
+
     def __init__(self) -> None:
-        self._last: tuple[bytes | None, int] = (None, 0)
+        self._hashes: dict[bytes, int] = {}
 
     def partition(self, topic: str, key: Any, serialized_key: bytes | None, value: Any, serialized_value: Any,
                   cluster: Any) -> int:
@@ -114,13 +119,17 @@ class KeyPartitioner(DefaultPartitioner):
         return partitions[self.key_hash(serialized_key) % len(partitions)]
 
     def key_hash(self, key: bytes) -> int:
-        """``murmur2(key) & 0x7fffffff``, remembered for the last key: the record goes to
-        ``sorted(partitions)[key_hash % len(partitions)]``, as with the default partitioner."""
-        last = self._last
-        if last[0] != key:
-            last = (key, murmur2(key) & 0x7fffffff)
-            self._last = last
-        return last[1]
+        """``murmur2(key) & 0x7fffffff``: the record goes to ``sorted(partitions)[key_hash %
+        len(partitions)]``, as with the default partitioner (bounded cache: at most ``MAX_KEYS``
+        keys of at most ``MAX_KEY_BYTES`` bytes, forgotten all at once when full)."""
+        h = self._hashes.get(key)
+        if h is None:
+            h = murmur2(key) & 0x7fffffff
+            if len(key) <= self.MAX_KEY_BYTES:
+                if len(self._hashes) >= self.MAX_KEYS:
+                    self._hashes.clear()
+                self._hashes[key] = h
+        return h
 
 
 def _lean_send_supported() -> bool:
