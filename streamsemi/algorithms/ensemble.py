@@ -115,7 +115,8 @@ class Ensemble(ScoresClassifierMixin, StreamsemiEstimator):
         How many held-out seeds the prior counts as: a member's score is
         ``(hits + prior_seeds * prior) / (scored + prior_seeds)``, so with few scored
         seeds (one seed per class: none) the prior decides, with many the seeds do.
-        0: the held-out score alone. 30 was chosen on development draws (seeds 8 and
+        0: the held-out score alone. With ``heldout_score="balanced_accuracy"`` the
+        count is of scored classes instead of seeds. 30 was chosen on development draws (seeds 8 and
         9 of ``benchmarks/ensemble_dev.py``; docs/algorithms/ensemble.md): mean gap to
         the best member -0.015 / -0.020 against -0.028 / -0.042 without the prior.
     heldout_score : {"accuracy", "balanced_accuracy"}, default="accuracy"

@@ -167,7 +167,7 @@ class OutputProducer(KafkaProducer):
         super().__init__(**configs)
         self.lean_sends = 0
         self._order: dict[str, tuple[dict, list[TopicPartition]]] = {}  # topic -> (its metadata, partitions in order)
-        partitioner = self.config["partitioner"]
+        self._partitioner = partitioner = self.config["partitioner"]
         self._lean = (self.LEAN and isinstance(partitioner, KeyPartitioner)
                       and isinstance(getattr(self._metadata, "_partitions", None), dict)
                       and (self._transaction_manager is None or not self._transaction_manager.is_transactional())
@@ -195,7 +195,7 @@ class OutputProducer(KafkaProducer):
                 self._order.clear()
             known = self._order[topic] = (parts, [TopicPartition(topic, p) for p in sorted(parts)])
         ordered = known[1]
-        tp = ordered[self.config["partitioner"].key_hash(key) % len(ordered)]
+        tp = ordered[self._partitioner.key_hash(key) % len(ordered)]
         future, batch_is_full, new_batch_created, _ = self._accumulator.append(tp, None, key, value, headers or [])
         if batch_is_full or new_batch_created:
             self._sender.wakeup()
