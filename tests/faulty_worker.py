@@ -8,6 +8,10 @@ Environment variables (document ids, matched exactly):
   document's assignment (its future never completes; nothing is sent);
 * ``FAULT_SENDFAIL_ID``: sending this document's assignment raises KafkaTimeoutError.
 
+The two producer faults wrap the in-process producer, so with them the worker runs with
+``producer_process`` off (``STREAMSEMI_PRODUCER_PROCESS=false``); the producer process's
+own failures are tested in tests/test_producer_process.py.
+
 Usage: ``python tests/faulty_worker.py run --bootstrap-servers ...`` (the arguments of ``streamsemi``).
 """
 
@@ -70,6 +74,7 @@ if RAISE_ID or KILL_ID:
     Engine.process = _process
 if NOACK_ID or SENDFAIL_ID:
     kafka_io.make_producer = _make_producer
+    os.environ["STREAMSEMI_PRODUCER_PROCESS"] = "false"
 
 if __name__ == "__main__":
     sys.exit(cli.main(sys.argv[1:]))

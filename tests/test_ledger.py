@@ -296,3 +296,129 @@ def test_watchdog_reads_the_installed_kafka_python(broker):
         assert coordinator_state(c) in ("rebalancing", "stable") and coordinator_reachable(c)
     finally:
         c.close()
+
+
+# ---------------------------------------------------------------- asynchronous producer (the producer process, issue 16)
+class ShippingProducer(FakeProducer):
+    """A producer that ships without waiting, like streamsemi.service.producer.ProcessProducer."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ships = 0
+
+    def ship(self) -> None:
+        self.ships += 1
+
+
+def _async_ledger():
+    producers: list[ShippingProducer] = []
+
+    def factory():
+        producers.append(ShippingProducer())
+        return producers[-1]
+
+    led = OutputLedger(factory)
+    led.open()
+    return led, producers
+
+
+def test_commit_acknowledged_commits_the_newest_advance_whose_outputs_and_all_earlier_ones_are_acknowledged():
+    led, (p,) = _async_ledger()
+    assert led.asynchronous
+    c = FakeConsumer([TP0, TP1])
+    led.send(Output("out", b"a", b"1"))
+    led.advance([(TP0, 4)])                      # epoch 0: offsets {TP0: 5}
+    led.send(Output("out", b"b", b"22"))
+    led.send(Output("out", b"c", b"333"))
+    led.advance([(TP0, 5), (TP1, 9)])            # epoch 1: {TP0: 6, TP1: 10}
+    led.send(Output("out", b"d", b"4"))
+    led.advance([(TP1, 10)])                     # epoch 2: {TP0: 6, TP1: 11}
+    led.ship()
+    assert p.ships == 1 and led.unsettled_bytes == 1 + 1 + 1 + 2 + 1 + 3 + 1 + 1
+    assert not led.commit_acknowledged(c) and c.commits == [], "nothing acknowledged yet"
+    p.sent[0][3].success(None)
+    p.sent[3][3].success(None)                   # epoch 2's output, but epoch 1's are not acknowledged
+    assert not led.commit_acknowledged(c)
+    assert c.commits == [{TP0: 5}], "only the first advance is covered"
+    assert led.unsettled_bytes == (1 + 2) + (1 + 3) + (1 + 1), "b, c and d: d is acknowledged but behind b (head only)"
+    p.sent[1][3].success(None)
+    assert not led.commit_acknowledged(c) and c.commits == [{TP0: 5}], "one output of epoch 1 is still in flight"
+    p.sent[2][3].success(None)
+    assert led.commit_acknowledged(c), "every output acknowledged"
+    assert c.commits == [{TP0: 5}, {TP0: 6, TP1: 11}] and not led.marks
+
+
+def test_a_failed_output_sent_again_keeps_holding_back_the_advance_it_belongs_to():
+    led, (p,) = _async_ledger()
+    c = FakeConsumer([TP0])
+    led.send(Output("out", b"a", b"1"))
+    led.advance([(TP0, 0)])                      # epoch 0
+    led.send(Output("out", b"b", b"2"))
+    led.advance([(TP0, 1)])                      # epoch 1
+    p.sent[0][3].failure(KafkaTimeoutError("lost"))
+    p.sent[1][3].success(None)
+    assert led.resend() == 1
+    assert [o.epoch for o in led.unsettled if o.key == b"a"] == [0], "the resent output keeps its first epoch"
+    led.send(Output("out", b"c", b"3"))
+    led.advance([(TP0, 2)])                      # epoch 2
+    p.sent[3][3].success(None)                   # the new output: acknowledged before the resent one
+    assert not led.commit_acknowledged(c) and c.commits == [], "offset 0's output is not acknowledged"
+    p.sent[2][3].success(None)
+    assert led.commit_acknowledged(c) and c.commits == [{TP0: 3}]
+
+
+def test_commit_acknowledged_respects_held_offsets_and_forgets_revoked_partitions():
+    led, (p,) = _async_ledger()
+    c = FakeConsumer([TP0, TP1])
+    led.send(Output("out", b"a", b"1"))
+    led.advance([(TP0, 7), (TP1, 3)])            # epoch 0
+    led.send(Output("out", b"b", b"2"))
+    led.advance([(TP0, 8)])                      # epoch 1
+    led.forget([TP1])                            # TP1 revoked: never committed from an old mark
+    p.sent[0][3].success(None)
+    assert not led.commit_acknowledged(c, held={TP0: 6})
+    assert c.commits == [{TP0: 6}], "held back to the oldest buffered document; nothing of TP1"
+    led.forget()
+    assert not led.marks and not led.next_offset
+
+
+def test_marks_are_bounded_and_dropping_the_oldest_only_delays_commits():
+    led, (p,) = _async_ledger()
+    led.MAX_MARKS = 5
+    c = FakeConsumer([TP0])
+    led.send(Output("out", b"a", b"1"))
+    for off in range(20):
+        led.advance([(TP0, off)])
+        led.send(Output("out", b"k", b"v"))
+    assert len(led.marks) == 5 and [e for e, _ in led.marks] == list(range(15, 20))
+    for _, _, _, f in p.sent[:10]:
+        f.success(None)                          # outputs of epochs 0-9: their marks were dropped
+    assert not led.commit_acknowledged(c) and c.commits == [], "no remaining mark is covered: no commit"
+    for _, _, _, f in p.sent[10:17]:
+        f.success(None)                          # now epochs up to 16 are acknowledged
+    assert not led.commit_acknowledged(c) and c.commits == [{TP0: 17}]
+
+
+class CountingProducer(ShippingProducer):
+    """Counts failed records, as ProcessProducer does (``failures``): the ledger scans for them only when it grew."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.failures = 0
+
+
+def test_resend_scans_only_when_the_producer_counts_a_new_failure_or_a_send_raised():
+    led = OutputLedger(CountingProducer)
+    led.open()
+    p = led.producer
+    for i in range(5):
+        led.send(Output("out", b"k%d" % i, b"v"))
+    p.sent[1][3].failure(KafkaTimeoutError("lost"))
+    assert led.resend() == 0, "the producer counted no failure: no scan"
+    p.failures += 1
+    assert led.resend() == 1 and p.sent[-1][1] == b"k1"
+    p.broken = KafkaTimeoutError("no metadata")
+    led.send(Output("out", b"x", b"v"))           # the send raises: a failed output
+    p.broken = None
+    assert led.resend() == 1 and p.sent[-1][1] == b"x", "a send that raised is found without a producer count"
+    assert led.resend() == 0

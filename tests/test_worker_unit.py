@@ -207,3 +207,45 @@ def test_shutdown_closes_the_consumer_within_the_grace_period_without_committing
     ((kw,),) = [closed]
     assert kw["autocommit"] is False and 500 <= kw["timeout_ms"] <= 5000, "kafka-python takes timeout_ms"
     assert w.ledger.producer.closed
+
+
+class _ShippingProducer(FakeProducer):
+    """Ships without waiting, like the producer process (streamsemi.service.producer.ProcessProducer)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ships = self.flushes = 0
+
+    def ship(self) -> None:
+        self.ships += 1
+
+    def flush(self, timeout: float | None = None) -> None:
+        self.flushes += 1
+        super().flush(timeout)
+
+
+def test_with_the_producer_process_the_loop_ships_commits_what_is_acknowledged_and_pauses_past_the_bound(r8):
+    w, tp = _worker(r8)
+    w.ledger.producer = p = _ShippingProducer()
+    w.consumer.feed(tp, [_doc(r8, i) for i in range(4)])
+    w.step()  # the first model: assignments, labels, clusters and suggestions records
+    assert p.ships == 1 and p.flushes == 0, "handed over, not waited for"
+    assert _assigned(w) == {"d0", "d1", "d2", "d3"} and w.consumer.commits == []
+    p.ack()
+    w.step()
+    assert w.consumer.committed_offsets == {tp: 4}
+    w.consumer.feed(tp, [_doc(r8, i) for i in range(4, 8)], start=4)
+    w.step()
+    first = len(w.ledger.unsettled)
+    assert first >= 8 and not w.paused, "4 assignments + 4 labels records (and what a refit adds), under the bound"
+    w.settings.values["max_unacked_outputs"] = first
+    w.consumer.feed(tp, [_doc(r8, i) for i in range(8, 12)], start=8)
+    w.step()
+    assert len(w.ledger.unsettled) >= first + 8 and w.paused, "past max_unacked_outputs: consumption pauses"
+    p.ack(first)  # the outputs of documents 4-7
+    w.step()
+    assert w.consumer.committed_offsets == {tp: 8}, "offsets of the acknowledged poll, not of the next one"
+    assert not w.paused
+    p.ack()
+    w.step()
+    assert w.consumer.committed_offsets == {tp: 12} and p.flushes == 0

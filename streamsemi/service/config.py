@@ -291,6 +291,12 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("shutdown_grace_s", float, 30.0, "maximum time to finish the current batch on SIGTERM", _positive),
     Setting("refit_process", bool, True, "fit the models in a separate process (the polling thread never waits on "
             "a fit; docs/throughput.md)"),
+    Setting("producer_process", bool, True, "produce the outputs from a separate process (the polling thread hands "
+            "them over in batches and does not wait for the broker; docs/throughput.md)"),
+    Setting("max_unacked_outputs", int, 20_000, "outputs handed to the producer and not acknowledged yet before "
+            "consumption pauses (producer_process)", _positive),
+    Setting("max_unacked_bytes", int, 64 * 1024 * 1024, "bytes of outputs not acknowledged yet before consumption "
+            "pauses (producer_process)", _positive),
     Setting("max_message_bytes", int, 1_000_000, "larger messages are dead-lettered", _positive),
     Setting("max_text_chars", int, 500_000, "longer texts are dead-lettered", _positive),
     Setting("max_labels_per_doc", int, 20, "labels per control message", _positive),

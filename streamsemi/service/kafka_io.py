@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import inspect
 import logging
 import queue
 import threading
@@ -13,12 +12,11 @@ from typing import Any, TypeVar
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import NewTopic
 from kafka.errors import KafkaConfigurationError, KafkaError, TopicAlreadyExistsError
-from kafka.partitioner import DefaultPartitioner, murmur2
-from kafka.producer.record_accumulator import RecordAccumulator
 
 from streamsemi.core.errors import ConfigError
 from streamsemi.core.logs import event
 from streamsemi.service.config import Settings, kafka_security
+from streamsemi.service.producer import KeyPartitioner, OutputProducer, ProcessProducer
 
 log = logging.getLogger("streamsemi.kafka")
 
@@ -93,129 +91,40 @@ def create_missing_topics(settings: Settings, specs: dict[str, tuple[int, dict[s
     raise ConnectionError(f"cannot reach Kafka at {settings.bootstrap_servers} to create {what}: {last}")
 
 
-class KeyPartitioner(DefaultPartitioner):
-    """kafka-python's default partitioner (murmur2 of the key), hashing a key once for its records.
+def producer_config(settings: Settings, **overrides: Any) -> dict[str, Any]:
+    """kafka-python producer settings of plain values for outputs (batched, idempotent with acks=all).
 
-    The worker sends 2-7 records per document (one assignment per algorithm, the labels
-    record), algorithm after algorithm for a poll's documents: the pure-Python murmur2 ran
-    for each of them. The hashes of the last ``MAX_KEYS`` keys (of at most ``MAX_KEY_BYTES``
-    bytes) are remembered; the partition is the default partitioner's, so records keep
-    their partitions.
+    No partitioner: :func:`make_producer` and the producer process add :class:`KeyPartitioner`.
     """
-
-    MAX_KEYS = 4096
-    MAX_KEY_BYTES = 256
-
-    def __init__(self) -> None:
-        self._hashes: dict[bytes, int] = {}
-
-    def partition(self, topic: str, key: Any, serialized_key: bytes | None, value: Any, serialized_value: Any,
-                  cluster: Any) -> int:
-        if serialized_key is None:
-            return super().partition(topic, key, serialized_key, value, serialized_value, cluster)
-        if topic not in cluster.topics():
-            raise ValueError(f"Topic {topic} not found in ClusterMetadata")
-        partitions = sorted(cluster.partitions_for_topic(topic))
-        return partitions[self.key_hash(serialized_key) % len(partitions)]
-
-    def key_hash(self, key: bytes) -> int:
-        """``murmur2(key) & 0x7fffffff``: the record goes to ``sorted(partitions)[key_hash %
-        len(partitions)]``, as with the default partitioner (bounded cache: at most ``MAX_KEYS``
-        keys of at most ``MAX_KEY_BYTES`` bytes, forgotten all at once when full)."""
-        h = self._hashes.get(key)
-        if h is None:
-            h = murmur2(key) & 0x7fffffff
-            if len(key) <= self.MAX_KEY_BYTES:
-                if len(self._hashes) >= self.MAX_KEYS:
-                    self._hashes.clear()
-                self._hashes[key] = h
-        return h
-
-
-def _lean_send_supported() -> bool:
-    """Whether the installed kafka-python's accumulator takes what :class:`OutputProducer` hands it.
-
-    kafka-python 3's ``RecordAccumulator.append(tp, timestamp_ms, key, value, headers, now=None,
-    abort_on_new_batch=False)`` returns ``(future, batch_is_full, new_batch_created,
-    abort_for_new_batch)``; 2.x returned three values and had no ``abort_on_new_batch``.
-    """
-    try:
-        params = list(inspect.signature(RecordAccumulator.append).parameters)
-    except (TypeError, ValueError):
-        return False
-    return params[:6] == ["self", "tp", "timestamp_ms", "key", "value", "headers"] and "abort_on_new_batch" in params
-
-
-class OutputProducer(KafkaProducer):
-    """kafka-python's producer with a shorter ``send`` for the worker's own records (issue 16).
-
-    ``KafkaProducer.send`` spends about a third of its time on what the worker's records
-    never need: argument and header type checks, serializers, the record-size estimate and
-    a debug line whose arguments are formatted for every record. For a record with a
-    ``bytes`` key and value, no explicit partition or timestamp, a topic whose metadata is
-    known, :class:`KeyPartitioner` and well below ``max_request_size``, :meth:`send` hands
-    it to the accumulator directly, at the partition ``send`` would choose (measured in
-    isolation: ~45 -> ~32 us per record). Anything else, and every record when the installed
-    kafka-python's accumulator differs (:func:`_lean_send_supported`), goes through
-    ``KafkaProducer.send`` unchanged. ``lean_sends`` counts the short way.
-    """
-
-    LEAN = _lean_send_supported()
-    _MAX_TOPICS = 1024
-
-    def __init__(self, **configs: Any) -> None:
-        super().__init__(**configs)
-        self.lean_sends = 0
-        self._order: dict[str, tuple[dict, list[TopicPartition]]] = {}  # topic -> (its metadata, partitions in order)
-        self._partitioner = partitioner = self.config["partitioner"]
-        self._lean = (self.LEAN and isinstance(partitioner, KeyPartitioner)
-                      and isinstance(getattr(self._metadata, "_partitions", None), dict)
-                      and (self._transaction_manager is None or not self._transaction_manager.is_transactional())
-                      and self.config["key_serializer"] is None and self.config["value_serializer"] is None)
-        self._size_room = self.config["max_request_size"] - 1024  # batch header + record overhead, with room
-
-    def send(self, topic: str, value: Any = None, key: Any = None, headers: list | None = None,
-             partition: int | None = None, timestamp_ms: int | None = None) -> Any:
-        if (not self._lean or self._closed or partition is not None or timestamp_ms is not None
-                or type(key) is not bytes or type(value) is not bytes or (headers is not None and type(headers) is not list)):
-            return super().send(topic, value=value, key=key, headers=headers, partition=partition,
-                                timestamp_ms=timestamp_ms)
-        parts = self._metadata._partitions.get(topic)  # partition -> metadata; replaced, never changed, on updates
-        hsize = 0
-        if headers:
-            for item in headers:
-                if type(item) is not tuple or len(item) != 2 or type(item[0]) is not str or type(item[1]) is not bytes:
-                    return super().send(topic, value=value, key=key, headers=headers)
-                hsize += 4 * len(item[0]) + len(item[1]) + 10
-        if not parts or len(key) + len(value) + hsize > self._size_room:
-            return super().send(topic, value=value, key=key, headers=headers)
-        known = self._order.get(topic)
-        if known is None or known[0] is not parts:  # new metadata for the topic: partitions in order, again
-            if len(self._order) >= self._MAX_TOPICS:
-                self._order.clear()
-            known = self._order[topic] = (parts, [TopicPartition(topic, p) for p in sorted(parts)])
-        ordered = known[1]
-        tp = ordered[self._partitioner.key_hash(key) % len(ordered)]
-        future, batch_is_full, new_batch_created, _ = self._accumulator.append(tp, None, key, value, headers or [])
-        if batch_is_full or new_batch_created:
-            self._sender.wakeup()
-        self.lean_sends += 1
-        return future
-
-
-def make_producer(settings: Settings, **overrides: Any) -> KafkaProducer:
-    """Producer for outputs, dead letters and control messages (batched, idempotent with acks=all)."""
     acks: Any = settings.producer_acks if settings.producer_acks == "all" else int(settings.producer_acks)
     conf: dict[str, Any] = dict(
         bootstrap_servers=settings.bootstrap_servers, acks=acks, linger_ms=10, batch_size=128 * 1024,
-        enable_idempotence=settings.producer_acks == "all", client_id="streamsemi-producer", partitioner=KeyPartitioner(),
+        enable_idempotence=settings.producer_acks == "all", client_id="streamsemi-producer",
         max_request_size=max(1_048_576, settings.max_message_bytes * 2),
         **kafka_security(settings),
     )
     if settings.compression:
         conf["compression_type"] = settings.compression
     conf.update(overrides)
-    return _client(OutputProducer, **conf)
+    return conf
+
+
+def make_producer(settings: Settings, **overrides: Any) -> KafkaProducer:
+    """Producer for outputs, dead letters and control messages (batched, idempotent with acks=all)."""
+    return _client(OutputProducer, **{"partitioner": KeyPartitioner(), **producer_config(settings, **overrides)})
+
+
+def make_process_producer(settings: Settings, **kw: Any) -> ProcessProducer:
+    """The worker's output producer when ``producer_process`` is on: the Kafka work in its own process.
+
+    ``kw`` goes to :class:`~streamsemi.service.producer.ProcessProducer` (``on_start``,
+    ``on_death``, batch bounds); kafka-python refusing the settings is a :class:`ConfigError`.
+    """
+    conf = producer_config(settings, allow_auto_create_topics=False, max_block_ms=10000)
+    try:
+        return ProcessProducer(conf, log_level=settings.log_level, **kw)
+    except KafkaConfigurationError as exc:
+        raise ConfigError(f"Kafka client settings refused by kafka-python (KafkaProducer): {exc}") from None
 
 
 def make_document_consumer(settings: Settings) -> KafkaConsumer:

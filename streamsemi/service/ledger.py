@@ -7,11 +7,18 @@ when every output sent so far is acknowledged by the broker. An output whose sen
 failed stays in the ledger and is sent again (:meth:`OutputLedger.resend`); a
 document still buffered by the engine (no model yet) holds its partition back
 (``held`` offsets).
+
+With a producer that does not wait (:class:`~streamsemi.service.producer.ProcessProducer`,
+``asynchronous``), the worker does not flush at every poll: :meth:`ship` hands the
+outputs over, and :meth:`commit_acknowledged` commits the offsets of the last
+:meth:`advance` whose outputs, and all outputs sent before them, are acknowledged
+(``marks``: the offsets after each advance, with the epoch of its outputs).
 """
 
 from __future__ import annotations
 
 import logging
+from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -27,11 +34,16 @@ log = logging.getLogger("streamsemi.service.ledger")
 class Output:
     """One output record and the future of its last send."""
 
-    __slots__ = ("topic", "key", "value", "headers", "future")
+    __slots__ = ("topic", "key", "value", "headers", "future", "epoch")
 
     def __init__(self, topic: str, key: bytes | None, value: bytes, headers: list | None = None) -> None:
         self.topic, self.key, self.value, self.headers = topic, key, value, headers
         self.future: Any = None
+        self.epoch: int | None = None  # the ledger's epoch at the first send (kept when sent again)
+
+    @property
+    def nbytes(self) -> int:
+        return len(self.value or b"") + len(self.key or b"")
 
     @property
     def acknowledged(self) -> bool:
@@ -63,7 +75,12 @@ class OutputLedger:
         ``TopicPartition -> offset`` last committed by this ledger.
     unsettled : list of Output
         Outputs sent and not acknowledged yet (their send may have failed).
+    unsettled_bytes : int
+        Key and value bytes of ``unsettled`` (as of the last :meth:`send` / :meth:`settle`).
     """
+
+    #: advances remembered for :meth:`commit_acknowledged` (the oldest are dropped: fewer commit points, never unsafe)
+    MAX_MARKS = 10_000
 
     def __init__(self, producer_factory: Callable[[], Any], on_resend: Callable[[int], None] | None = None) -> None:
         self.producer_factory = producer_factory
@@ -72,6 +89,18 @@ class OutputLedger:
         self.next_offset: dict[TopicPartition, int] = {}
         self.committed: dict[TopicPartition, int] = {}
         self.unsettled: list[Output] = []
+        self.unsettled_bytes = 0
+        self.epoch = 0
+        self.marks: deque[tuple[int, dict[TopicPartition, int]]] = deque()
+        # outputs were sent again since ``unsettled`` was last empty: their epochs are out of send order
+        self._reordered = False
+        self._send_errors = 0       # sends that raised since the last scan for failed outputs
+        self._failures_seen = 0     # the producer's ``failures`` count at that scan
+
+    @property
+    def asynchronous(self) -> bool:
+        """Whether the producer ships without waiting (:meth:`ship`; commits by :meth:`commit_acknowledged`)."""
+        return hasattr(self.producer, "ship")
 
     # ------------------------------------------------------------------ producer
     def open(self) -> None:
@@ -80,34 +109,75 @@ class OutputLedger:
 
     def send(self, out: Output) -> Output:
         """Send one output, remembering it until the broker acknowledges it."""
+        if out.epoch is None:
+            out.epoch = self.epoch
         try:
             out.future = self.producer.send(out.topic, key=out.key, value=out.value, headers=out.headers)
         except Exception as exc:  # noqa: BLE001 - e.g. no metadata while a topic is being recreated: send again later
             out.future = Future().failure(exc)
+            self._send_errors += 1
         self.unsettled.append(out)
+        self.unsettled_bytes += out.nbytes
         return out
+
+    def ship(self) -> None:
+        """Hand the outputs sent so far to an asynchronous producer (no wait); nothing to do for a plain one."""
+        ship = getattr(self.producer, "ship", None)
+        if ship is not None:
+            ship()
 
     def flush(self, timeout: float) -> None:
         """Wait up to ``timeout`` s for the outputs sent so far (raises the producer's KafkaError)."""
         self.producer.flush(timeout=timeout)
 
     def settle(self) -> bool:
-        """Forget acknowledged outputs; True when every output sent so far is acknowledged."""
-        self.unsettled = [o for o in self.unsettled if not o.acknowledged]
-        return not self.unsettled
+        """Forget the acknowledged outputs at the head of ``unsettled``; True when every output sent so far is acknowledged.
+
+        Only the head: the cost is the number of newly acknowledged outputs, not the
+        number in flight (thousands with the producer process, at every loop). An
+        acknowledged output behind one that is not stays until that one is acknowledged
+        or sent again (:meth:`resend`), so ``unsettled`` can over-count, never under-count.
+        """
+        u = self.unsettled
+        i, freed, n = 0, 0, len(u)
+        while i < n:
+            f = u[i].future
+            if f is None or not f.is_done or f.failed():
+                break
+            freed += u[i].nbytes
+            i += 1
+        if i:
+            del u[:i]
+            self.unsettled_bytes -= freed
+        if not u:
+            self._reordered = False
+        return not u
 
     @property
     def unacknowledged(self) -> int:
         """Outputs whose send is still in flight (not failed, not acknowledged)."""
         return sum(1 for o in self.unsettled if o.future is not None and not o.future.is_done)
 
+    def _may_have_failed(self) -> bool:
+        """False when no output can have failed since the last scan: no send raised and the producer counts no new
+        failure (``failures``, kept by :class:`~streamsemi.service.producer.ProcessProducer`); a producer
+        without that count is scanned every time."""
+        failures = getattr(self.producer, "failures", None)
+        return failures is None or failures != self._failures_seen or self._send_errors > 0
+
     def resend(self) -> int:
         """Send again the outputs whose send failed; returns how many."""
+        if not self.unsettled or not self._may_have_failed():
+            return 0
+        self._failures_seen = getattr(self.producer, "failures", 0) or 0
+        self._send_errors = 0
         failed = [o for o in self.unsettled if o.failed]
         if not failed:
             return 0
         keep = set(map(id, failed))
         self.unsettled = [o for o in self.unsettled if id(o) not in keep]
+        self.unsettled_bytes -= sum(o.nbytes for o in failed)
+        self._reordered = True
         event(log, "outputs_resent", logging.WARNING, records=len(failed),
               error=str(next((o.future.exception for o in failed if o.future is not None), None)))
         self._resent(len(failed))
@@ -124,6 +194,9 @@ class OutputLedger:
             pass
         pending = [o for o in self.unsettled if not o.acknowledged]
         self.unsettled = []
+        self.unsettled_bytes = 0
+        self._reordered = bool(pending)
+        self._failures_seen, self._send_errors = 0, 0
         for o in pending:
             self.send(o)
         self._resent(len(pending))
@@ -143,19 +216,27 @@ class OutputLedger:
         for tp, offset in positions:
             if offset + 1 > self.next_offset.get(tp, -1):
                 self.next_offset[tp] = offset + 1
+        self.marks.append((self.epoch, dict(self.next_offset)))
+        if len(self.marks) > self.MAX_MARKS:
+            self.marks.popleft()
+        self.epoch += 1
 
-    def safe_offsets(self, held: Mapping[TopicPartition, int] | None = None) -> dict[TopicPartition, int]:
-        """Offsets that may be committed: ``next_offset``, held back to the oldest buffered document."""
+    def safe_offsets(self, held: Mapping[TopicPartition, int] | None = None,
+                     upto: Mapping[TopicPartition, int] | None = None) -> dict[TopicPartition, int]:
+        """Offsets that may be committed: ``next_offset`` (or ``upto``), held back to the oldest buffered document."""
         held = held or {}
-        return {tp: min(nxt, held.get(tp, nxt)) for tp, nxt in self.next_offset.items()}
+        base = self.next_offset if upto is None else upto
+        return {tp: min(nxt, held.get(tp, nxt)) for tp, nxt in base.items()}
 
     def commit(self, consumer: Any, held: Mapping[TopicPartition, int] | None = None,
-               only: set[TopicPartition] | None = None) -> dict[TopicPartition, int]:
-        """Commit the safe offsets that changed (of ``only`` when given); returns what was committed.
+               only: set[TopicPartition] | None = None,
+               upto: Mapping[TopicPartition, int] | None = None) -> dict[TopicPartition, int]:
+        """Commit the safe offsets that changed (of ``only`` when given; ``upto`` instead of ``next_offset``).
 
-        Does not look at acknowledgements: use :meth:`commit_if_settled`.
+        Returns what was committed. Does not look at acknowledgements: use
+        :meth:`commit_if_settled` or :meth:`commit_acknowledged`.
         """
-        todo = {tp: off for tp, off in self.safe_offsets(held).items()
+        todo = {tp: off for tp, off in self.safe_offsets(held, upto).items()
                 if (only is None or tp in only) and self.committed.get(tp) != off}
         if todo:
             consumer.commit({tp: OffsetAndMetadata(off, "", -1) for tp, off in todo.items()})
@@ -168,14 +249,45 @@ class OutputLedger:
         if not self.settle():
             return False
         self.commit(consumer, held, only)
+        self.marks.clear()
         return True
+
+    def commit_acknowledged(self, consumer: Any, held: Mapping[TopicPartition, int] | None = None) -> bool:
+        """Commit the offsets of the last advance whose outputs and every earlier output are acknowledged.
+
+        Outputs keep the epoch of their first send (:meth:`send`), and each :meth:`advance`
+        closes an epoch with the offsets it reached: the offsets of the newest mark older
+        than every unacknowledged output's epoch are safe (an output that failed and was
+        sent again still holds its epoch back). Returns True when every output is
+        acknowledged (then ``next_offset`` itself is committed, as :meth:`commit_if_settled`).
+        """
+        if self.settle():
+            self.commit(consumer, held)
+            self.marks.clear()
+            return True
+        # in send order the epochs never decrease, and the head is not acknowledged (settle): the head's epoch is
+        # the oldest of the outputs not acknowledged, unless outputs were sent again (then look at all of them)
+        u = self.unsettled
+        oldest = (min(o.epoch if o.epoch is not None else self.epoch for o in u) if self._reordered
+                  else (u[0].epoch if u[0].epoch is not None else self.epoch))
+        best = None
+        while self.marks and self.marks[0][0] < oldest:
+            best = self.marks.popleft()[1]
+        if best is not None:
+            self.commit(consumer, held, upto=best)
+        return False
 
     def forget(self, tps: Iterable[TopicPartition] | None = None) -> None:
         """Drop processed and committed offsets (of ``tps``, or all): revoked partitions, a lost log."""
         if tps is None:
             self.next_offset.clear()
             self.committed.clear()
+            self.marks.clear()
             return
+        tps = set(tps)
         for tp in tps:
             self.next_offset.pop(tp, None)
             self.committed.pop(tp, None)
+        for _, offsets in self.marks:  # a revoked partition's offsets are never committed from an old mark
+            for tp in tps:
+                offsets.pop(tp, None)

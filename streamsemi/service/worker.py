@@ -37,6 +37,7 @@ from typing import Any
 
 from kafka import ConsumerRebalanceListener, TopicPartition
 from kafka.errors import CommitFailedError, KafkaError
+from prometheus_client import Counter
 
 from streamsemi.core import suggestions as sg
 from streamsemi.core.logs import event
@@ -150,6 +151,12 @@ class Worker:
         self.control: ControlReader | None = None
         self.http: StatusServer | None = None
         self.watch: BrokerWatch | None = None
+        if settings.producer_process:  # outputs produced by a separate process (service/producer.py, issue 16)
+            self.producer_starts = Counter("streamsemi_producer_process_starts", "Producer processes started",
+                                           registry=t.registry)
+            self.producer_deaths = Counter("streamsemi_producer_process_deaths",
+                                           "Producer processes that died (replaced at the next batch; the records "
+                                           "they had not acknowledged are sent again)", registry=t.registry)
         self.ledger = OutputLedger(self._make_producer, on_resend=t.output_resends.inc)
         self.resets = BrokerResetGuard(settings, on_episode=t.broker_resets.inc)
         self.assignment_watch = AssignmentWatchdog(rejoin_limit_s(settings))
@@ -159,6 +166,7 @@ class Worker:
         self.rejections_saved = time.monotonic()
         self.last_loop = time.time()
         self.paused = False
+        self.pause_reason: str | None = None
         self.newest_record_ts: float | None = None
         self.last_checkpoint = time.monotonic()
         self.restore_report: checkpoint.RestoreReport | None = None
@@ -249,6 +257,9 @@ class Worker:
     def _make_producer(self) -> Any:
         # Looked up on the module at each call (tests inject producer faults there). Never auto-create topics with
         # the broker's defaults; do not block the loop for a minute on metadata.
+        if self.settings.producer_process:
+            return kafka_io.make_process_producer(self.settings, on_start=lambda _pid: self.producer_starts.inc(),
+                                                  on_death=lambda _reason: self.producer_deaths.inc())
         return kafka_io.make_producer(self.settings, allow_auto_create_topics=False, max_block_ms=10000)
 
     def run(self) -> int:
@@ -319,7 +330,10 @@ class Worker:
         if records is not None:
             self._process(records)
             self._emit_suggestions()
-            self._flush()
+            if self.ledger.asynchronous:
+                self.ledger.ship()  # the producer process sends; acknowledgements come back while this thread goes on
+            else:
+                self._flush()
             self._commit_and_checkpoint()
         self._update_flow_control()
         self._update_lag()
@@ -358,6 +372,8 @@ class Worker:
             # on with the next chunk
             eng = self.engine
             wait_ms = 0 if eng.revisions_pending or (eng.buffer and eng.serving and not eng.holding_backlog) else 500
+            if self.pause_reason == "outputs not acknowledged" and self.ledger.asynchronous:
+                wait_ms = min(wait_ms, 20)  # paused until the producer process answers: look again soon
             polled = self.consumer.poll(timeout_ms=wait_ms, max_records=self.settings.max_poll_records)
         except KafkaError as exc:
             self.broker_error("poll")
@@ -485,7 +501,24 @@ class Worker:
             event(log, "flush_failed", logging.WARNING, error=_error(exc), unacknowledged=self.ledger.unacknowledged)
 
     def _commit_and_checkpoint(self) -> None:
+        """Commit what is safe; now and then save the control rejections and checkpoint.
+
+        With the producer process (``ledger.asynchronous``) each loop commits the offsets
+        whose outputs are acknowledged so far (:meth:`OutputLedger.commit_acknowledged`);
+        before a checkpoint (it records ``next_offset``) or a save of the rejections (they
+        name dead letters as sent) it waits for every output, as the plain producer does at
+        every loop.
+        """
         try:
+            interval = self.settings.checkpoint_interval_s
+            if self.ledger.asynchronous:
+                now = time.monotonic()
+                if (now - self.rejections_saved < interval
+                        and not (self.checkpointer and now - self.last_checkpoint >= interval)):
+                    if self.ledger.commit_acknowledged(self.consumer, self._held()):
+                        self.rejections.settle()
+                    return
+                self.ledger.flush(FLUSH_TIMEOUT_S)
             if self.ledger.commit_if_settled(self.consumer, self._held()):
                 self.rejections.settle()
                 if time.monotonic() - self.rejections_saved >= self.settings.checkpoint_interval_s:
@@ -646,8 +679,11 @@ class Worker:
 
     def _update_flow_control(self) -> None:
         parts = self.consumer.assignment()
-        reason = ("no model yet" if self.engine.buffer_full
-                  else ("outputs not acknowledged" if self.ledger.unsettled else None))
+        ledger, s = self.ledger, self.settings
+        unacked = (len(ledger.unsettled) > s.max_unacked_outputs or ledger.unsettled_bytes > s.max_unacked_bytes
+                   if ledger.asynchronous else bool(ledger.unsettled))
+        reason = "no model yet" if self.engine.buffer_full else ("outputs not acknowledged" if unacked else None)
+        self.pause_reason = reason
         if reason and not self.paused and parts:
             self.consumer.pause(*parts)
             self.paused = True

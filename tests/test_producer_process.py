@@ -1,0 +1,205 @@
+"""The producer process (streamsemi/service/producer.py, issue 16): frames without pickle, records where
+KafkaProducer would put them, deaths reported and survived, the worker's outputs never lost."""
+
+from __future__ import annotations
+
+import os
+import signal
+from array import array
+
+import pytest
+from kafka import KafkaAdminClient
+from kafka.admin import NewTopic
+from kafka.errors import KafkaConfigurationError
+from kafka.partitioner import murmur2
+from kafka_utils import (
+    Topics,
+    WorkerProcess,
+    assigned_ids,
+    producer,
+    read_topic,
+    send_json,
+    wait_until,
+)
+
+from streamsemi.core import datasets
+from streamsemi.core.errors import ConfigError
+from streamsemi.service import kafka_io
+from streamsemi.service.producer import (
+    ProcessProducer,
+    ProducerProcessDied,
+    decode_batch,
+    encode_batch,
+)
+
+
+def _frame(records):
+    """Encode ``records`` the way ProcessProducer.send builds a batch."""
+    topics: dict[str, int] = {}
+    lengths, parts = array("i"), []
+    for topic, key, value, headers in records:
+        t = topics.setdefault(topic, len(topics))
+        lengths.extend((t, -1 if key is None else len(key), -1 if value is None else len(value), len(headers or [])))
+        parts.extend(b for b in (key, value) if b is not None)
+        for name, hv in headers or []:
+            nb = name.encode()
+            lengths.extend((len(nb), len(hv)))
+            parts.extend((nb, hv))
+    return encode_batch(7, sorted(topics, key=topics.__getitem__), lengths, parts)
+
+
+RECORDS = [("a", b"k1", b'{"x":1}', [("model_version", b"3"), ("r\u00e9vision", b"\x00\xff")]),
+           ("b", None, b"no key", None), ("a", b"tomb", None, None), ("c\u00e9", b"", b"", [("", b"")]),
+           ("a", bytes(range(256)), b"v" * 10_000, None)]
+
+
+def test_batch_frames_round_trip_and_refuse_what_does_not_match():
+    batch_id, back = decode_batch(_frame(RECORDS))
+    assert batch_id == 7
+    assert back == [(t, k, v, h or None) for t, k, v, h in RECORDS]
+    frame = _frame(RECORDS)
+    with pytest.raises(ValueError, match="shorter"):
+        decode_batch(frame[:-1])
+    with pytest.raises(ValueError, match="longer"):
+        decode_batch(frame + b"x")
+    with pytest.raises(ValueError, match="not a batch"):
+        decode_batch(b"c" + frame[1:])
+
+
+def _topic(broker, partitions=5) -> str:
+    t = Topics()
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    try:
+        admin.create_topics([NewTopic(t.assignments, partitions, 1)])
+    finally:
+        admin.close()
+    return t
+
+
+def test_records_land_where_kafka_producer_would_put_them_with_keys_values_headers_and_order(broker):
+    t = _topic(broker)
+    starts: list[int | None] = []
+    p = kafka_io.make_process_producer(t.settings(broker.bootstrap), max_batch_records=64, on_start=starts.append)
+    try:
+        assert len(starts) == 1 and starts[0] == p.pid and p.pid != os.getpid()
+        keys = [b"doc-%d" % (i % 150) for i in range(600)]  # repeated keys: their order must survive
+        futures = [p.send(t.assignments, key=k, value=b"%d" % i, headers=[("model_version", b"7")])
+                   for i, k in enumerate(keys)]
+        assert wait_until(lambda: sum(f.succeeded() for f in futures) >= 576, 30, 0.1), \
+            "full batches go out without a flush"
+        futures.append(p.send(t.assignments, key=b"tomb", value=None))
+        big = p.send(t.assignments, key=b"big", value=b"x" * 2_100_000)  # past max_request_size (2 MB)
+        with pytest.raises(TypeError, match="bytes"):
+            p.send(t.assignments, key=b"x", value="text")
+        with pytest.raises(TypeError, match="partitioner"):
+            p.send(t.assignments, key=b"x", value=b"v", partition=0)
+        p.flush(timeout=30)
+        assert all(f.is_done and f.succeeded() for f in futures) and p.unanswered == 0
+        assert big.failed() and "MessageSizeTooLargeError" in str(big.exception), "the process's error, per record"
+        assert p.failures == 1, "counted: the output ledger scans for failed outputs only when this grows"
+    finally:
+        p.close(timeout=5)
+    assert p.pid is None
+    records = read_topic(broker.bootstrap, t.assignments, expect=len(keys) + 1)
+    assert len(records) == len(keys) + 1
+    by_key: dict[bytes, list[int]] = {}
+    for r in sorted(records, key=lambda r: (r.partition, r.offset)):
+        if r.key == b"tomb":
+            assert r.value is None
+            continue
+        assert r.partition == (murmur2(r.key) & 0x7fffffff) % 5, "kafka-python's default partitioner"
+        assert list(r.headers) == [("model_version", b"7")]
+        by_key.setdefault(r.key, []).append(int(r.value))
+    assert all(v == sorted(v) and len(v) == 4 for v in by_key.values()), "per key, in send order"
+
+
+def test_kill_9_of_the_producer_process_fails_its_records_and_the_next_batch_starts_a_new_one(broker):
+    t = _topic(broker, 1)
+    starts: list[int | None] = []
+    deaths: list[str] = []
+    p = kafka_io.make_process_producer(t.settings(broker.bootstrap), on_start=starts.append, on_death=deaths.append)
+    try:
+        first = p.pid
+        futures = [p.send(t.assignments, key=b"k%d" % i, value=b"x" * 200) for i in range(3000)]
+        p.ship()
+        os.kill(first, signal.SIGKILL)
+        assert wait_until(lambda: all(f.is_done for f in futures), 20, 0.1), "every record is answered"
+        lost = [f for f in futures if f.failed()]
+        assert lost and all(isinstance(f.exception, ProducerProcessDied) for f in lost)
+        assert "exit code -9" in str(lost[0].exception) and p.failures == len(lost)
+        assert len(deaths) == 1 and p.deaths == 1 and len(starts) == 1
+        later = [p.send(t.assignments, key=b"later%d" % i, value=b"y") for i in range(10)]
+        p.flush(timeout=30)
+        assert all(f.succeeded() for f in later), "a new producer process sends them"
+        assert len(starts) == 2 and p.pid not in (None, first)
+    finally:
+        p.close(timeout=5)
+    got = {r.key for r in read_topic(broker.bootstrap, t.assignments, idle=2.0)}
+    assert {b"later%d" % i for i in range(10)} <= got
+    assert len(deaths) == 1, "closing is not a death"
+
+
+def test_settings_kafka_python_refuses_fail_at_start_naming_them(broker):
+    with pytest.raises(KafkaConfigurationError, match="no_such_option"):
+        ProcessProducer({"bootstrap_servers": broker.bootstrap, "no_such_option": 1})
+    settings = Topics().settings(broker.bootstrap)
+    settings.values["compression"] = "bogus"  # past resolve()'s own check: kafka-python refuses it in the process
+    with pytest.raises(ConfigError, match="refused by kafka-python.*bogus"):
+        kafka_io.make_process_producer(settings)
+
+
+@pytest.fixture(scope="module")
+def r8():
+    return datasets.load("reuters-r8")
+
+
+@pytest.mark.slow
+def test_the_worker_survives_kill_9_of_its_producer_process_without_losing_an_output(broker, tmp_path, r8):
+    """`streamsemi run` with its defaults: the producer process is killed while documents stream; it is
+    reported, replaced, and every document gets its assignment and its labels record."""
+    topics = Topics()
+    topics.create(broker.bootstrap)
+    w = WorkerProcess(broker.bootstrap, topics, ["--min-docs-first-refit", "100", "--no-drift-detection"],
+                      log_dir=tmp_path).start()
+    n = 3000
+    try:
+        assert w.wait_assigned(90)
+        p = producer(broker.bootstrap)
+        for j in range(n):
+            doc_id = f"p{j}"
+            send_json(p, topics.documents, {"id": doc_id, "text": r8.texts[j % len(r8.texts)]}, key=doc_id)
+            if j % 20 == 0:
+                send_json(p, topics.control, {"op": "label", "id": doc_id, "labels": [r8.labels[j % len(r8.texts)]]},
+                          key=doc_id)
+            if j == n // 2:
+                p.flush()
+                assert wait_until(lambda: len(assigned_ids(broker.bootstrap, topics.assignments, idle=0.5)) > 200,
+                                  60, 0.5), "the worker serves before the kill"
+                (started,) = [e for e in w.logs() if e.get("event") == "producer_process_started"]
+                os.kill(started["pid"], signal.SIGKILL)
+        p.flush()
+        p.close()
+        expected = {f"p{j}" for j in range(n)}
+        assert wait_until(lambda: set(assigned_ids(broker.bootstrap, topics.assignments, idle=1.0)) >= expected,
+                          120, 2.0), "every document has an assignment"
+        assert w.wait_metric("streamsemi_producer_process_deaths_total", 1, timeout=10) == 1
+        assert w.metric("streamsemi_producer_process_starts_total") == 2
+        assert w.proc.poll() is None, "the worker keeps running"
+        labels = {r.key.decode() for r in read_topic(broker.bootstrap, topics.labels, idle=2.0)}
+        assert labels >= expected, "the labels topic too"
+    finally:
+        code = w.terminate()
+    died = [e for e in w.logs() if e.get("event") == "producer_process_died"]
+    assert len(died) == 1 and died[0]["level"] == "error" and "-9" in died[0]["reason"]
+    assert code == 0
+    pids = [e["pid"] for e in w.logs() if e.get("event") == "producer_process_started"]
+    assert len(pids) == 2 and wait_until(lambda: not any(_alive(pid) for pid in pids), 10, 0.2), \
+        "no producer process outlives the worker"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split(") ")[-1][:1] != "Z"
+    except OSError:
+        return False
