@@ -34,16 +34,13 @@ log = logging.getLogger("streamsemi.service.ledger")
 class Output:
     """One output record and the future of its last send."""
 
-    __slots__ = ("topic", "key", "value", "headers", "future", "epoch")
+    __slots__ = ("topic", "key", "value", "headers", "future", "epoch", "nbytes")
 
     def __init__(self, topic: str, key: bytes | None, value: bytes, headers: list | None = None) -> None:
         self.topic, self.key, self.value, self.headers = topic, key, value, headers
         self.future: Any = None
         self.epoch: int | None = None  # the ledger's epoch at the first send (kept when sent again)
-
-    @property
-    def nbytes(self) -> int:
-        return len(self.value or b"") + len(self.key or b"")
+        self.nbytes = (len(value) if value else 0) + (len(key) if key else 0)  # key and value bytes
 
     @property
     def acknowledged(self) -> bool:

@@ -554,6 +554,7 @@ class ProcessProducer:
         self._next_id = 0
         self._closed = False
         self.deaths = 0
+        self._names: dict[str, bytes] = {}  # header names, UTF-8 (bounded)
         self.failures = 0  # records answered as failed (the output ledger looks for them only when this grows)
         self._reset_batch()
         self._child = self._spawn()
@@ -607,22 +608,18 @@ class ProcessProducer:
             raise TypeError("ProcessProducer uses the default partitioner and the append time")
         if (key is not None and type(key) is not bytes) or (value is not None and type(value) is not bytes):
             raise TypeError("key and value must be bytes or None")
-        klen = -1 if key is None else len(key)
-        vlen = -1 if value is None else len(value)
-        lengths: list[int] = [0, klen, vlen, 0]
-        parts = [b for b in (key, value) if b is not None]
-        size = max(klen, 0) + max(vlen, 0)
         if headers:
+            names = self._names
+            heads = []
             for item in headers:
                 if type(item) is not tuple or len(item) != 2 or type(item[0]) is not str or type(item[1]) is not bytes:
                     raise TypeError("headers must be (str, bytes) pairs")
-                name = item[0].encode("utf-8")
-                lengths.append(len(name))
-                lengths.append(len(item[1]))
-                parts.append(name)
-                parts.append(item[1])
-                size += len(name) + len(item[1])
-            lengths[3] = len(headers)
+                name = names.get(item[0])
+                if name is None:
+                    if len(names) >= 256:
+                        names.clear()
+                    name = names[item[0]] = item[0].encode("utf-8")
+                heads.append((name, item[1]))
         future = _Sent()
         with self._lock:
             if self._closed:
@@ -630,9 +627,31 @@ class ProcessProducer:
             t = self._topics.get(topic)
             if t is None:
                 t = self._topics[topic] = len(self._topics)
-            lengths[0] = t
-            self._lengths.extend(lengths)
-            self._parts.extend(parts)
+            parts = self._parts
+            lengths = self._lengths
+            size = 0
+            if key is None:
+                klen = -1
+            else:
+                klen = len(key)
+                parts.append(key)
+                size = klen
+            if value is None:
+                vlen = -1
+            else:
+                vlen = len(value)
+                parts.append(value)
+                size += vlen
+            if headers:
+                lengths.extend((t, klen, vlen, len(heads)))
+                for name, hv in heads:
+                    lengths.append(len(name))
+                    lengths.append(len(hv))
+                    parts.append(name)
+                    parts.append(hv)
+                    size += len(name) + len(hv)
+            else:
+                lengths.extend((t, klen, vlen, 0))
             self._futures.append(future)
             self._bytes += size
             if len(self._futures) >= self.max_batch_records or self._bytes >= self.max_batch_bytes:

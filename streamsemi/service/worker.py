@@ -588,9 +588,13 @@ class Worker:
     def _emit(self, assignments: list[Assignment], dead: list[tuple[dict, Rejected]]) -> None:
         s = self.settings
         now = time.time()
+        heads: dict[tuple[int, int], list] = {}  # one headers list per (model version, revision): never modified
         for a in assignments:
             key, value = encode_key(a.id), encode_json({**a.to_message(), "worker": self.instance_id})
-            headers = [("model_version", str(a.model_version).encode()), ("revision", str(a.revision).encode())]
+            headers = heads.get((a.model_version, a.revision))
+            if headers is None:
+                headers = heads[(a.model_version, a.revision)] = [("model_version", str(a.model_version).encode()),
+                                                                  ("revision", str(a.revision).encode())]
             self.ledger.send(Output(s.assignments_topic, key, value, headers))
             if a.primary:  # the labels topic: the latest primary assignment per document (compacted)
                 self.ledger.send(Output(s.labels_topic, key, value, headers))
