@@ -4,14 +4,14 @@
   worker's own records (:class:`KeyPartitioner` hashes a key once for its records).
 * :class:`ProcessProducer`: the same interface (``send`` returning a future, ``flush``,
   ``close``) plus :meth:`~ProcessProducer.ship`; the records go in batches through a pipe to
-  a long-lived *producer process* that hands them to an :class:`OutputProducer`, waits for
+  a long-lived *producer process* (``python -m streamsemi.service.producer``) that hands them to an :class:`OutputProducer`, waits for
   the broker's acknowledgements and answers per batch which records failed. The polling
   thread keeps ~1 us of work per record instead of kafka-python's ~30 us (record
   encoding, one ``FutureRecordMetadata`` per record, the accumulator's locks: a third of
   the constrained k-means worker's polling thread), and it does not wait for the broker's
   round trip: the second core does both.
 
-Nothing is pickled: a batch is one ``send_bytes`` frame of a JSON topic table, an int32
+Nothing is pickled: a batch is one ``send_bytes`` frame (over a socket pair) of a JSON topic table, an int32
 length table and the raw key, value and header bytes (:func:`encode_batch` /
 :func:`decode_batch`); replies are JSON. This module imports kafka-python and the
 standard library only, so the producer process stays small (~30 MB: it does not import
@@ -27,14 +27,17 @@ from __future__ import annotations
 import inspect
 import json
 import logging
-import multiprocessing
 import os
+import socket
 import struct
+import subprocess
+import sys
 import threading
 import time
 from array import array
 from collections import deque
 from collections.abc import Callable
+from multiprocessing.connection import Connection
 from typing import Any
 
 from kafka import KafkaProducer, TopicPartition
@@ -171,6 +174,7 @@ class ProducerStartError(KafkaError):
 
 
 _CONFIG, _BATCH, _QUIT = b"c", b"b", b"q"
+_PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 _BATCH_HEAD = struct.Struct("<QIII")  # batch id, records, topic-table bytes, length-table bytes
 MAX_ERROR_CHARS = 500
 START_TIMEOUT_S = 60.0
@@ -373,12 +377,20 @@ class _Sent:
 class _Child:
     """One producer process, its pipe, the batches it has not answered and the thread that reads its answers."""
 
-    def __init__(self, ctx: Any, conf: dict[str, Any], nice: int, on_death: Callable[[_Child], None],
+    def __init__(self, conf: dict[str, Any], nice: int, on_death: Callable[[_Child], None],
                  on_failed: Callable[[int], None]) -> None:
-        parent, child = ctx.Pipe(duplex=True)
-        self.proc = ctx.Process(target=serve, args=(child, nice), name="streamsemi-producer", daemon=True)
-        self.proc.start()
-        child.close()  # the worker keeps one end only: the process's death closes the pipe (EOF)
+        # `python -m streamsemi.service.producer FD`, not multiprocessing: a spawned child would import the
+        # worker's main script again (the `streamsemi` console script imports the whole CLI: +150 MB, +1.5 s)
+        ours, theirs = socket.socketpair()
+        env = dict(os.environ)  # the package where the worker found it, also when it is not installed
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_ROOT, env.get("PYTHONPATH", "")) if p)
+        try:
+            self.proc = subprocess.Popen([sys.executable, "-m", "streamsemi.service.producer", str(theirs.fileno()),
+                                          str(int(nice))], pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL,
+                                         stdout=subprocess.DEVNULL, close_fds=True, env=env)
+        finally:
+            theirs.close()  # the worker keeps one end only: the process's death closes the socket (EOF)
+        parent = Connection(ours.detach())
         self.conn = parent
         self.cond = threading.Condition()
         self.inflight: dict[int, list[_Sent]] = {}
@@ -393,7 +405,7 @@ class _Child:
             hello = json.loads(parent.recv_bytes())
         except (EOFError, OSError) as exc:
             self.stop(1.0)
-            raise ProducerStartError(f"the producer process ended while starting (exit code {self.proc.exitcode})") from exc
+            raise ProducerStartError(f"the producer process ended while starting (exit code {self.proc.poll()})") from exc
         except ProducerStartError:
             self.stop(1.0)
             raise
@@ -408,6 +420,16 @@ class _Child:
     @property
     def pid(self) -> int | None:
         return self.proc.pid
+
+    @property
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def _join(self, timeout: float) -> None:
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            pass
 
     def register(self, batch_id: int, futures: list[_Sent]) -> bool:
         """Remember a batch about to be sent; False (and its records failed) when the process is dead."""
@@ -444,8 +466,8 @@ class _Child:
                 self.cond.notify_all()
             if failed:
                 self.on_failed(failed)
-        self.proc.join(2.0)
-        self.mark_dead(f"the producer process exited (exit code {self.proc.exitcode})")
+        self._join(2.0)
+        self.mark_dead(f"the producer process exited (exit code {self.proc.poll()})")
 
     def mark_dead(self, reason: str) -> None:
         """Fail every record not answered yet (the ledger sends them again) and report the death unless closing."""
@@ -478,10 +500,10 @@ class _Child:
             self.conn.send_bytes(_QUIT)
         except (OSError, EOFError, ValueError):
             pass
-        self.proc.join(timeout)
-        if self.proc.is_alive():
+        self._join(timeout)
+        if self.proc.poll() is None:
             self.proc.kill()
-            self.proc.join(5.0)
+            self._join(5.0)
         try:
             self.conn.close()
         except Exception:  # noqa: BLE001
@@ -527,8 +549,6 @@ class ProcessProducer:
     on_start, on_death : callable, optional
         Called with the process's pid when one starts, and with the reason when one dies
         (metrics).
-    context : str
-        Multiprocessing start method (``spawn`` or ``forkserver``).
 
     Raises
     ------
@@ -541,15 +561,12 @@ class ProcessProducer:
     def __init__(self, conf: dict[str, Any], *, log_level: str = "INFO", flush_timeout_s: float = 30.0,
                  max_batch_records: int = 4096, max_batch_bytes: int = 4 << 20, nice: int = 0,
                  on_start: Callable[[int | None], None] | None = None,
-                 on_death: Callable[[str], None] | None = None, context: str = "spawn") -> None:
-        if context not in ("spawn", "forkserver"):
-            raise ValueError(f"context must be 'spawn' or 'forkserver', got {context!r}")
+                 on_death: Callable[[str], None] | None = None) -> None:
         self.conf = {**conf, "log_level": log_level, "flush_timeout_s": float(flush_timeout_s)}
         self.max_batch_records = int(max_batch_records)
         self.max_batch_bytes = int(max_batch_bytes)
         self.nice = int(nice)
         self.on_start, self.on_death = on_start, on_death
-        self._ctx = multiprocessing.get_context(context)
         self._lock = threading.RLock()  # the current batch and the child
         self._next_id = 0
         self._closed = False
@@ -561,7 +578,7 @@ class ProcessProducer:
 
     # ------------------------------------------------------------------ process
     def _spawn(self) -> _Child:
-        child = _Child(self._ctx, self.conf, self.nice, self._child_died, self._failed)
+        child = _Child(self.conf, self.nice, self._child_died, self._failed)
         event(log, "producer_process_started", pid=child.pid)
         if self.on_start is not None:
             self.on_start(child.pid)
@@ -582,7 +599,7 @@ class ProcessProducer:
     def pid(self) -> int | None:
         """The producer process's pid (None when it is not running)."""
         c = self._child
-        return c.pid if c.dead is None and c.proc.is_alive() else None
+        return c.pid if c.dead is None and c.alive else None
 
     # ------------------------------------------------------------------ records
     def _reset_batch(self) -> None:
@@ -719,3 +736,7 @@ class ProcessProducer:
         self._failed(_fail(pending, KafkaError("the producer was closed")))
         child.stop(max(1.0, timeout or 0.0))
         child.mark_dead("the producer was closed")
+
+
+if __name__ == "__main__":  # the producer process: python -m streamsemi.service.producer FD NICE
+    serve(Connection(int(sys.argv[1])), int(sys.argv[2]) if len(sys.argv) > 2 else 0)
