@@ -132,12 +132,21 @@ def score_rows(est: Any, X: sp.csr_matrix, multilabel: bool) -> tuple[np.ndarray
     P = np.asarray(P, dtype=np.float64)
     if not (multilabel or getattr(est, "multilabel_", False)):
         return P, None
-    return P, predict_indicator(est, X)
+    return P, predict_indicator(est, X, None if fitted is not None else P)
 
 
-def predict_indicator(est: Any, X: sp.csr_matrix) -> np.ndarray:
-    """A multi-label estimator's ``predict(X)`` as a dense bool array (n, n_classes), a new array."""
-    ind = est.predict(X)
+def predict_indicator(est: Any, X: sp.csr_matrix, proba: np.ndarray | None = None) -> np.ndarray:
+    """A multi-label estimator's ``predict(X)`` as a dense bool array (n, n_classes), a new array.
+
+    ``proba``: ``est.predict_proba(X)`` when already computed; an estimator whose multi-label
+    ``predict`` is ``decide(predict_proba(X))`` (pseudo-LSC) then decides from it instead of
+    predicting again (issue 16: the second prediction was 3% of the six-algorithm worker).
+    """
+    decide = getattr(est, "decide", None)
+    if proba is not None and decide is not None and getattr(est, "multilabel_", False):
+        ind = decide(proba)
+    else:
+        ind = est.predict(X)
     return (ind.toarray() if sp.issparse(ind) else np.asarray(ind)).astype(bool)
 
 
@@ -1232,9 +1241,10 @@ class Engine:
             ind = np.empty((pos.size, sc.indicator.shape[1]), dtype=bool)
             ind[hit] = sc.indicator[pos[hit]]
         if X_rest.shape[0]:
-            P[~hit] = np.asarray(slot.model.predict_proba(X_rest) if proba_rest is None else proba_rest)
+            P_rest = np.asarray(slot.model.predict_proba(X_rest) if proba_rest is None else proba_rest)
+            P[~hit] = P_rest
             if ind is not None:
-                ind[~hit] = predict_indicator(slot.model, X_rest)
+                ind[~hit] = predict_indicator(slot.model, X_rest, P_rest)
         return P, ind
 
     @staticmethod
@@ -1251,7 +1261,8 @@ class Engine:
         top = P.argmax(axis=1)
         scores = P[np.arange(n), top].tolist()
         if slot.multilabel:
-            chosen = predict_indicator(slot.model, X) if indicator is None else np.array(indicator, dtype=bool)  # a copy
+            chosen = (predict_indicator(slot.model, X, P) if indicator is None
+                      else np.array(indicator, dtype=bool))  # a copy
             empty = ~chosen.any(axis=1)
             chosen[empty, top[empty]] = True  # no label chosen: the most probable one
             rows, cols = np.nonzero(chosen)

@@ -399,3 +399,30 @@ def test_a_documents_probabilities_do_not_depend_on_the_rest_of_its_batch(fitted
     batch = model.predict_proba(rows)
     alone = np.vstack([model.predict_proba(rows[i:i + 1]) for i in range(rows.shape[0])])
     np.testing.assert_allclose(alone, batch, rtol=1e-12, atol=1e-15)
+
+
+def test_the_engine_decides_label_sets_from_probabilities_it_already_has(fitted, monkeypatch):
+    """engine.predict_indicator with the batch's predict_proba: the same label sets as predict(X), without a
+    second prediction (issue 16); an estimator without ``decide`` still predicts."""
+    from streamsemi.engine import predict_indicator
+
+    model, X, _, _, n_train = fitted
+    rows = X[n_train:]
+    assert model.multilabel_
+    expected = predict_indicator(model, rows)
+    P = model.predict_proba(rows)
+    calls = []
+    original = PseudoLSC.predict
+    monkeypatch.setattr(PseudoLSC, "predict", lambda self, X: calls.append(1) or original(self, X))
+    got = predict_indicator(model, rows, P)
+    assert calls == [] and got.dtype == bool and np.array_equal(got, expected)
+    assert expected.sum(axis=1).max() > 1, "some documents get several labels"
+
+    class NoDecide:  # a multi-label estimator without decide(): its predict is asked
+        multilabel_ = True
+
+        def predict(self, X):
+            calls.append(1)
+            return expected.astype(int)
+
+    assert np.array_equal(predict_indicator(NoDecide(), rows, P), expected) and calls == [1]
