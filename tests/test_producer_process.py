@@ -203,3 +203,21 @@ def _alive(pid: int) -> bool:
             return fh.read().split(") ")[-1][:1] != "Z"
     except OSError:
         return False
+
+
+def test_a_frame_the_process_cannot_read_fails_its_records_instead_of_leaving_them_unanswered(broker):
+    from streamsemi.service.producer import _BATCH_HEAD, _Sent
+
+    t = _topic(broker, 1)
+    p = kafka_io.make_process_producer(t.settings(broker.bootstrap))
+    try:
+        futures = [_Sent(), _Sent()]
+        assert p._child.register(10_000, futures)
+        p._child.conn.send_bytes(b"b" + _BATCH_HEAD.pack(10_000, 2, 2, 8) + b"[]" + b"\x00" * 3)  # tables cut short
+        assert wait_until(lambda: all(f.is_done for f in futures), 20, 0.1)
+        assert all(f.failed() and "ValueError" in str(f.exception) for f in futures) and p.failures == 2
+        ok = p.send(t.assignments, key=b"k", value=b"v")
+        p.flush(timeout=30)
+        assert ok.succeeded() and p.deaths == 0, "the process goes on"
+    finally:
+        p.close(timeout=5)

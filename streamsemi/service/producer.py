@@ -315,6 +315,7 @@ def serve(conn: Any, nice: int = 0) -> None:
             todo = list(frames)
             frames.clear()
         sent: list[tuple[int, list[Any]]] = []
+        refused: list[dict[str, Any]] = []
         for frame in todo:
             if frame is None or frame[:1] == _QUIT:
                 stop = True
@@ -322,8 +323,10 @@ def serve(conn: Any, nice: int = 0) -> None:
                 break
             try:
                 batch_id, records = decode_batch(frame)
-            except (ValueError, UnicodeDecodeError, IndexError) as exc:
+            except (ValueError, UnicodeDecodeError, IndexError, struct.error) as exc:
                 event(log, "producer_frame_refused", logging.ERROR, error=_error_text(exc))
+                if len(frame) >= 1 + _BATCH_HEAD.size:  # every record of the batch fails: the worker sends them again
+                    refused.append({"id": _BATCH_HEAD.unpack_from(frame, 1)[0], "error": _error_text(exc)})
                 continue
             futures: list[Any] = []
             for topic, key, value, headers in records:
@@ -332,6 +335,11 @@ def serve(conn: Any, nice: int = 0) -> None:
                 except Exception as exc:  # noqa: BLE001 - this record fails; the worker sends it again
                     futures.append(exc)
             sent.append((batch_id, futures))
+        if refused and not orphan:
+            try:
+                conn.send_bytes(json.dumps(refused).encode())
+            except (OSError, EOFError):
+                stop = True
         if sent and not orphan:
             try:
                 producer.flush(timeout=flush_timeout)
@@ -457,6 +465,10 @@ class _Child:
                     futures = self.inflight.pop(int(r["id"]), None)
                     if futures is None:
                         continue
+                    if "error" in r:  # the whole batch was refused
+                        for f in futures:
+                            f.exception = KafkaError(str(r["error"]))
+                        failed += len(futures)
                     for i, err in r.get("failed", ()):
                         if 0 <= int(i) < len(futures):
                             futures[int(i)].exception = KafkaError(str(err))
