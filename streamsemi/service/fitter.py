@@ -45,6 +45,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from streamsemi.core.logs import event
 from streamsemi.service.checkpoint import estimator_state, restore_estimator
+from streamsemi.service.processes import lower_priority
 
 log = logging.getLogger("streamsemi.service.fitter")
 
@@ -142,11 +143,7 @@ def _fit_request(header: dict[str, Any], arrays: dict[str, np.ndarray]) -> tuple
 
 def serve(conn: Any, nice: int = 0) -> None:
     """The fit process's loop: one request frame in, one reply frame out, until the pipe closes."""
-    if nice:
-        try:
-            os.nice(nice)
-        except OSError:
-            pass
+    lower_priority(nice)
     try:
         from threadpoolctl import threadpool_limits
 

@@ -46,6 +46,7 @@ from kafka.partitioner import DefaultPartitioner, murmur2
 from kafka.producer.record_accumulator import RecordAccumulator
 
 from streamsemi.core.logs import event
+from streamsemi.service.processes import lower_priority
 
 log = logging.getLogger("streamsemi.service.producer")
 
@@ -268,11 +269,7 @@ def serve(conn: Any, nice: int = 0) -> None:
     that arrived, hands its records to an :class:`OutputProducer`, flushes, and answers
     ``[{"id": batch id, "failed": [[record index, error], ...]}, ...]``.
     """
-    if nice:
-        try:
-            os.nice(nice)
-        except OSError:
-            pass
+    lower_priority(nice)
     try:
         conf = json.loads(conn.recv_bytes()[1:])
     except (EOFError, OSError, ValueError):
