@@ -83,6 +83,12 @@ class Telemetry:
                                      "Broker data losses detected (topics or logs gone) and recovered from", registry=r)
         self.output_resends = Counter("streamsemi_output_resends", "Output records sent again after a failed or lost send",
                                       registry=r)
+        # the producer process (streamsemi.service.producer, producer_process = true)
+        self.producer_process_starts = Counter("streamsemi_producer_process_starts", "Producer processes started",
+                                               registry=r)
+        self.producer_process_deaths = Counter("streamsemi_producer_process_deaths",
+                                               "Producer processes that died (replaced at the next batch; the records "
+                                               "they had not acknowledged are sent again)", registry=r)
         self.checkpoints = Counter("streamsemi_checkpoints", "Checkpoints written, by outcome", ["outcome"], registry=r)
         self.last_checkpoint = Gauge("streamsemi_last_checkpoint_timestamp_seconds", "Time of the last checkpoint written",
                                      registry=r)

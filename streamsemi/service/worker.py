@@ -37,7 +37,6 @@ from typing import Any
 
 from kafka import ConsumerRebalanceListener, TopicPartition
 from kafka.errors import CommitFailedError, KafkaError
-from prometheus_client import Counter
 
 from streamsemi.core import suggestions as sg
 from streamsemi.core.logs import event
@@ -151,12 +150,6 @@ class Worker:
         self.control: ControlReader | None = None
         self.http: StatusServer | None = None
         self.watch: BrokerWatch | None = None
-        if settings.producer_process:  # outputs produced by a separate process (service/producer.py, issue 16)
-            self.producer_starts = Counter("streamsemi_producer_process_starts", "Producer processes started",
-                                           registry=t.registry)
-            self.producer_deaths = Counter("streamsemi_producer_process_deaths",
-                                           "Producer processes that died (replaced at the next batch; the records "
-                                           "they had not acknowledged are sent again)", registry=t.registry)
         self.ledger = OutputLedger(self._make_producer, on_resend=t.output_resends.inc)
         self.resets = BrokerResetGuard(settings, on_episode=t.broker_resets.inc)
         self.assignment_watch = AssignmentWatchdog(rejoin_limit_s(settings))
@@ -258,8 +251,10 @@ class Worker:
         # Looked up on the module at each call (tests inject producer faults there). Never auto-create topics with
         # the broker's defaults; do not block the loop for a minute on metadata.
         if self.settings.producer_process:
-            return kafka_io.make_process_producer(self.settings, on_start=lambda _pid: self.producer_starts.inc(),
-                                                  on_death=lambda _reason: self.producer_deaths.inc())
+            # outputs produced by a separate process (service/producer.py, issue 16)
+            t = self.telemetry
+            return kafka_io.make_process_producer(self.settings, on_start=lambda _pid: t.producer_process_starts.inc(),
+                                                  on_death=lambda _reason: t.producer_process_deaths.inc())
         return kafka_io.make_producer(self.settings, allow_auto_create_topics=False, max_block_ms=10000)
 
     def run(self) -> int:
