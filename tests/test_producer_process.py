@@ -45,7 +45,7 @@ def _frame(records):
             nb = name.encode()
             lengths.extend((len(nb), len(hv)))
             parts.extend((nb, hv))
-    return encode_batch(7, sorted(topics, key=topics.__getitem__), lengths, parts)
+    return encode_batch(7, sorted(topics, key=topics.__getitem__), lengths, parts, len(records))
 
 
 RECORDS = [("a", b"k1", b'{"x":1}', [("model_version", b"3"), ("r\u00e9vision", b"\x00\xff")]),

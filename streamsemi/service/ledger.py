@@ -137,10 +137,7 @@ class OutputLedger:
         """
         u = self.unsettled
         i, freed, n = 0, 0, len(u)
-        while i < n:
-            f = u[i].future
-            if f is None or not f.is_done or f.failed():
-                break
+        while i < n and u[i].acknowledged:
             freed += u[i].nbytes
             i += 1
         if i:

@@ -45,6 +45,7 @@ from kafka.errors import KafkaConfigurationError, KafkaError, KafkaTimeoutError
 from kafka.partitioner import DefaultPartitioner, murmur2
 from kafka.producer.record_accumulator import RecordAccumulator
 
+from streamsemi.core import logs
 from streamsemi.core.logs import event
 from streamsemi.service.processes import lower_priority
 
@@ -181,25 +182,17 @@ MAX_ERROR_CHARS = 500
 START_TIMEOUT_S = 60.0
 
 
-def encode_batch(batch_id: int, topics: list[str], lengths: array, parts: list[bytes]) -> bytes:
+def encode_batch(batch_id: int, topics: list[str], lengths: array, parts: list[bytes], n: int) -> bytes:
     """One batch frame: ``b"b"``, the head, the JSON topic table, the int32 length table, the raw bytes.
 
     ``lengths`` holds per record ``topic index, key length, value length, header count``
     (-1 for a None key or value), then per header ``name length, value length``;
-    ``parts`` the key, the value, then each header's UTF-8 name and value, in that order.
+    ``parts`` the key, the value, then each header's UTF-8 name and value, in that order;
+    ``n`` the number of records.
     """
     table = json.dumps(topics, ensure_ascii=False).encode("utf-8")
     ints = lengths.tobytes()
-    n = _records_in(lengths)
     return b"".join([_BATCH, _BATCH_HEAD.pack(batch_id, n, len(table), len(ints)), table, ints, *parts])
-
-
-def _records_in(lengths: array) -> int:
-    n = i = 0
-    while i < len(lengths):
-        i += 4 + 2 * lengths[i + 3]
-        n += 1
-    return n
 
 
 def decode_batch(data: bytes) -> tuple[int, list[tuple[str, bytes | None, bytes | None, list[tuple[str, bytes]] | None]]]:
@@ -274,8 +267,6 @@ def serve(conn: Any, nice: int = 0) -> None:
         conf = json.loads(conn.recv_bytes()[1:])
     except (EOFError, OSError, ValueError):
         return
-    from streamsemi.core import logs
-
     logs.setup(str(conf.pop("log_level", "INFO")))
     flush_timeout = float(conf.pop("flush_timeout_s", 30.0))
     try:
@@ -690,7 +681,7 @@ class ProcessProducer:
             if not self._futures:
                 return
             topics = sorted(self._topics, key=self._topics.__getitem__)
-            frame = encode_batch(self._next_id, topics, self._lengths, self._parts)
+            frame = encode_batch(self._next_id, topics, self._lengths, self._parts, len(self._futures))
             futures, batch_id = self._futures, self._next_id
             self._next_id += 1
             self._reset_batch()
