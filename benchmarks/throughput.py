@@ -160,12 +160,19 @@ class Corpus:
 
 
 class OutputReader:
-    """Reads a topic from the beginning on a thread: per key, the timestamp of its first record with revision 0."""
+    """Reads a topic from the beginning on a thread: per key, the timestamp of its first record with revision 0.
 
-    def __init__(self, settings: Any, topic: str) -> None:
+    ``algorithms`` > 1 (the assignments topic): ``first`` is instead the timestamp of the
+    record that completed the key's first verdicts of every algorithm (any revision: a
+    revision pass may have carried a first verdict), found by the ``algorithm`` field.
+    """
+
+    def __init__(self, settings: Any, topic: str, algorithms: int = 0) -> None:
         from streamsemi.service.kafka_io import assign_all, make_reader
 
         self.first: dict[bytes, int] = {}
+        self.algorithms = algorithms
+        self.seen: dict[bytes, set[bytes]] = {}
         self.records = 0
         self.stop_event = threading.Event()
         self.reader = make_reader(settings)
@@ -178,10 +185,26 @@ class OutputReader:
             for batch in self.reader.poll(timeout_ms=200, max_records=5000).values():
                 for r in batch:
                     self.records += 1
+                    if self.algorithms > 1:
+                        self._complete(r)
+                        continue
                     rev = dict(r.headers or []).get("revision", b"0")
                     if rev == b"0" and r.key not in self.first:
                         self.first[r.key] = int(r.timestamp)
         self.reader.close()
+
+    def _complete(self, r: Any) -> None:
+        if r.key in self.first or r.value is None:
+            return
+        i = r.value.find(b'"algorithm":"')
+        if i < 0:
+            return
+        i += len(b'"algorithm":"')
+        seen = self.seen.setdefault(r.key, set())
+        seen.add(r.value[i:r.value.index(b'"', i)])
+        if len(seen) >= self.algorithms:
+            self.first[r.key] = int(r.timestamp)
+            del self.seen[r.key]
 
     def wait_for(self, keys: list[bytes], timeout: float, alive: Any = None) -> bool:
         t0 = time.monotonic()
@@ -246,7 +269,7 @@ def worker_settled(port: int) -> bool:
     busy = 0.0
     for line in body.splitlines():
         if line.startswith(("streamsemi_refit_in_progress ", "streamsemi_revisions_pending ",
-                            "streamsemi_buffered_documents ")):
+                            "streamsemi_buffered_documents ", "streamsemi_first_verdicts_pending ")):
             busy += float(line.rpartition(" ")[2])
     return busy == 0.0
 
@@ -363,6 +386,9 @@ class Bench:
         proc, topics, port, log_path = self.start_worker(algorithms, extra or [])
         settings = self.settings(topics)
         reader = OutputReader(settings, topics["labels"])
+        n_algs = len(algorithms.split(","))
+        # every algorithm's first verdict (first_verdicts = primary: the others follow the primary's)
+        full = OutputReader(settings, topics["assignments"], n_algs) if n_algs > 1 else None
         rss: list[int] = []
         stop = threading.Event()
 
@@ -379,6 +405,8 @@ class Bench:
             warm = send(producer, topics, self.take(name + "-warm", warmup, self.args.seed_fraction))
             if not reader.wait_for(list(warm), 900, lambda: proc.poll() is None):
                 raise RuntimeError("warm-up documents were not assigned in time")
+            if full is not None and not full.wait_for(list(warm), 900, lambda: proc.poll() is None):
+                raise RuntimeError("warm-up documents were not assigned by every algorithm in time")
             while not worker_settled(port):
                 if time.monotonic() - t0 > 1200:
                     raise RuntimeError("the worker did not settle after the warm-up")
@@ -390,6 +418,8 @@ class Bench:
             sent = send(producer, topics, msgs, rate)
             producer.close()
             complete = reader.wait_for(list(sent), drain_s, lambda: proc.poll() is None)
+            if full is not None:
+                complete_all = full.wait_for(list(sent), drain_s, lambda: proc.poll() is None)
             stop_profiler(spy)
             if complete:
                 out = rate_of(sent, reader.first)
@@ -400,6 +430,17 @@ class Bench:
             out["censored_after_s"] = None if complete else drain_s
             lat = np.array([(reader.first[k] - sent[k]) / 1000 if k in reader.first else np.inf for k in sent])
             events = worker_events(log_path)[events_before:]
+            if full is not None:
+                # every algorithm's verdict: the throughput compared with the bare loop (each document fully served)
+                lat_all = np.array([(full.first[k] - sent[k]) / 1000 if k in full.first else np.inf for k in sent])
+                served_all = {k: v for k, v in sent.items() if k in full.first}
+                out["primary_docs_per_s"] = out["docs_per_s"]
+                out["all_algorithms"] = {
+                    **(rate_of(served_all, full.first) if served_all else {"documents": 0, "docs_per_s": 0.0}),
+                    "served": f"{len(served_all)}/{len(sent)}", "complete": complete_all,
+                    "latency_s": {q: _finite(np.percentile(lat_all, v, method="higher"))
+                                  for q, v in (("p50", 50), ("p90", 90), ("p99", 99), ("max", 100))}}
+                out["docs_per_s"] = out["all_algorithms"]["docs_per_s"]
             out.update({
                 "algorithms": algorithms.split(","), "warmup_documents": warmup, "warmup_seconds": round(warm_s, 1),
                 "rate": rate or "full speed",
@@ -415,6 +456,8 @@ class Bench:
             stop.set()
             sampler.join(2)
             reader.close()
+            if full is not None:
+                full.close()
             if proc.poll() is None:
                 proc.terminate()
                 try:
@@ -516,6 +559,12 @@ def markdown(result: dict[str, Any]) -> str:
                   f"over {w.get('revision_passes_during', '?')} window documents, {w.get('revisions_records', '?')} "
                   f"revision records; max RSS {w['rss_max_mib']} MiB "
                   "(worker + children; target < 2,048).", ""]
+        if "all_algorithms" in w:
+            a = w["all_algorithms"]["latency_s"]
+            lines += [f"Every algorithm's first verdict of a document (the assignments topic; the figures above are the "
+                      f"primary's, on the labels topic): served {w['all_algorithms']['served']}, p50 {a['p50']} s, "
+                      f"p90 {a['p90']} s, p99 {a['p99']} s, max {a['max']} s; "
+                      f"{w['all_algorithms']['docs_per_s']:,} docs/s fully served.", ""]
     return "\n".join(lines)
 
 

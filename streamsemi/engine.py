@@ -29,6 +29,15 @@ Revisions: after every model swap, :meth:`Engine.process` walks the window in
 chunks of ``revision_chunk`` documents (after the fresh documents of the call),
 re-assigns them with the new models and returns the assignments that changed in
 ``ProcessResult.revisions`` with a higher ``revision`` number (docs/messages.md).
+
+First verdicts (``first_verdicts = "primary"``, the default, with several algorithms
+and revisions on): a fresh document is assigned by the primary alone; the other
+algorithms' first verdicts (``revision`` 0 too) follow after the call's fresh
+documents, within the time budget of the call (:attr:`Engine.revision_budget_s`, larger
+the more documents wait; all of them when no budget is set, as in process). Until then
+the document is *partial* (:attr:`Engine.partial`): its source holds back the worker's
+commits, so a crash reads it again. The labels a user consumes (the primary's) never
+wait for the comparison algorithms (issue 16).
 """
 
 from __future__ import annotations
@@ -90,6 +99,10 @@ AGREEMENT_SAMPLE = 1000
 LABEL_PROB_MIN = 1e-3
 LABELS_IN_OUTPUT = 10
 REVISION_MODES = ("off", "changed", "all")
+FIRST_VERDICT_MODES = ("primary", "all")
+#: the deferred first verdicts' time budget grows with the share of ``max_buffered_docs`` they fill:
+#: budget x (1 + DEFERRED_PRESSURE x fill), so that they keep up with a stream the machine can carry
+DEFERRED_PRESSURE = 9.0
 PRIMARY_AUTO = "auto"
 PRIMARY_MIN_CHECKS = 30      # prequential seed checks per algorithm before they choose the primary (else k-fold)
 PRIMARY_HYSTERESIS = 0.02    # a challenger must beat the primary's held-out seed accuracy by this much
@@ -220,6 +233,7 @@ class EngineConfig:
     refit_idle_s: float = 3.0
     revisions: str = "changed"
     revision_chunk: int = 500
+    first_verdicts: str = "primary"
     min_refit_interval_s: float = 5.0
     drift_detection: bool = True
     drift_delta: float = 0.002
@@ -242,6 +256,8 @@ class EngineConfig:
             raise ValueError(f"EngineConfig.revisions: {self.revisions!r} is not one of {REVISION_MODES}")
         if self.revision_chunk < 1:
             raise ValueError(f"EngineConfig.revision_chunk: must be >= 1, got {self.revision_chunk}")
+        if self.first_verdicts not in FIRST_VERDICT_MODES:
+            raise ValueError(f"EngineConfig.first_verdicts: {self.first_verdicts!r} is not one of {FIRST_VERDICT_MODES}")
 
     @classmethod
     def from_settings(cls, s: Any) -> EngineConfig:
@@ -258,7 +274,7 @@ class EngineConfig:
             min_seed_classes=s.min_seed_classes, min_seeds_per_class=s.min_seeds_per_class,
             first_fit_stable_seeds=s.first_fit_stable_seeds, first_fit_max_wait_s=s.first_fit_max_wait_s,
             refit_growth=s.refit_growth, refit_idle_s=s.refit_idle_s, revisions=s.revisions,
-            revision_chunk=s.revision_chunk,
+            revision_chunk=s.revision_chunk, first_verdicts=s.first_verdicts,
             min_refit_interval_s=s.min_refit_interval_s, drift_detection=s.drift_detection,
             drift_delta=s.drift_delta, explain_words=s.explain_words, random_state=s.random_state,
             cluster_match_min_jaccard=s.cluster_match_min_jaccard, name_max_seeds=s.name_max_seeds,
@@ -506,8 +522,12 @@ class Engine:
         # seconds of revision work per process() call (None: revision_chunk documents; the worker sets a budget)
         self.revision_budget_s: float | None = None
         self._revision_cost: float | None = None  # seconds per document of the last revision chunk
-        self._revision_emit_cost = 0.0  # the caller's seconds per document to emit it (note_revision_emit)
-        self._chunk_docs = 0  # documents of the last revision chunk whose emission was not noted yet
+        self._revision_records = 0.0  # output records per document of the last revision chunk
+        self._deferred_cost: float | None = None  # seconds per document of the last deferred first verdicts
+        self._deferred_records = 0.0  # ... and their records per document
+        self._record_emit_cost = 0.0  # the caller's seconds to emit one output record (note_emit)
+        # documents the primary served alone, waiting for the other algorithms' first verdicts (arrival order)
+        self._deferred: deque[str] = deque()
         self._adwin = ADWIN(delta=config.drift_delta) if config.drift_detection else None
         self.last_refit_error: dict[str, str] = {}
         # the primary algorithm ("auto": chosen at every refit round, see _choose_primary)
@@ -601,6 +621,11 @@ class Engine:
         cfg = self.config
         return (len(self.buffer) + len(self.partial) >= cfg.max_buffered_docs
                 or self.buffer_bytes + self.partial_bytes >= cfg.max_buffered_docs * BUFFER_BYTES_PER_DOC)
+
+    @property
+    def first_verdicts_pending(self) -> int:
+        """Documents the primary served alone whose other algorithms' first verdicts follow (``first_verdicts``)."""
+        return len(self._deferred)
 
     @property
     def revisions_pending(self) -> int:
@@ -747,9 +772,13 @@ class Engine:
     def process(self, docs: Sequence[Document]) -> ProcessResult:
         """Vectorise and window ``docs``, assign them if models exist (else buffer), maybe refit.
 
-        After the fresh assignments, one chunk (``revision_chunk`` documents) of the
-        revision pass that follows a model swap is re-assigned: the changed
-        verdicts are returned in ``ProcessResult.revisions``.
+        ``ProcessResult.assignments``: the fresh documents' first assignments (the
+        primary's alone with ``first_verdicts = "primary"``), then the other algorithms'
+        first verdicts on the oldest documents the primary served alone
+        (:meth:`_complete_deferred`: all of them without a :attr:`revision_budget_s`, so
+        that in process every call returns every algorithm's verdict on its documents).
+        ``ProcessResult.revisions``: one chunk (``revision_chunk`` documents, or what fits in
+        the budget the deferred verdicts left) of the revision pass that follows a model swap.
         """
         rejected: list[tuple[Document, Rejected]] = []
         assignments: list[Assignment] = []
@@ -778,16 +807,20 @@ class Engine:
                 if self._first_doc_at is None:
                     self._first_doc_at = self._last_doc_at
             if self.serving and not self.buffer:
-                assignments = self._assign(good)
+                assignments = self._assign(good, defer=True)
             else:
                 self._buffer(good)
         self.tick()
         if not self.holding_backlog:
-            assignments.extend(self.flush(FLUSH_CHUNK))
+            assignments.extend(self.flush(FLUSH_CHUNK, defer=True))
         else:
             self._run_seed_checks()
+        completions, spent = self._complete_deferred()
+        assignments.extend(completions)
+        budget = self.revision_budget_s
         try:
-            revisions = self._revise()
+            # the revision chunk: what the deferred first verdicts left of the budget, at least a quarter of it
+            revisions = self._revise(None if budget is None else max(budget - spent, budget / 4))
         except Exception as exc:  # noqa: BLE001 - fresh documents must never depend on a revision pass
             event(log, "revision_failed", logging.WARNING, error=f"{type(exc).__name__}: {exc}",
                   action="pass abandoned; the next model swap starts a new one", left=len(self._pass_ids))
@@ -796,7 +829,7 @@ class Engine:
             revisions = []
         return ProcessResult(assignments, rejected, revisions)
 
-    def flush(self, limit: int | None = None) -> list[Assignment]:
+    def flush(self, limit: int | None = None, *, defer: bool = False) -> list[Assignment]:
         """Assign buffered documents (oldest first, at most ``limit``) once the models serve (:attr:`serving`).
 
         :meth:`process` flushes ``FLUSH_CHUNK`` documents per call, so that a large
@@ -809,7 +842,7 @@ class Engine:
             batch = [self.buffer.popleft() for _ in range(n)]
             self.buffer_bytes = (0 if not self.buffer else
                                  max(0, self.buffer_bytes - sum(_buffered_bytes(d, r) for d, r in batch)))
-            out = self._assign(batch)
+            out = self._assign(batch, defer=defer)
         self._run_seed_checks()
         self.telemetry.buffered.set(len(self.buffer))
         return out
@@ -921,7 +954,9 @@ class Engine:
         return out
 
     # ------------------------------------------------------------------ assignment
-    def _assign(self, items: Sequence[tuple[Document, Row]]) -> list[Assignment]:
+    def _assign(self, items: Sequence[tuple[Document, Row]], *, defer: bool = False) -> list[Assignment]:
+        """Every algorithm's first verdict on ``items`` (with models); ``defer``: the primary's alone when
+        ``first_verdicts = "primary"`` (the others follow in :meth:`_complete_deferred`)."""
         if not items:
             return []
         self._on_swap()
@@ -938,9 +973,14 @@ class Engine:
             for doc, _ in items:
                 served.pop(doc.id, None)   # a document sent again starts over (revision 0)
                 served[doc.id] = _Served(len(self.config.algorithms))
-        verdicts = self._assign_all(models, X, rows, [doc.id for doc, _ in items])
+        defer = (defer and track and self.config.first_verdicts == "primary" and len(models) > 1
+                 and primary in models)
+        verdicts = self._assign_all({primary: models[primary]} if defer else models, X, rows,
+                                    [doc.id for doc, _ in items])
         if track and len(verdicts) < len(self.config.algorithms):
             self._hold_partial(items)
+            if defer:
+                self._deferred.extend(doc.id for doc, _ in items)
         elif self.partial:
             for doc, _ in items:  # sent again and judged by every algorithm now
                 self._release_partial(doc.id)
@@ -1069,39 +1109,123 @@ class Engine:
         if todo:
             event(log, "revision_pass_started", model_version=max(versions), documents=len(todo), primary=self.primary)
 
-    def _revision_limit(self) -> int:
-        """Documents of the next revision chunk: ``revision_chunk``, or what fits in ``revision_budget_s``.
+    def _revision_limit(self, budget: float | None) -> int:
+        """Documents of the next revision chunk: ``revision_chunk``, or what fits in ``budget`` seconds.
 
-        With a budget (the worker's), the chunk is sized from the last chunk's cost per
-        document (``REVISION_PROBE`` documents while none was measured), so that a revision
-        pass delays the fresh documents of a loop by about the budget at most, whatever
-        the algorithms cost (six algorithms: ~3 ms per document on a busy machine).
+        With a budget (the worker's :attr:`revision_budget_s`, less what the deferred first
+        verdicts took), the chunk is sized from the last chunk's cost per document
+        (``REVISION_PROBE`` documents while none was measured), so that a revision pass
+        delays the fresh documents of a loop by about the budget at most, whatever the
+        algorithms cost (six algorithms: ~3 ms per document on a busy machine).
         """
         limit = self.config.revision_chunk
-        if self.revision_budget_s is None:
+        if budget is None:
             return limit
         if self._revision_cost is None:
             return min(limit, REVISION_PROBE)
-        cost = self._revision_cost + self._revision_emit_cost
-        return max(1, min(limit, int(self.revision_budget_s / max(cost, 1e-9))))
+        cost = self._revision_cost + self._revision_records * self._record_emit_cost
+        return max(1, min(limit, int(budget / max(cost, 1e-9))))
 
-    @property
-    def revision_chunk_docs(self) -> int:
-        """Documents of the last revision chunk whose emission cost was not noted yet."""
-        return self._chunk_docs
+    def _deferred_limit(self) -> tuple[int, float | None]:
+        """Deferred documents to judge in this call and their budget (seconds; None: every one of them).
 
-    def note_revision_emit(self, seconds: float) -> None:
-        """The caller's seconds to emit the last revision chunk (encode, send), counted in ``revision_budget_s``.
-
-        The worker calls it after sending a chunk's revisions: with the new models' snapshot
-        scores (:class:`SnapshotScores`) assigning a revised document costs little, and the
-        records it produces are most of its cost.
+        The budget is :attr:`revision_budget_s` scaled up by the share of the
+        ``max_buffered_docs`` bound the partial documents fill (``DEFERRED_PRESSURE``): a
+        backlog of first verdicts gets more of each loop the longer it grows, and the
+        bound pauses consumption before it is exceeded.
         """
-        if self._chunk_docs:
-            self._revision_emit_cost = max(0.0, seconds) / self._chunk_docs
-            self._chunk_docs = 0
+        n = len(self._deferred)
+        if self.revision_budget_s is None:
+            return n, None
+        fill = min(1.0, len(self.partial) / max(1, self.config.max_buffered_docs))
+        budget = self.revision_budget_s * (1.0 + DEFERRED_PRESSURE * fill)
+        if self._deferred_cost is None:
+            return min(n, REVISION_PROBE), budget
+        cost = self._deferred_cost + self._deferred_records * self._record_emit_cost
+        return max(1, min(n, int(budget / max(cost, 1e-9)))), budget
 
-    def _revise(self) -> list[Assignment]:
+    def note_emit(self, seconds: float, records: int) -> None:
+        """The caller's ``seconds`` to emit the ``records`` output records of the last call (encode, send).
+
+        The worker calls it after every loop's emission: the cost per record is counted in
+        the budget of the deferred first verdicts and of the revision chunks (with the new
+        models' snapshot scores (:class:`SnapshotScores`) assigning a revised document costs
+        little, and the records it produces are most of its cost).
+        """
+        if records > 0:
+            self._record_emit_cost = max(0.0, seconds) / records
+
+    def _complete_deferred(self) -> tuple[list[Assignment], float]:
+        """The other algorithms' first verdicts on documents the primary served alone (``first_verdicts``).
+
+        Oldest first, as many as :meth:`_deferred_limit` allows. Each verdict carries the
+        document's current revision (0 unless a revision pass revised it meanwhile); a
+        document whose primary verdict is among them (the primary changed meanwhile) is
+        revised (revision + 1), as a revision pass would. A document every algorithm has
+        judged is released (its source no longer holds back commits). Returns the
+        assignments and the seconds they are estimated to cost with their emission.
+        """
+        dq = self._deferred
+        if not dq:
+            return [], 0.0
+        limit, _ = self._deferred_limit()
+        ids: list[str] = []
+        rows: list[Row] = []
+        taken: set[str] = set()
+        partial, served = self.partial, self._served
+        while dq and len(ids) < limit:
+            doc_id = dq.popleft()
+            held = partial.get(doc_id)
+            if held is None or doc_id not in served or doc_id in taken:
+                continue  # judged meanwhile (a revision pass), dropped (revoked) or queued twice (sent again)
+            taken.add(doc_id)
+            ids.append(doc_id)
+            rows.append(held[1])
+        self.telemetry.first_verdicts_pending.set(len(dq))
+        if not ids:
+            return [], 0.0
+        t0 = time.perf_counter()
+        models, primary, cfg = self.models, self.primary, self.config
+        entries = [served[i] for i in ids]
+        missing = {a: models[a] for k, a in enumerate(cfg.algorithms)
+                   if a in models and any(e.verdicts[k] is None for e in entries)}
+        verdicts = self._assign_all(missing, rows_to_csr(rows, cfg.n_features), rows, ids) if missing else {}
+        now = self.clock()
+        out: list[Assignment] = []
+        revised: set[str] = set()
+        for name, per_doc in verdicts.items():
+            k, slot = self._alg_index[name], models[name]
+            is_primary = name == primary
+            counts: Counter = Counter()
+            for doc_id, entry, (label, score, labels, cluster, new) in zip(ids, entries, per_doc, strict=True):
+                if entry.verdicts[k] is not None:
+                    continue
+                out.append(Assignment(doc_id, name, slot.version, label, score, labels, cluster, new,
+                                      slot.explain.get(cluster, []), is_primary, now, slot.fallback, None,
+                                      entry.revision, slot.provisional))
+                entry.verdicts[k] = (sys.intern(cluster), slot.provisional, is_primary, slot.version)
+                counts[(label, new)] += 1
+                if is_primary:
+                    revised.add(doc_id)
+            for (label, new), count in counts.items():  # metrics once per chunk
+                self.telemetry.assignments.labels(name, self.telemetry.class_label(label, new)).inc(count)
+            self.telemetry.assigned.labels(name).inc(sum(counts.values()))
+        if revised:  # the primary changed since these documents were served: their new primary verdict is a revision
+            for doc_id in revised:
+                served[doc_id].revision += 1
+            for a in out:
+                if a.id in revised:
+                    a.revision = served[a.id].revision
+        for doc_id, entry in zip(ids, entries, strict=True):
+            if all(v is not None for v in entry.verdicts):
+                self._release_partial(doc_id)
+            # else an algorithm without a model yet: its first model's revision pass judges the document
+        seconds = time.perf_counter() - t0
+        self._deferred_cost = seconds / len(ids)
+        self._deferred_records = len(out) / len(ids)
+        return out, seconds + len(out) * self._record_emit_cost
+
+    def _revise(self, budget: float | None = None) -> list[Assignment]:
         """One chunk of the revision pass: re-assign up to ``revision_chunk`` window documents with the newest models.
 
         A document is revised when, for some algorithm, the cluster (hence the label),
@@ -1124,7 +1248,7 @@ class Engine:
             return []
         ids: list[str] = []
         rows: list[Row] = []
-        limit = self._revision_limit()
+        limit = self._revision_limit(budget)
         present = [a in models for a in cfg.algorithms]
         while self._pass_ids and len(ids) < limit:
             doc_id = self._pass_ids.popleft()
@@ -1185,7 +1309,7 @@ class Engine:
             self.telemetry.assigned.labels(name).inc(count)
         self.revisions_sent += len(out)
         self._revision_cost = (time.perf_counter() - t0) / len(ids)
-        self._chunk_docs = len(ids)
+        self._revision_records = len(out) / len(ids)
         if not self._pass_ids:
             event(log, "revision_pass_done", model_version=max(s.version for s in models.values()))
         return out

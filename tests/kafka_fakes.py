@@ -59,11 +59,13 @@ class FakeConsumer:
         self.commits: list[dict[TopicPartition, int]] = []
         self.seeks: list[TopicPartition] = []
         self.paused_parts: set[TopicPartition] = set()
+        self.poll_timeouts: list[int] = []
 
     def feed(self, tp: TopicPartition, values: list[bytes], start: int = 0) -> None:
         self.queue.append({tp: [Record(start + i, v, None, 0) for i, v in enumerate(values)]})
 
     def poll(self, timeout_ms: int = 0, max_records: int | None = None) -> dict[TopicPartition, list[Record]]:
+        self.poll_timeouts.append(timeout_ms)
         return self.queue.pop(0) if self.queue else {}
 
     def assignment(self) -> set[TopicPartition]:

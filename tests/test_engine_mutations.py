@@ -1189,11 +1189,11 @@ def test_the_revision_budget_counts_the_callers_cost_of_emitting_a_chunk(lab, mo
             break
         n = len({a.id for a in chunk})
         sizes.append(n)
-        assert eng.revision_chunk_docs == n
-        eng.note_revision_emit(0.02 * n)       # the worker: 0.02 s to send one document's records
-        assert eng.revision_chunk_docs == 0
-    assert sizes == [3, 5, 5, 5, 5, 1], "0.11 s / 0.02 s of emitting per document"
-    eng.note_revision_emit(5.0)                # nothing pending: ignored
+        assert len(chunk) == 2 * n             # revisions = all: both algorithms' verdicts
+        eng.note_emit(0.01 * len(chunk), len(chunk))  # the worker: 0.01 s to send one record
+    assert sizes == [3, 5, 5, 5, 5, 1], "0.11 s / (2 records x 0.01 s) of emitting per document"
+    eng.note_emit(5.0, 0)                      # nothing emitted: ignored
+    assert eng._record_emit_cost == 0.01
 
 
 def test_a_named_clusters_seed_read_back_is_not_a_seed_change(lab) -> None:
@@ -1240,3 +1240,118 @@ def test_a_sparse_multilabel_indicator_gives_the_dense_ones_verdicts() -> None:
     verdicts = [Engine._assign_with(ModelSlot(Multi(ind), 1, 0.0, classes, frozenset(), True, {}), sp.csr_matrix((2, 4)))
                 for ind in (dense, sp.csr_matrix(dense))]
     assert verdicts[0] == verdicts[1] == [("a", 0.6, {"a": 0.6, "c": 0.1}, "a", False), ("b", 0.5, {"b": 0.5}, "b", False)]
+
+
+# ---------------------------------------------------------------- first verdicts (issue 16)
+def _messages(out) -> set[tuple]:
+    """What a consumer reads, without the time stamp: (id, algorithm, revision, label, cluster, primary, version)."""
+    return {(a.id, a.algorithm, a.revision, a.label, a.cluster, a.primary, a.model_version) for a in out}
+
+
+def test_first_verdicts_primary_serves_the_primary_first_then_the_others_within_the_budget(lab, monkeypatch) -> None:
+    monkeypatch.setattr(engine_mod, "time", SimpleNamespace(perf_counter=lambda: lab.pc, time=time.time))
+    monkeypatch.setattr(engine_mod, "score_rows", lambda *a: None)  # every document predicted (no snapshot scores)
+    monkeypatch.setattr(engine_mod, "REVISION_PROBE", 3)
+    ref = make()  # the same documents with every verdict at once
+    seed_topics(ref)
+    ref.process(docs(6))
+    want = _messages(ref.process(docs(12, 100)).assignments)
+    eng = make()
+    seed_topics(eng)
+    lab.pc_per_doc = 0.01                      # one algorithm predicting: 0.01 s per document
+    eng.process(docs(6))                       # no budget yet: all first verdicts now, 0.01 s per document measured
+    assert eng.ready and not eng.partial
+    eng.revision_budget_s = 0.05
+    batch = docs(12, 100)
+    fresh = eng.process(batch).assignments
+    # 0.05 s x (1 + DEFERRED_PRESSURE x fill) / 0.01 s per document; fill = partial / max_buffered_docs (20,000)
+    assert [a.algorithm for a in fresh] == [CK] * 12 + [SK] * 5, "the primary on every document, then the budget"
+    assert all(a.primary and a.document is not None for a in fresh[:12])
+    assert [a.id for a in fresh[12:]] == [f"d{i}" for i in range(100, 105)] and not any(a.primary for a in fresh[12:])
+    assert [d.id for d in eng.partial_docs] == [f"d{i}" for i in range(105, 112)], "held back until judged"
+    assert eng.first_verdicts_pending == 7 and sample(eng.telemetry.first_verdicts_pending) == 7
+    got = list(fresh)
+    sizes = []
+    while eng.first_verdicts_pending:
+        chunk = eng.process([]).assignments
+        sizes.append(len(chunk))
+        got += chunk
+    assert sizes == [5, 2]
+    assert _messages(got) == want, "the same messages as every verdict at once, revision 0"
+    assert not eng.partial and not eng.partial_docs
+    assert sample(eng.telemetry.assigned, algorithm=SK) == sample(ref.telemetry.assigned, algorithm=SK)
+
+
+def test_first_verdicts_pressure_grows_the_budget_with_the_partial_documents(lab, monkeypatch) -> None:
+    monkeypatch.setattr(engine_mod, "time", SimpleNamespace(perf_counter=lambda: lab.pc, time=time.time))
+    monkeypatch.setattr(engine_mod, "score_rows", lambda *a: None)  # every document predicted (no snapshot scores)
+    eng = make(max_buffered_docs=40)
+    seed_topics(eng)
+    lab.pc_per_doc = 0.01
+    eng.process(docs(6))                       # measures 0.01 s per document
+    eng.revision_budget_s = 0.02
+    out = eng.process(docs(20, 200)).assignments
+    # 20 partial of at most 40: fill 0.5, budget 0.02 x (1 + 9 x 0.5) = 0.11 s -> 11 documents
+    assert sum(1 for a in out if a.algorithm == SK) == 11
+    assert eng.first_verdicts_pending == 9
+
+
+def test_first_verdicts_all_and_in_process_return_every_verdict_in_the_call(lab) -> None:
+    for mode in ("all", "primary"):
+        eng = make(first_verdicts=mode)
+        seed_topics(eng)
+        eng.process(docs(6))
+        out = eng.process(docs(9, 100)).assignments   # no budget (in process): everything now
+        assert sorted((a.id, a.algorithm) for a in out) == sorted((f"d{i}", alg) for i in range(100, 109)
+                                                                  for alg in (CK, SK)), mode
+        assert not eng.partial and eng.first_verdicts_pending == 0
+
+
+def test_a_deferred_verdict_of_a_new_primary_is_a_revision(lab) -> None:
+    eng = make()
+    seed_topics(eng)
+    eng.process(docs(6))
+    eng.revision_budget_s = 1e-9               # one document per call
+    eng.process(docs(3, 100))
+    eng.primary = SK                           # primary = auto chose another algorithm meanwhile
+    out = [a for _ in range(4) for a in eng.process([]).assignments]
+    assert {(a.id, a.algorithm, a.primary, a.revision) for a in out} == {
+        (f"d{i}", SK, True, 1) for i in (101, 102)}, "d100 was completed in the first call, before the change"
+    assert not eng.partial
+
+
+def test_first_verdicts_of_a_document_dropped_meanwhile_are_not_computed(lab) -> None:
+    eng = make()
+    seed_topics(eng)
+    eng.process(docs(6))
+    eng.revision_budget_s = 1e-9
+    batch = docs(4, 100)
+    for d in batch:
+        d.source = ("tp", int(d.id[1:]))
+    eng.process(batch)
+    assert eng.first_verdicts_pending == 3
+    eng.drop_buffered(lambda d: d.source is not None and d.source[1] >= 102)   # revoked partitions
+    out = [a for _ in range(3) for a in eng.process([]).assignments]
+    assert [(a.id, a.algorithm) for a in out] == [("d101", SK)]
+    assert eng.first_verdicts_pending == 0 and not eng.partial
+
+
+def test_first_verdicts_setting_is_validated() -> None:
+    with pytest.raises(ValueError, match="first_verdicts"):
+        EngineConfig(algorithms=[CK, SK], first_verdicts="later")
+
+
+def test_a_revision_pass_keeps_a_quarter_of_the_budget_while_first_verdicts_take_the_rest(lab, monkeypatch) -> None:
+    monkeypatch.setattr(engine_mod, "time", SimpleNamespace(perf_counter=lambda: lab.pc, time=time.time))
+    monkeypatch.setattr(engine_mod, "score_rows", lambda *a: None)
+    monkeypatch.setattr(engine_mod, "REVISION_PROBE", 3)
+    eng = make(revisions="all", revision_chunk=100)
+    seed_topics(eng)
+    eng.process(docs(20))                      # every verdict now (no budget); first verdicts cost 0 s here
+    eng.revision_budget_s = 0.2
+    lab.pc_per_doc = 0.01
+    eng.request_refit()
+    assert len({a.id for a in eng.process([]).revisions}) == 3   # probe: 2 algorithms x 0.01 s per revised document
+    out = eng.process(docs(30, 100))           # 30 deferred first verdicts at the measured 0 s: all, 0.3 s > 0.2 s
+    assert sum(1 for a in out.assignments if a.algorithm == SK) == 30
+    assert len({a.id for a in out.revisions}) == 2, "0.2 s / 4 left for the pass: 2 documents at 0.02 s"

@@ -131,9 +131,10 @@ class RefitMidBatch:
         return self._model.predict_proba(X)
 
 
-def test_one_batch_is_assigned_by_one_model_version() -> None:
+@pytest.mark.parametrize("first_verdicts", ["all", "primary"])
+def test_one_batch_is_assigned_by_one_model_version(first_verdicts) -> None:
     rng = np.random.default_rng(2)
-    eng = engine(Clock())
+    eng = engine(Clock(), first_verdicts=first_verdicts)
     seeded(eng, rng)
     first = eng.models[ALGOS[0]]  # assigned first: the refit lands before the second algorithm's turn
     wrapper = RefitMidBatch(first.model, eng)
@@ -142,6 +143,11 @@ def test_one_batch_is_assigned_by_one_model_version() -> None:
     out = eng.process(batch).assignments
     assert wrapper.fired and eng.refit_count == 2 and eng.version == 2
     assert len(out) == 2 * len(batch)
-    assert {a.model_version for a in out} == {1}, "a batch never mixes model versions"
+    versions = {a: {x.model_version for x in out if x.algorithm == a} for a in ALGOS}
+    if first_verdicts == "all":
+        assert {a.model_version for a in out} == {1}, "a batch never mixes model versions"
+    else:  # the primary's verdicts first; the others' follow with the models of their turn (here after the swap)
+        assert versions == {ALGOS[0]: {1}, ALGOS[1]: {2}}, "one model version per algorithm in a batch"
+        assert [a.algorithm for a in out] == [ALGOS[0]] * len(batch) + [ALGOS[1]] * len(batch)
     later = eng.process([d for d, _ in make_docs(20, 300, rng)]).assignments
     assert {(a.algorithm, a.model_version) for a in later} == {(a, 2) for a in ALGOS}

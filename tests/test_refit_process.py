@@ -217,7 +217,7 @@ def test_a_revision_pass_with_a_time_budget_sizes_its_chunks_from_their_cost(r8)
     for _ in range(20):
         eng.process([])  # the first fit, the buffer's assignments, any revision pass
     assert eng.ready and not eng.revisions_pending and len(eng._served) > 200
-    assert eng._revision_limit() == 400  # no budget: revision_chunk
+    assert eng._revision_limit(None) == 400  # no budget: revision_chunk
     eng.revision_budget_s = 0.1
     eng.request_refit()
     eng.process([])
@@ -226,11 +226,11 @@ def test_a_revision_pass_with_a_time_budget_sizes_its_chunks_from_their_cost(r8)
     assert judged == REVISION_PROBE, "the first chunk with a budget is a probe"
     assert eng.revisions_pending > 0 and eng._revision_cost is not None
     eng._revision_cost = 0.001
-    assert eng._revision_limit() == 100
+    assert eng._revision_limit(0.1) == 100
     eng._revision_cost = 10.0
-    assert eng._revision_limit() == 1
+    assert eng._revision_limit(0.1) == 1
     eng._revision_cost = 1e-6
-    assert eng._revision_limit() == 400
+    assert eng._revision_limit(0.1) == 400
     while eng.revisions_pending:
         eng.process([])
     assert eng.revisions_pending == 0

@@ -249,3 +249,41 @@ def test_with_the_producer_process_the_loop_ships_commits_what_is_acknowledged_a
     p.ack()
     w.step()
     assert w.consumer.committed_offsets == {tp: 12} and p.flushes == 0
+
+
+def test_documents_the_primary_served_alone_hold_the_commit_until_every_algorithm_judged_them(r8):
+    """first_verdicts = primary: labels first; the other algorithm's verdicts follow, and only then the commit."""
+    w, tp = _worker(r8)
+    w.engine = Engine(EngineConfig(algorithms=["constrained-kmeans", "seeded-kmeans"], primary="constrained-kmeans",
+                                   background_refit=False, min_docs_first_refit=1, refit_every_docs=0,
+                                   refit_growth=0, refit_idle_s=0, drift_detection=False, min_seed_classes=2,
+                                   min_seeds_per_class=1, first_fit_stable_seeds=0), w.telemetry)
+    for i in range(40):
+        w.engine.label(f"s{i}", [r8.labels[i]], text=r8.texts[i])
+    w.consumer.feed(tp, [_doc(r8, i) for i in range(2)])
+    w.step()  # the first model; every first verdict (no cost measured yet beyond the budget)
+    w.step()
+    assert w.consumer.committed_offsets == {tp: 2}
+    w.engine._deferred_cost = 1.0  # one second per document: a 0.1 s budget judges one document per loop
+    w.consumer.feed(tp, [_doc(r8, i) for i in range(2, 6)], start=2)
+    w.step()
+
+    def ids(algorithm):
+        return [json.loads(v)["id"] for v in w.ledger.producer.values(w.settings.assignments_topic)
+                if json.loads(v)["algorithm"] == algorithm]
+
+    labels = [json.loads(v)["id"] for v in w.ledger.producer.values(w.settings.labels_topic)]
+    assert labels[-4:] == ["d2", "d3", "d4", "d5"], "every document's label at once"
+    assert ids("seeded-kmeans")[-1] == "d2" and "d3" not in ids("seeded-kmeans")
+    assert w.consumer.committed_offsets == {tp: 3}, "not past the first document still waiting for a verdict"
+    assert w.engine.first_verdicts_pending == 3
+    for k in (4, 5):
+        w.engine._deferred_cost = 1.0  # (each chunk measures its own cost)
+        w.step()
+        assert ids("seeded-kmeans")[-1] == f"d{k - 1}" and w.consumer.committed_offsets == {tp: k}
+    w.step()
+    assert ids("seeded-kmeans")[-4:] == ["d2", "d3", "d4", "d5"]
+    assert w.consumer.committed_offsets == {tp: 6} and w.engine.first_verdicts_pending == 0
+    assert w.consumer.poll_timeouts[-3:] == [0, 0, 0], "no wait for records while verdicts are pending"
+    w.step()
+    assert w.consumer.poll_timeouts[-1] == 500

@@ -75,6 +75,9 @@ class Telemetry:
                                  ["algorithm"], registry=r)
         self.revisions_pending = Gauge("streamsemi_revisions_pending",
                                        "Window documents the running revision pass has still to re-assign", registry=r)
+        self.first_verdicts_pending = Gauge(
+            "streamsemi_first_verdicts_pending",
+            "Documents the primary served whose other algorithms' first verdicts are still to come", registry=r)
         self.primary = Gauge("streamsemi_primary", "1 for the primary algorithm, 0 for the other enabled ones",
                              ["algorithm"], registry=r)
         self.broker_errors = Counter("streamsemi_broker_errors", "Kafka client errors, by kind", ["kind"], registry=r)

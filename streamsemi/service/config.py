@@ -280,6 +280,9 @@ SETTINGS: tuple[Setting, ...] = (
             choices=("off", "changed", "all")),
     Setting("revision_chunk", int, E["revision_chunk"], "window documents re-assigned per loop during a revision pass",
             _positive),
+    Setting("first_verdicts", str, E["first_verdicts"],
+            "a fresh document's first assignment: by the primary alone, the other algorithms' after the loop's "
+            "fresh documents (primary), or by every algorithm at once (all)", choices=("primary", "all")),
     Setting("min_refit_interval_s", float, E["min_refit_interval_s"], "minimum time between drift-triggered refits",
             _non_negative),
     Setting("drift_detection", bool, E["drift_detection"], "refit early when ADWIN sees the assignment scores shift"),

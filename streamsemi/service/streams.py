@@ -514,12 +514,14 @@ class StreamEngines:
     def revisions_pending(self) -> int:
         return sum(e.revisions_pending for e in self.engines.values())
 
-    def note_revision_emit(self, seconds: float) -> None:
-        """:meth:`Engine.note_revision_emit`: the seconds shared by the streams' last chunks, by their sizes."""
-        engines = [e for e in self.engines.values() if e.revision_chunk_docs]
-        total = sum(e.revision_chunk_docs for e in engines)
-        for e in engines:
-            e.note_revision_emit(seconds * e.revision_chunk_docs / total)
+    @property
+    def first_verdicts_pending(self) -> int:
+        return sum(e.first_verdicts_pending for e in self.engines.values())
+
+    def note_emit(self, seconds: float, records: int) -> None:
+        """:meth:`Engine.note_emit`: one cost per record for every stream (they share the producer)."""
+        for e in self.engines.values():
+            e.note_emit(seconds, records)
 
     @property
     def control_ops(self) -> int:
@@ -579,6 +581,7 @@ class StreamEngines:
         t.buffered.set(sum(len(e.buffer) for _, e in engines))
         t.pending.set(sum(len(e.pending) for _, e in engines))
         t.revisions_pending.set(sum(e.revisions_pending for _, e in engines))
+        t.first_verdicts_pending.set(sum(e.first_verdicts_pending for _, e in engines))
         seeds = sum(len(e.seeds) for _, e in engines)
         if seeds != self._seed_total:
             counts: dict[str, int] = {}

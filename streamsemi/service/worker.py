@@ -366,7 +366,8 @@ class Worker:
             # a revision pass in progress or buffered documents to assign: do not wait for records, the loop goes
             # on with the next chunk
             eng = self.engine
-            wait_ms = 0 if eng.revisions_pending or (eng.buffer and eng.serving and not eng.holding_backlog) else 500
+            wait_ms = 0 if (eng.revisions_pending or eng.first_verdicts_pending
+                            or (eng.buffer and eng.serving and not eng.holding_backlog)) else 500
             if self.pause_reason == "outputs not acknowledged" and self.ledger.asynchronous:
                 wait_ms = min(wait_ms, 20)  # paused until the producer process answers: look again soon
             polled = self.consumer.poll(timeout_ms=wait_ms, max_records=self.settings.max_poll_records)
@@ -414,10 +415,11 @@ class Worker:
                          Rejected("processing_error", _error(exc))))
         for op, rej in self.engine.drain_dead():
             dead.append((dead_letter(encode_json(op), rej.reason, rej.detail, self.settings.control_topic), rej))
-        self._emit(assignments, dead)
         t_emit = time.perf_counter()
+        self._emit(assignments, dead)
         self._emit(revisions, [])  # after the fresh ones; they belong to no consumed record
-        self.engine.note_revision_emit(time.perf_counter() - t_emit)  # part of a revision's cost (budget)
+        # the cost per record sizes the deferred first verdicts and revision chunks (Engine.revision_budget_s)
+        self.engine.note_emit(time.perf_counter() - t_emit, len(assignments) + len(revisions))
         self._reemit_resolved()
         self._emit_cluster_events()
         self.ledger.advance(positions)  # every record has its outputs sent (or is buffered: _held)
@@ -681,7 +683,9 @@ class Worker:
         ledger, s = self.ledger, self.settings
         unacked = (len(ledger.unsettled) > s.max_unacked_outputs or ledger.unsettled_bytes > s.max_unacked_bytes
                    if ledger.asynchronous else bool(ledger.unsettled))
-        reason = "no model yet" if self.engine.buffer_full else ("outputs not acknowledged" if unacked else None)
+        full = self.engine.buffer_full
+        reason = ("no model yet" if full and len(self.engine.buffer) else "first verdicts pending" if full
+                  else "outputs not acknowledged" if unacked else None)
         self.pause_reason = reason
         if reason and not self.paused and parts:
             self.consumer.pause(*parts)
