@@ -100,8 +100,9 @@ LABEL_PROB_MIN = 1e-3
 LABELS_IN_OUTPUT = 10
 REVISION_MODES = ("off", "changed", "all")
 FIRST_VERDICT_MODES = ("primary", "all")
-#: the deferred first verdicts' time budget grows with the share of ``max_buffered_docs`` they fill:
-#: budget x (1 + DEFERRED_PRESSURE x fill), so that they keep up with a stream the machine can carry
+#: the deferred first verdicts' time budget grows with the share of ``max_buffered_docs`` the partial
+#: documents fill: budget x (1 + DEFERRED_PRESSURE x fill^2): little while the backlog is small (the labels'
+#: latency first), ten times the budget at the bound (where consumption pauses)
 DEFERRED_PRESSURE = 9.0
 PRIMARY_AUTO = "auto"
 PRIMARY_MIN_CHECKS = 30      # prequential seed checks per algorithm before they choose the primary (else k-fold)
@@ -1129,16 +1130,16 @@ class Engine:
     def _deferred_limit(self) -> tuple[int, float | None]:
         """Deferred documents to judge in this call and their budget (seconds; None: every one of them).
 
-        The budget is :attr:`revision_budget_s` scaled up by the share of the
+        The budget is :attr:`revision_budget_s` scaled up by the square of the share of the
         ``max_buffered_docs`` bound the partial documents fill (``DEFERRED_PRESSURE``): a
-        backlog of first verdicts gets more of each loop the longer it grows, and the
-        bound pauses consumption before it is exceeded.
+        backlog of first verdicts gets more of each loop the longer it grows, mostly near
+        the bound, which pauses consumption before it is exceeded.
         """
         n = len(self._deferred)
         if self.revision_budget_s is None:
             return n, None
         fill = min(1.0, len(self.partial) / max(1, self.config.max_buffered_docs))
-        budget = self.revision_budget_s * (1.0 + DEFERRED_PRESSURE * fill)
+        budget = self.revision_budget_s * (1.0 + DEFERRED_PRESSURE * fill * fill)
         if self._deferred_cost is None:
             return min(n, REVISION_PROBE), budget
         cost = self._deferred_cost + self._deferred_records * self._record_emit_cost

@@ -1264,7 +1264,7 @@ def test_first_verdicts_primary_serves_the_primary_first_then_the_others_within_
     eng.revision_budget_s = 0.05
     batch = docs(12, 100)
     fresh = eng.process(batch).assignments
-    # 0.05 s x (1 + DEFERRED_PRESSURE x fill) / 0.01 s per document; fill = partial / max_buffered_docs (20,000)
+    # 0.05 s x (1 + DEFERRED_PRESSURE x fill^2) / 0.01 s per document; fill = partial / max_buffered_docs (20,000)
     assert [a.algorithm for a in fresh] == [CK] * 12 + [SK] * 5, "the primary on every document, then the budget"
     assert all(a.primary and a.document is not None for a in fresh[:12])
     assert [a.id for a in fresh[12:]] == [f"d{i}" for i in range(100, 105)] and not any(a.primary for a in fresh[12:])
@@ -1291,9 +1291,9 @@ def test_first_verdicts_pressure_grows_the_budget_with_the_partial_documents(lab
     eng.process(docs(6))                       # measures 0.01 s per document
     eng.revision_budget_s = 0.02
     out = eng.process(docs(20, 200)).assignments
-    # 20 partial of at most 40: fill 0.5, budget 0.02 x (1 + 9 x 0.5) = 0.11 s -> 11 documents
-    assert sum(1 for a in out if a.algorithm == SK) == 11
-    assert eng.first_verdicts_pending == 9
+    # 20 partial of at most 40: fill 0.5, budget 0.02 x (1 + 9 x 0.5^2) = 0.065 s -> 6 documents
+    assert sum(1 for a in out if a.algorithm == SK) == 6
+    assert eng.first_verdicts_pending == 14
 
 
 def test_first_verdicts_all_and_in_process_return_every_verdict_in_the_call(lab) -> None:
