@@ -42,6 +42,7 @@ wait for the comparison algorithms (issue 16).
 
 from __future__ import annotations
 
+import heapq
 import logging
 import sys
 import threading
@@ -501,6 +502,9 @@ class Engine:
         # the worker's commit hold-back) until every algorithm judged them, even if they left the window meanwhile
         self.partial: OrderedDict[str, tuple[Document, Row]] = OrderedDict()
         self.partial_bytes = 0
+        # the partial documents' source offsets per partition: a min-heap each, released ones removed lazily
+        self._partial_heaps: dict[Any, list[int]] = {}
+        self._partial_gone: dict[Any, Counter] = {}
         self.docs_since_refit = 0
         self.last_refit_start = self.clock()
         self.last_drift_refit = 0.0
@@ -867,20 +871,57 @@ class Engine:
 
     def _hold_partial(self, items: Sequence[tuple[Document, Row]]) -> None:
         """Served by the primary alone: keep row and source until every algorithm has judged them."""
+        heaps = self._partial_heaps
         for doc, row in items:
             light = replace(doc, text="", meta=None)
             old = self.partial.pop(doc.id, None)
             if old is not None:
                 self.partial_bytes -= _buffered_bytes(*old)
+                self._source_gone(old[0])
             self.partial[doc.id] = (light, row)
             self.partial_bytes += _buffered_bytes(light, row)
+            if doc.source is not None:
+                heapq.heappush(heaps.setdefault(doc.source[0], []), doc.source[1])
+
+    def _source_gone(self, doc: Document) -> None:
+        if doc.source is not None and doc.source[0] in self._partial_heaps:
+            self._partial_gone.setdefault(doc.source[0], Counter())[doc.source[1]] += 1
 
     def _release_partial(self, doc_id: str) -> None:
         held = self.partial.pop(doc_id, None)
         if held is not None:
             self.partial_bytes = max(0, self.partial_bytes - _buffered_bytes(*held))
+            self._source_gone(held[0])
             if doc_id not in self.window:
                 self._served.pop(doc_id, None)
+
+    def partial_min_offsets(self) -> dict[Any, int]:
+        """The oldest source offset per partition of the partial documents (:attr:`partial_docs`).
+
+        What the worker's commits are held back by, in O(partitions) per call instead of a
+        scan of every partial document: per partition a min-heap of offsets whose released
+        entries are dropped when they reach the top (rebuilt from the partial documents when
+        released entries are most of it, so that it stays bounded).
+        """
+        out: dict[Any, int] = {}
+        for tp in list(self._partial_heaps):
+            heap, gone = self._partial_heaps[tp], self._partial_gone.get(tp)
+            if gone and len(heap) > 2 * len(self.partial) + 1000:
+                heap[:] = [d.source[1] for d, _ in self.partial.values()
+                           if d.source is not None and d.source[0] == tp]
+                heapq.heapify(heap)
+                gone.clear()
+            while heap and gone and gone.get(heap[0], 0) > 0:
+                gone[heap[0]] -= 1
+                if not gone[heap[0]]:
+                    del gone[heap[0]]
+                heapq.heappop(heap)
+            if heap:
+                out[tp] = heap[0]
+            else:
+                del self._partial_heaps[tp]
+                self._partial_gone.pop(tp, None)
+        return out
 
     def _buffer(self, items: Sequence[tuple[Document, Row]]) -> None:
         """Hold documents until the first model: without their text and meta (the window keeps the text)."""

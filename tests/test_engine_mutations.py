@@ -1355,3 +1355,38 @@ def test_a_revision_pass_keeps_a_quarter_of_the_budget_while_first_verdicts_take
     out = eng.process(docs(30, 100))           # 30 deferred first verdicts at the measured 0 s: all, 0.3 s > 0.2 s
     assert sum(1 for a in out.assignments if a.algorithm == SK) == 30
     assert len({a.id for a in out.revisions}) == 2, "0.2 s / 4 left for the pass: 2 documents at 0.02 s"
+
+
+def test_partial_min_offsets_follow_the_partial_documents_and_stay_bounded(lab) -> None:
+    """The worker's commit hold-back without scanning the partial documents: equal to the scan, always."""
+    eng = make()
+    seed_topics(eng)
+    eng.process(docs(6))
+    eng.revision_budget_s = 1e-9               # one deferred document per call
+    rng = np.random.default_rng(0)
+
+    def scan() -> dict:
+        out: dict = {}
+        for d in eng.partial_docs:
+            out[d.source[0]] = min(d.source[1], out.get(d.source[0], d.source[1]))
+        return out
+
+    offsets = {"a": 0, "b": 0}
+    for step in range(60):
+        batch = docs(int(rng.integers(0, 5)), 1000 + 10 * step)
+        for d in batch:
+            tp = "a" if rng.random() < 0.5 else "b"
+            d.source = (tp, offsets[tp])
+            offsets[tp] += 1
+        if step % 7 == 3 and eng.partial:      # a document sent again: held at its new offset
+            again = next(iter(eng.partial))
+            d = Document(id=again, text=text(topic_of(again), 1), ts=0.0, arrival=0.0, source=("a", offsets["a"]))
+            offsets["a"] += 1
+            batch.append(d)
+        if step == 40:
+            eng.drop_buffered(lambda d: d.source[0] == "b")   # partition b revoked
+        eng.process(batch)
+        assert eng.partial_min_offsets() == scan(), step
+    while eng.partial:
+        eng.process([])
+    assert eng.partial_min_offsets() == {} and not eng._partial_heaps and not eng._partial_gone

@@ -514,6 +514,14 @@ class StreamEngines:
     def revisions_pending(self) -> int:
         return sum(e.revisions_pending for e in self.engines.values())
 
+    def partial_min_offsets(self) -> dict[Any, int]:
+        """:meth:`Engine.partial_min_offsets` over every stream (the oldest per partition)."""
+        out: dict[Any, int] = {}
+        for e in self.engines.values():
+            for tp, off in e.partial_min_offsets().items():
+                out[tp] = min(off, out.get(tp, off))
+        return out
+
     @property
     def first_verdicts_pending(self) -> int:
         return sum(e.first_verdicts_pending for e in self.engines.values())

@@ -534,8 +534,8 @@ class Worker:
     def _held(self) -> dict[TopicPartition, int]:
         """The oldest offset per partition of documents the engine still buffers (no model yet), or that the
         primary served alone while another algorithm's first model is not in yet."""
-        held: dict[TopicPartition, int] = {}
-        for doc in [d for d, _ in self.engine.buffer] + list(self.engine.partial_docs):
+        held: dict[TopicPartition, int] = dict(self.engine.partial_min_offsets())
+        for doc, _ in self.engine.buffer:
             if doc.source is not None:
                 tp, off = doc.source
                 held[tp] = min(off, held.get(tp, off))
