@@ -1261,7 +1261,7 @@ def test_first_verdicts_primary_serves_the_primary_first_then_the_others_within_
     lab.pc_per_doc = 0.01                      # one algorithm predicting: 0.01 s per document
     eng.process(docs(6))                       # no budget yet: all first verdicts now, 0.01 s per document measured
     assert eng.ready and not eng.partial
-    eng.revision_budget_s = 0.05
+    eng.deferred_budget_s = 0.05
     batch = docs(12, 100)
     fresh = eng.process(batch).assignments
     # 0.05 s x (1 + DEFERRED_PRESSURE x fill^2) / 0.01 s per document; fill = partial / max_buffered_docs (20,000)
@@ -1289,7 +1289,7 @@ def test_first_verdicts_pressure_grows_the_budget_with_the_partial_documents(lab
     seed_topics(eng)
     lab.pc_per_doc = 0.01
     eng.process(docs(6))                       # measures 0.01 s per document
-    eng.revision_budget_s = 0.02
+    eng.deferred_budget_s = 0.02
     out = eng.process(docs(20, 200)).assignments
     # 20 partial of at most 40: fill 0.5, budget 0.02 x (1 + 9 x 0.5^2) = 0.065 s -> 6 documents
     assert sum(1 for a in out if a.algorithm == SK) == 6
@@ -1311,7 +1311,7 @@ def test_a_deferred_verdict_of_a_new_primary_is_a_revision(lab) -> None:
     eng = make()
     seed_topics(eng)
     eng.process(docs(6))
-    eng.revision_budget_s = 1e-9               # one document per call
+    eng.deferred_budget_s = 1e-9               # one document per call
     eng.process(docs(3, 100))
     eng.primary = SK                           # primary = auto chose another algorithm meanwhile
     out = [a for _ in range(4) for a in eng.process([]).assignments]
@@ -1324,7 +1324,7 @@ def test_first_verdicts_of_a_document_dropped_meanwhile_are_not_computed(lab) ->
     eng = make()
     seed_topics(eng)
     eng.process(docs(6))
-    eng.revision_budget_s = 1e-9
+    eng.deferred_budget_s = 1e-9
     batch = docs(4, 100)
     for d in batch:
         d.source = ("tp", int(d.id[1:]))
@@ -1362,7 +1362,7 @@ def test_partial_min_offsets_follow_the_partial_documents_and_stay_bounded(lab) 
     eng = make()
     seed_topics(eng)
     eng.process(docs(6))
-    eng.revision_budget_s = 1e-9               # one deferred document per call
+    eng.deferred_budget_s = 1e-9               # one deferred document per call
     rng = np.random.default_rng(0)
 
     def scan() -> dict:
@@ -1390,3 +1390,27 @@ def test_partial_min_offsets_follow_the_partial_documents_and_stay_bounded(lab) 
     while eng.partial:
         eng.process([])
     assert eng.partial_min_offsets() == {} and not eng._partial_heaps and not eng._partial_gone
+
+
+def test_prequential_seed_checks_run_in_batches_by_count_or_time(lab, monkeypatch) -> None:
+    monkeypatch.setattr(engine_mod, "SEED_CHECK_BATCH", 8)
+    clock = Clock()
+    eng = make(clock)
+    seed_topics(eng)
+    eng.process(docs(6))
+    assert eng.ready
+    checked = lambda: sum(len(v) for v in eng._seed_checks.values())  # noqa: E731
+    base = checked()
+    for i, name in enumerate(NAMES):              # 3 seeds after the model: fewer than a batch
+        eng.label(f"late{i}", [name], text=text(name, 300 + i))
+    eng.process([])
+    assert checked() == base, "6 pending (3 seeds of the first fit) < SEED_CHECK_BATCH, no time passed: not yet"
+    clock.t += engine_mod.SEED_CHECK_EVERY_S
+    eng.process([])
+    assert checked() == base + 3 * 2, "the time is up: every algorithm judged the 3 seeds"
+    for i in range(8):                            # a full batch: at once
+        eng.label(f"more{i}", [NAMES[i % 3]], text=text(NAMES[i % 3], 400 + i))
+    eng.process([])
+    assert checked() == base + 11 * 2
+    eng.label("last", [NAMES[0]], text=text(NAMES[0], 500))
+    assert eng.held_out_accuracy() is not None and checked() == base + 12 * 2, "a primary choice checks first"

@@ -218,6 +218,7 @@ class StreamEngines:
         self._spilling: set[str] = set()
         self._fitter: FairFitter | None = None
         self.revision_budget_s: float | None = None
+        self.deferred_budget_s: float | None = None
         self.backlog = 0          # documents waiting on the broker: every stream's first fit waits (they may be its own)
         self.refits_enabled = True  # False: no stream starts a refit (assigners; a standby refitter, stream_roles)
         self._seed_total = -1
@@ -291,6 +292,7 @@ class StreamEngines:
         return any(not e.ready and e.refitting for e in list(self.engines.values()))
 
     revision_budget_s = _Broadcast()
+    deferred_budget_s = _Broadcast()
     backlog = _Broadcast()
     refits_enabled = _Broadcast()
 
