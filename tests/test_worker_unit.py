@@ -264,7 +264,7 @@ def test_documents_the_primary_served_alone_hold_the_commit_until_every_algorith
     w.step()  # the first model; every first verdict (no cost measured yet beyond the budget)
     w.step()
     assert w.consumer.committed_offsets == {tp: 2}
-    w.engine._deferred_cost = 1.0  # one second per document: the 0.04 s budget judges one document per loop
+    w.engine._deferred_cost = 1.0  # one second per document: the 0.1 s budget judges one document per loop
     w.consumer.feed(tp, [_doc(r8, i) for i in range(2, 6)], start=2)
     w.step()
 
