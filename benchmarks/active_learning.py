@@ -139,6 +139,15 @@ Which data chose which constant of :mod:`streamsemi.core.suggestions`:
 
     python benchmarks/active_learning.py curves --corpora 20ng-talk,20ng-rec --seeds 40,41,42,43,44,45 \
         --arms suggested --candidate-sample 10000 --out active_learning_dev_cand10000
+* Semi-LDC instead of constrained k-means in both arms and the reference (session 12, to see
+  whether a model that uses labelled boundary documents more than a centroid does lifts the
+  suggestions above the plateau): talk 0.874 at 2% against its reference 0.873, rec 0.969
+  against 0.962 (seeds 40-42; constrained k-means there: 0.855-0.863 against 0.865, and 0.969
+  against 0.956). No clearer margin than constrained k-means, the product's default primary:
+  not pursued on the evaluation corpora. ``benchmarks/results/active_learning_dev_semildc.json``.
+
+    python benchmarks/active_learning.py curves --corpora 20ng-talk,20ng-rec --seeds 40,41,42 --algorithms semi-ldc \
+        --out /tmp/s12/dev_semildc
 * ``DENSITY_POWER = 1``, ``COVERAGE_POWER = 1`` and ``WEIGHTS``: chosen earlier on seeds
   0-2 of the evaluation corpora (docs/suggestions.md); the development runs above agree
   (typicality^0 or ^2 and no coverage factor are worse on talk) and they were not changed.
