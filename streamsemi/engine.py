@@ -779,16 +779,17 @@ class Engine:
         return out
 
     # ------------------------------------------------------------------ documents
-    def process(self, docs: Sequence[Document]) -> ProcessResult:
+    def process(self, docs: Sequence[Document], *, background: bool = True) -> ProcessResult:
         """Vectorise and window ``docs``, assign them if models exist (else buffer), maybe refit.
 
         ``ProcessResult.assignments``: the fresh documents' first assignments (the
-        primary's alone with ``first_verdicts = "primary"``), then the other algorithms'
-        first verdicts on the oldest documents the primary served alone
-        (:meth:`_complete_deferred`: all of them without a :attr:`revision_budget_s`, so
-        that in process every call returns every algorithm's verdict on its documents).
-        ``ProcessResult.revisions``: one chunk (``revision_chunk`` documents, or what fits in
-        the budget the deferred verdicts left) of the revision pass that follows a model swap.
+        primary's alone with ``first_verdicts = "primary"``), then (``background``) what
+        :meth:`background` returns: the other algorithms' first verdicts on the oldest
+        documents the primary served alone (all of them without a
+        :attr:`deferred_budget_s`, so that in process every call returns every algorithm's
+        verdict on its documents) and, in ``ProcessResult.revisions``, one chunk of the
+        revision pass that follows a model swap. The worker passes ``background=False``
+        and calls :meth:`background` after it has handed the fresh outputs over.
         """
         rejected: list[tuple[Document, Rejected]] = []
         assignments: list[Assignment] = []
@@ -825,8 +826,22 @@ class Engine:
             assignments.extend(self.flush(FLUSH_CHUNK, defer=True))
         else:
             self._run_seed_checks()
+        if not background:
+            return ProcessResult(assignments, rejected, [])
+        later = self.background()
+        assignments.extend(later.assignments)
+        return ProcessResult(assignments, rejected, later.revisions)
+
+    def background(self) -> ProcessResult:
+        """The work that follows the fresh documents: deferred first verdicts, then a revision chunk.
+
+        ``assignments``: the other algorithms' first verdicts on the oldest documents the
+        primary served alone (:meth:`_complete_deferred`, within :attr:`deferred_budget_s`);
+        ``revisions``: one chunk of the revision pass (within what that left of
+        :attr:`revision_budget_s`, at least a quarter of it). Neither can raise: a failure
+        is logged and never touches fresh documents.
+        """
         completions, spent = self._complete_deferred()
-        assignments.extend(completions)
         budget = self.revision_budget_s
         try:
             # the revision chunk: what the deferred first verdicts left of the budget, at least a quarter of it
@@ -837,7 +852,7 @@ class Engine:
             self._pass_ids.clear()
             self.telemetry.revisions_pending.set(0)
             revisions = []
-        return ProcessResult(assignments, rejected, revisions)
+        return ProcessResult(completions, [], revisions)
 
     def flush(self, limit: int | None = None, *, defer: bool = False) -> list[Assignment]:
         """Assign buffered documents (oldest first, at most ``limit``) once the models serve (:attr:`serving`).
@@ -1217,8 +1232,32 @@ class Engine:
         if not dq:
             return [], 0.0
         limit, _ = self._deferred_limit()
+        ids = self._take_deferred(limit)
+        if not ids:
+            return [], 0.0
+        t0 = time.perf_counter()
+        try:
+            out = self._judge_deferred(ids)
+        except Exception as exc:  # noqa: BLE001 - the primary's labels are out: never lose the documents' commits
+            event(log, "first_verdicts_failed", logging.WARNING, error=f"{type(exc).__name__}: {exc}", documents=len(ids),
+                  action="judged one document at a time; a document that fails alone keeps only its verdicts so far")
+            out = []
+            for doc_id in ids:
+                try:
+                    out.extend(self._judge_deferred([doc_id]))
+                except Exception as one:  # noqa: BLE001
+                    event(log, "first_verdict_failed", logging.WARNING, id=doc_id, error=f"{type(one).__name__}: {one}")
+                    self.telemetry.first_verdicts_failed.inc()
+                    self._release_partial(doc_id)
+        seconds = time.perf_counter() - t0
+        self._deferred_cost = seconds / len(ids)
+        self._deferred_records = len(out) / len(ids)
+        return out, seconds + len(out) * self._record_emit_cost
+
+    def _take_deferred(self, limit: int) -> list[str]:
+        """Up to ``limit`` documents of the deferred queue that still wait for a verdict (oldest first)."""
+        dq = self._deferred
         ids: list[str] = []
-        rows: list[Row] = []
         taken: set[str] = set()
         partial, served = self.partial, self._served
         while dq and len(ids) < limit:
@@ -1228,11 +1267,13 @@ class Engine:
                 continue  # judged meanwhile (a revision pass), dropped (revoked) or queued twice (sent again)
             taken.add(doc_id)
             ids.append(doc_id)
-            rows.append(held[1])
         self.telemetry.first_verdicts_pending.set(len(dq))
-        if not ids:
-            return [], 0.0
-        t0 = time.perf_counter()
+        return ids
+
+    def _judge_deferred(self, ids: list[str]) -> list[Assignment]:
+        """The missing first verdicts of the partial documents ``ids``; releases those every algorithm judged."""
+        partial, served = self.partial, self._served
+        rows = [partial[i][1] for i in ids]
         models, primary, cfg = self.models, self.primary, self.config
         entries = [served[i] for i in ids]
         missing = {a: models[a] for k, a in enumerate(cfg.algorithms)
@@ -1268,10 +1309,7 @@ class Engine:
             if all(v is not None for v in entry.verdicts):
                 self._release_partial(doc_id)
             # else an algorithm without a model yet: its first model's revision pass judges the document
-        seconds = time.perf_counter() - t0
-        self._deferred_cost = seconds / len(ids)
-        self._deferred_records = len(out) / len(ids)
-        return out, seconds + len(out) * self._record_emit_cost
+        return out
 
     def _revise(self, budget: float | None = None) -> list[Assignment]:
         """One chunk of the revision pass: re-assign up to ``revision_chunk`` window documents with the newest models.

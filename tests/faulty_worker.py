@@ -37,13 +37,13 @@ SENDFAIL_ID = os.environ.get("FAULT_SENDFAIL_ID")
 _real_process = Engine.process
 
 
-def _process(self: Engine, docs: Any) -> Any:
+def _process(self: Engine, docs: Any, **kw: Any) -> Any:
     ids = {d.id for d in docs}
     if KILL_ID in ids:
         os.kill(os.getpid(), signal.SIGKILL)
     if RAISE_ID in ids:
         raise RuntimeError(f"injected failure for {RAISE_ID}")
-    return _real_process(self, docs)
+    return _real_process(self, docs, **kw)
 
 
 class _FaultyProducer:

@@ -1414,3 +1414,22 @@ def test_prequential_seed_checks_run_in_batches_by_count_or_time(lab, monkeypatc
     assert checked() == base + 11 * 2
     eng.label("last", [NAMES[0]], text=text(NAMES[0], 500))
     assert eng.held_out_accuracy() is not None and checked() == base + 12 * 2, "a primary choice checks first"
+
+
+def test_deferred_first_verdicts_that_fail_never_raise_nor_hold_commits_forever(lab, caplog) -> None:
+    eng = make()
+    seed_topics(eng)
+    eng.process(docs(6))
+    eng.deferred_budget_s = 1e-9               # one deferred document per call
+    out = eng.process(docs(3, 100), background=False)
+    assert [(a.id, a.algorithm) for a in out.assignments] == [(f"d{i}", CK) for i in range(100, 103)]
+    assert eng.first_verdicts_pending == 3, "background=False: nothing but the fresh documents"
+    assert [(a.id, a.algorithm) for a in eng.background().assignments] == [("d100", SK)]
+    lab.fail_predict = True                    # the other algorithm's predictions now fail
+    with caplog.at_level(logging.WARNING, logger="streamsemi.engine"):
+        got = eng.background()
+    assert got.assignments == [] and "first_verdict_failed" in caplog.text
+    assert sample(eng.telemetry.first_verdicts_failed) == 1 and "d101" not in eng.partial, "released, not held"
+    lab.fail_predict = False
+    assert [(a.id, a.algorithm) for a in eng.background().assignments] == [("d102", SK)]
+    assert not eng.partial and eng.first_verdicts_pending == 0

@@ -48,12 +48,12 @@ def _assigned(w):
 def _failing_on(w, bad_id, calls=None):
     real = w.engine.process
 
-    def process(docs):
+    def process(docs, **kw):
         if calls is not None:
             calls.append([d.id for d in docs])
         if any(d.id == bad_id for d in docs):
             raise RuntimeError(f"cannot process {bad_id}")
-        return real(docs)
+        return real(docs, **kw)
 
     w.engine.process = process
 
@@ -130,9 +130,9 @@ def test_a_batch_in_flight_at_a_crash_is_processed_one_record_at_a_time(r8, tmp_
     markers = []
     real_process = w.engine.process
 
-    def process(docs):
+    def process(docs, **kw):
         markers.append(json.loads((tmp_path / "inflight.json").read_text()))
-        return real_process(docs)
+        return real_process(docs, **kw)
 
     w.engine.process = process
     w.consumer.feed(tp, [_doc(r8, i) for i in range(3)])
@@ -215,9 +215,11 @@ class _ShippingProducer(FakeProducer):
     def __init__(self) -> None:
         super().__init__()
         self.ships = self.flushes = 0
+        self.shipped_at: list[int] = []  # records sent when each ship happened
 
     def ship(self) -> None:
         self.ships += 1
+        self.shipped_at.append(len(self.sent))
 
     def flush(self, timeout: float | None = None) -> None:
         self.flushes += 1
@@ -229,7 +231,7 @@ def test_with_the_producer_process_the_loop_ships_commits_what_is_acknowledged_a
     w.ledger.producer = p = _ShippingProducer()
     w.consumer.feed(tp, [_doc(r8, i) for i in range(4)])
     w.step()  # the first model: assignments, labels, clusters and suggestions records
-    assert p.ships == 1 and p.flushes == 0, "handed over, not waited for"
+    assert p.ships == 2 and p.flushes == 0, "handed over (the fresh outputs, then the background work's), not waited for"
     assert _assigned(w) == {"d0", "d1", "d2", "d3"} and w.consumer.commits == []
     p.ack()
     w.step()
@@ -265,8 +267,15 @@ def test_documents_the_primary_served_alone_hold_the_commit_until_every_algorith
     w.step()
     assert w.consumer.committed_offsets == {tp: 2}
     w.engine._deferred_cost = 1.0  # one second per document: the 0.1 s budget judges one document per loop
+    w.ledger.producer = p = _ShippingProducer()
+    p.auto_ack = True
     w.consumer.feed(tp, [_doc(r8, i) for i in range(2, 6)], start=2)
     w.step()
+    assert p.ships == 2
+    shipped_first = [(t, json.loads(v)["algorithm"]) for t, _, v, _ in p.sent[:p.shipped_at[0]]
+                     if t == w.settings.assignments_topic]
+    assert shipped_first == [(w.settings.assignments_topic, "constrained-kmeans")] * 4, \
+        "the primary's assignments are handed over before the other algorithm's verdicts are computed"
 
     def ids(algorithm):
         return [json.loads(v)["id"] for v in w.ledger.producer.values(w.settings.assignments_topic)

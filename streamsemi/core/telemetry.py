@@ -78,6 +78,10 @@ class Telemetry:
         self.first_verdicts_pending = Gauge(
             "streamsemi_first_verdicts_pending",
             "Documents the primary served whose other algorithms' first verdicts are still to come", registry=r)
+        self.first_verdicts_failed = Counter(
+            "streamsemi_first_verdicts_failed",
+            "Documents the primary served whose other algorithms' verdicts failed even alone (released without them)",
+            registry=r)
         self.primary = Gauge("streamsemi_primary", "1 for the primary algorithm, 0 for the other enabled ones",
                              ["algorithm"], registry=r)
         self.broker_errors = Counter("streamsemi_broker_errors", "Kafka client errors, by kind", ["kind"], registry=r)

@@ -149,6 +149,9 @@ class AssignWorker(Worker):
     def _engine_process(self, docs: list[Any]) -> Any:
         return self.engine.serve(docs)
 
+    def _engine_background(self) -> Any:
+        return None  # no window: no revision pass; serve() judges every algorithm at once
+
     def _swap(self) -> None:
         pub = self.models_reader.latest() if self.models_reader is not None else None
         if pub is None or pub.publication_id == self.adopted:

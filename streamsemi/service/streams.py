@@ -330,11 +330,12 @@ class StreamEngines:
         self.publish_gauges(versions=False)
         return n
 
-    def process(self, docs: Sequence[Document]) -> ProcessResult:
+    def process(self, docs: Sequence[Document], *, background: bool = True) -> ProcessResult:
         """Route ``docs`` by stream and run every stream's engine; outputs tagged with their stream.
 
         Each stream's documents keep their order; the assignments come stream by
         stream (in the order the streams were created), then every stream's revisions.
+        ``background``: as :meth:`Engine.process` (the worker calls :meth:`background` later).
         """
         groups, rejected = self._group(docs)
         assignments: list[Assignment] = []
@@ -350,7 +351,7 @@ class StreamEngines:
             elif name in self._spilling and not self.spills(eng):
                 self._spilling.discard(name)
                 event(log, "stream_spill_ended", stream=name, ready=eng.ready, buffered=len(eng.buffer))
-            result = eng.process(group)
+            result = eng.process(group, background=background)
             for a in result.assignments:
                 a.stream = name
             for a in result.revisions:
@@ -360,6 +361,21 @@ class StreamEngines:
             rejected.extend(result.rejected)
         self.publish_gauges()
         return ProcessResult(assignments, rejected, revisions)
+
+    def background(self) -> ProcessResult:
+        """:meth:`Engine.background` of every stream, outputs tagged with their stream."""
+        assignments: list[Assignment] = []
+        revisions: list[Assignment] = []
+        for name, eng in list(self.engines.items()):
+            result = eng.background()
+            for a in result.assignments:
+                a.stream = name
+            for a in result.revisions:
+                a.stream = name
+            assignments.extend(result.assignments)
+            revisions.extend(result.revisions)
+        self.publish_gauges()
+        return ProcessResult(assignments, [], revisions)
 
     @staticmethod
     def spills(eng: Engine) -> bool:
