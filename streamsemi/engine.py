@@ -531,8 +531,6 @@ class Engine:
         self.revision_budget_s: float | None = None
         # seconds of deferred first verdicts per process() call (None: all of them; the worker sets a budget)
         self.deferred_budget_s: float | None = None
-        # first_verdicts = primary applies now (the worker turns it off while it catches up with a backlog)
-        self.defer_first_verdicts = True
         self._revision_cost: float | None = None  # seconds per document of the last revision chunk
         self._revision_records = 0.0  # output records per document of the last revision chunk
         self._deferred_cost: float | None = None  # seconds per document of the last deferred first verdicts
@@ -1037,8 +1035,8 @@ class Engine:
             for doc, _ in items:
                 served.pop(doc.id, None)   # a document sent again starts over (revision 0)
                 served[doc.id] = _Served(len(self.config.algorithms))
-        defer = (defer and track and self.defer_first_verdicts and self.config.first_verdicts == "primary"
-                 and len(models) > 1 and primary in models)
+        defer = (defer and track and self.config.first_verdicts == "primary" and len(models) > 1
+                 and primary in models)
         verdicts = self._assign_all({primary: models[primary]} if defer else models, X, rows,
                                     [doc.id for doc, _ in items])
         if track and len(verdicts) < len(self.config.algorithms):

@@ -296,28 +296,3 @@ def test_documents_the_primary_served_alone_hold_the_commit_until_every_algorith
     assert w.consumer.poll_timeouts[-3:] == [0, 0, 0], "no wait for records while verdicts are pending"
     w.step()
     assert w.consumer.poll_timeouts[-1] == 500
-
-
-def test_a_worker_catching_up_with_a_backlog_assigns_every_algorithm_at_once(r8):
-    """first_verdicts = primary while it keeps up; more than a poll's worth waiting: every verdict at once."""
-    w, tp = _worker(r8)
-    w.engine = Engine(EngineConfig(algorithms=["constrained-kmeans", "seeded-kmeans"], primary="constrained-kmeans",
-                                   background_refit=False, min_docs_first_refit=1, refit_every_docs=0,
-                                   refit_growth=0, refit_idle_s=0, drift_detection=False, min_seed_classes=2,
-                                   min_seeds_per_class=1, first_fit_stable_seeds=0), w.telemetry)
-    for i in range(40):
-        w.engine.label(f"s{i}", [r8.labels[i]], text=r8.texts[i])
-    w.consumer.feed(tp, [_doc(r8, i) for i in range(2)])
-    w.step()
-    w.settings.values["max_poll_records"] = 3
-    w.consumer.hw[tp] = 2 + 4                    # the next poll's 4 documents wait: 4 > 3 after the step's lag update
-    w.step()
-    assert w.engine.backlog == 4
-    w.engine._deferred_cost = 1.0                # would defer all but one per loop
-    w.consumer.feed(tp, [_doc(r8, i) for i in range(2, 6)], start=2)
-    w.step()
-    assert not w.engine.defer_first_verdicts and w.engine.first_verdicts_pending == 0, "catching up: all at once"
-    assert not w.engine.partial
-    w.consumer.hw[tp] = 6                        # caught up
-    w.step()
-    assert w.engine.defer_first_verdicts

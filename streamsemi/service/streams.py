@@ -219,7 +219,6 @@ class StreamEngines:
         self._fitter: FairFitter | None = None
         self.revision_budget_s: float | None = None
         self.deferred_budget_s: float | None = None
-        self.defer_first_verdicts = True
         self.backlog = 0          # documents waiting on the broker: every stream's first fit waits (they may be its own)
         self.refits_enabled = True  # False: no stream starts a refit (assigners; a standby refitter, stream_roles)
         self._seed_total = -1
@@ -294,7 +293,6 @@ class StreamEngines:
 
     revision_budget_s = _Broadcast()
     deferred_budget_s = _Broadcast()
-    defer_first_verdicts = _Broadcast()
     backlog = _Broadcast()
     refits_enabled = _Broadcast()
 

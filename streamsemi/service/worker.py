@@ -328,10 +328,6 @@ class Worker:
         # documents wait: the fresh outputs are handed over before this work (_background), so it delays only the
         # next poll; with the busy revision budget (0.02 s) the loop's fixed costs ate a third of it
         self.engine.deferred_budget_s = DEFERRED_BUDGET_S
-        # first_verdicts = primary while the worker keeps up (labels first); while more than a poll's worth of
-        # documents waits on the broker it catches up with every verdict at once (fewer, larger batches:
-        # measured at full speed, 1,144-1,238 docs/s deferred against 1,316-1,528 at once, s12_six_*)
-        self.engine.defer_first_verdicts = self.engine.backlog <= self.settings.max_poll_records
         if records is not None:
             self._process(records)
             self._emit_suggestions()
