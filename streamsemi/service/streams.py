@@ -113,6 +113,16 @@ class FairFitter:
         return self.run(False, *args, **kwargs)
 
 
+def _collect(stream: str, result: ProcessResult, assignments: list[Assignment], revisions: list[Assignment]) -> None:
+    """``result``'s assignments and revisions, tagged with their ``stream``, appended to the lists."""
+    for a in result.assignments:
+        a.stream = stream
+    for a in result.revisions:
+        a.stream = stream
+    assignments.extend(result.assignments)
+    revisions.extend(result.revisions)
+
+
 class _Broadcast:
     """An engine setting the worker sets on :class:`StreamEngines`: kept there and passed on to every stream's
     engine, those that exist and those created later."""
@@ -352,12 +362,7 @@ class StreamEngines:
                 self._spilling.discard(name)
                 event(log, "stream_spill_ended", stream=name, ready=eng.ready, buffered=len(eng.buffer))
             result = eng.process(group, background=background)
-            for a in result.assignments:
-                a.stream = name
-            for a in result.revisions:
-                a.stream = name
-            assignments.extend(result.assignments)
-            revisions.extend(result.revisions)
+            _collect(name, result, assignments, revisions)
             rejected.extend(result.rejected)
         self.publish_gauges()
         return ProcessResult(assignments, rejected, revisions)
@@ -367,13 +372,7 @@ class StreamEngines:
         assignments: list[Assignment] = []
         revisions: list[Assignment] = []
         for name, eng in list(self.engines.items()):
-            result = eng.background()
-            for a in result.assignments:
-                a.stream = name
-            for a in result.revisions:
-                a.stream = name
-            assignments.extend(result.assignments)
-            revisions.extend(result.revisions)
+            _collect(name, eng.background(), assignments, revisions)
         self.publish_gauges()
         return ProcessResult(assignments, [], revisions)
 
