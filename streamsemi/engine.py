@@ -32,9 +32,9 @@ re-assigns them with the new models and returns the assignments that changed in
 
 First verdicts (``first_verdicts = "primary"``, the default, with several algorithms
 and revisions on): a fresh document is assigned by the primary alone; the other
-algorithms' first verdicts (``revision`` 0 too) follow after the call's fresh
-documents, within the time budget of the call (:attr:`Engine.revision_budget_s`, larger
-the more documents wait; all of them when no budget is set, as in process). Until then
+algorithms' first verdicts (``revision`` 0 too) follow in :meth:`Engine.background`, after
+the fresh documents, within :attr:`Engine.deferred_budget_s` (larger the more documents
+wait; all of them when no budget is set, as in process). Until then
 the document is *partial* (:attr:`Engine.partial`): its source holds back the worker's
 commits, so a crash reads it again. The labels a user consumes (the primary's) never
 wait for the comparison algorithms (issue 16).
@@ -1189,8 +1189,8 @@ class Engine:
         cost = self._revision_cost + self._revision_records * self._record_emit_cost
         return max(1, min(limit, int(budget / max(cost, 1e-9))))
 
-    def _deferred_limit(self) -> tuple[int, float | None]:
-        """Deferred documents to judge in this call and their budget (seconds; None: every one of them).
+    def _deferred_limit(self) -> int:
+        """Deferred documents to judge in this call (every one of them without a :attr:`deferred_budget_s`).
 
         The budget is :attr:`deferred_budget_s` scaled up by the square of the share of the
         ``max_buffered_docs`` bound the partial documents fill (``DEFERRED_PRESSURE``): a
@@ -1199,13 +1199,13 @@ class Engine:
         """
         n = len(self._deferred)
         if self.deferred_budget_s is None:
-            return n, None
+            return n
+        if self._deferred_cost is None:
+            return min(n, REVISION_PROBE)
         fill = min(1.0, len(self.partial) / max(1, self.config.max_buffered_docs))
         budget = self.deferred_budget_s * (1.0 + DEFERRED_PRESSURE * fill * fill)
-        if self._deferred_cost is None:
-            return min(n, REVISION_PROBE), budget
         cost = self._deferred_cost + self._deferred_records * self._record_emit_cost
-        return max(1, min(n, int(budget / max(cost, 1e-9)))), budget
+        return max(1, min(n, int(budget / max(cost, 1e-9))))
 
     def note_emit(self, seconds: float, records: int) -> None:
         """The caller's ``seconds`` to emit the ``records`` output records of the last call (encode, send).
@@ -1231,8 +1231,7 @@ class Engine:
         dq = self._deferred
         if not dq:
             return [], 0.0
-        limit, _ = self._deferred_limit()
-        ids = self._take_deferred(limit)
+        ids = self._take_deferred(self._deferred_limit())
         if not ids:
             return [], 0.0
         t0 = time.perf_counter()

@@ -415,7 +415,7 @@ class Worker:
         docs, dead = self._parse(records)
         positions = [(tp, r.offset) for tp, r in records]
         self.inflight.begin(positions)
-        assignments, failed, revisions = self._process_docs(docs)
+        assignments, failed = self._process_docs(docs)
         raw = {(tp, r.offset): r for tp, r in records}
         for doc, exc in failed:
             tp, offset = doc.source
@@ -426,9 +426,8 @@ class Worker:
             dead.append((dead_letter(encode_json(op), rej.reason, rej.detail, self.settings.control_topic), rej))
         t_emit = time.perf_counter()
         self._emit(assignments, dead)
-        self._emit(revisions, [])  # after the fresh ones; they belong to no consumed record
-        # the cost per record sizes the deferred first verdicts and revision chunks (Engine.revision_budget_s)
-        self.engine.note_emit(time.perf_counter() - t_emit, len(assignments) + len(revisions))
+        # the cost per record sizes the deferred first verdicts and revision chunks (_background)
+        self.engine.note_emit(time.perf_counter() - t_emit, len(assignments))
         self._reemit_resolved()
         self._emit_cluster_events()
         self.ledger.advance(positions)  # every record has its outputs sent (or is buffered: _held)
@@ -450,13 +449,12 @@ class Worker:
                 docs.append(parsed)
         return docs, dead
 
-    def _process_docs(self, docs: list[Document]) -> tuple[list[Assignment], list[tuple[Document, BaseException]],
-                                                          list[Assignment]]:
-        """``engine.process(docs)``; when it raises, each document again on its own.
+    def _process_docs(self, docs: list[Document]) -> tuple[list[Assignment], list[tuple[Document, BaseException]]]:
+        """``engine.process(docs)`` of the fresh documents; when it raises, each document again on its own.
 
-        Returns the assignments, the documents whose processing raised (with the
-        exception) and the revised assignments of earlier documents (one chunk of a
-        revision pass); rejected documents become dead letters on the way (``no_terms``).
+        Returns the assignments and the documents whose processing raised (with the
+        exception); rejected documents become dead letters on the way (``no_terms``).
+        Revisions and deferred first verdicts come from :meth:`_background`.
         """
         try:
             result = self._engine_process(docs)
@@ -464,18 +462,16 @@ class Worker:
             if len(docs) == 1:
                 event(log, "processing_failed", logging.WARNING, error=_error(exc), id=docs[0].id,
                       partition=docs[0].source[0].partition, offset=docs[0].source[1], action="dead-lettered")
-                return [], [(docs[0], exc)], []
+                return [], [(docs[0], exc)]
             event(log, "batch_processing_failed", logging.WARNING, error=_error(exc), records=len(docs),
                   action="processing the batch's documents one at a time" if docs else "skipped this tick")
             assignments: list[Assignment] = []
             failed: list[tuple[Document, BaseException]] = []
-            revisions: list[Assignment] = []
             for doc in docs:
-                got, bad, revised = self._process_docs([doc])
+                got, bad = self._process_docs([doc])
                 assignments.extend(got)
                 failed.extend(bad)
-                revisions.extend(revised)
-            return assignments, failed, revisions
+            return assignments, failed
         dead = []
         for doc, rej in result.rejected:
             tp, offset = doc.source
@@ -483,7 +479,7 @@ class Worker:
             dead.append((dead_letter(raw, rej.reason, rej.detail, tp.topic, tp.partition, offset), rej))
         if dead:
             self._emit([], dead)
-        return result.assignments, [], result.revisions
+        return result.assignments, []
 
     def _engine_process(self, docs: list[Document]) -> Any:
         """``engine.process`` of the fresh documents alone (the ``assign`` role serves without a window:
