@@ -116,6 +116,7 @@ Interpretations (the paper is loose; each choice and why)
 
 from __future__ import annotations
 
+import weakref
 from numbers import Integral, Real
 from typing import Any
 
@@ -139,6 +140,10 @@ from streamsemi.algorithms.base import (
 )
 from streamsemi.algorithms.constrained_kmeans import farthest_point_centroids, seed_means
 from streamsemi.core.features import idf_weights, l1_normalize_rows, l2_normalize_rows, tfidf
+
+#: Per fitted model, :func:`centre_terms` of its centres and feature scales (weak keys: an
+#: entry goes with its model; keyed by the arrays' identity, so a refit recomputes them).
+_CENTRE_TERMS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 VARIANTS = ("sk", "ck", "ap", "sap")
 
@@ -232,8 +237,26 @@ def significant_cluster_features(rif: np.ndarray, cluster_freq: np.ndarray, sfc:
     return rif[cluster_freq[rif] >= cluster_freq[sfc].mean()]
 
 
+def centre_terms(C: np.ndarray, G: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The cluster side of :func:`weighted_cosine`, which does not depend on the documents.
+
+    Returns
+    -------
+    CGG_T : ndarray (m x K)
+        ``(c_k * g_k * g_k)`` of every cluster, transposed and C-contiguous (the right-hand
+        side of the sparse product: scipy would copy a transposed view in full per call).
+    centre_norms : ndarray (K,)
+        ``||c_k * g_k||``.
+    GG_T : ndarray (m x K)
+        ``g_k * g_k`` transposed, for :func:`weighted_doc_norms`.
+    """
+    GG = G * G
+    return np.ascontiguousarray((C * GG).T), np.linalg.norm(C * G, axis=1), np.ascontiguousarray(GG.T)
+
+
 def weighted_cosine(Xn: sp.csr_matrix, Xn_sq: sp.csr_matrix, C: np.ndarray, G: np.ndarray,
-                    doc_norms: np.ndarray | None = None) -> np.ndarray:
+                    doc_norms: np.ndarray | None = None,
+                    terms: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> np.ndarray:
     """Cosine of every row to every cluster centre, each in its cluster's weighted space.
 
     ``S[i, k] = <x_i * g_k, c_k * g_k> / (||x_i * g_k|| ||c_k * g_k||)``; with
@@ -251,11 +274,15 @@ def weighted_cosine(Xn: sp.csr_matrix, Xn_sq: sp.csr_matrix, C: np.ndarray, G: n
         Per-cluster feature scales ``g_k``.
     doc_norms : ndarray (n x K), optional
         ``||x_i * g_k||`` (:func:`weighted_doc_norms`), when already known.
+    terms : tuple, optional
+        :func:`centre_terms` of ``C`` and ``G``, when already known (a fitted model's
+        predictions reuse them: computing them is ``O(K m)`` per call).
     """
+    CGG_T, centre_norms, GG_T = terms if terms is not None else centre_terms(C, G)
     if doc_norms is None:
-        doc_norms = weighted_doc_norms(Xn_sq, G)
-    num = np.asarray(Xn @ (C * (G * G)).T)
-    den = doc_norms * np.linalg.norm(C * G, axis=1)[None, :]
+        doc_norms = np.sqrt(np.maximum(np.asarray(Xn_sq @ GG_T), 0.0))
+    num = np.asarray(Xn @ CGG_T)
+    den = doc_norms * centre_norms[None, :]
     out = np.zeros_like(num)
     np.divide(num, den, out=out, where=den > 0)
     return out
@@ -263,7 +290,7 @@ def weighted_cosine(Xn: sp.csr_matrix, Xn_sq: sp.csr_matrix, C: np.ndarray, G: n
 
 def weighted_doc_norms(Xn_sq: sp.csr_matrix, G: np.ndarray) -> np.ndarray:
     """``||x_i * g_k||`` for every row ``i`` and cluster ``k`` (n x K)."""
-    return np.sqrt(np.maximum(np.asarray(Xn_sq @ (G * G).T), 0.0))
+    return np.sqrt(np.maximum(np.asarray(Xn_sq @ np.ascontiguousarray((G * G).T)), 0.0))
 
 
 def select_trust_samples(score: np.ndarray, labels: np.ndarray, eligible: np.ndarray,
@@ -606,6 +633,7 @@ class FSL(DiscoveryMixin, ScoresClassifierMixin, TransformerMixin, StreamsemiEst
 
     def fit(self, X: Any, y: Any) -> FSL:
         """Fit on counts ``X`` with seed labels ``y`` (None/-1/"" = unlabeled)."""
+        _CENTRE_TERMS.pop(self, None)
         if uses_calibrated(self):
             return fit_calibrated(self, X, y)
         X, codes, classes = self._fit_inputs(X, y)
@@ -853,7 +881,13 @@ class FSL(DiscoveryMixin, ScoresClassifierMixin, TransformerMixin, StreamsemiEst
     def _scores(self, X: Any) -> np.ndarray:
         X = self._validate_counts(X, reset=False)
         Xn = tfidf(sp.csr_matrix(X[:, self.columns_]), self.idf_)
-        return weighted_cosine(Xn, Xn.multiply(Xn).tocsr(), self.cluster_centers_, self.feature_scales_)
+        C, G = self.cluster_centers_, self.feature_scales_
+        key = (id(C), id(G))
+        hit = _CENTRE_TERMS.get(self)
+        if hit is None or hit[0] != key:
+            hit = (key, centre_terms(C, G))
+            _CENTRE_TERMS[self] = hit
+        return weighted_cosine(Xn, Xn.multiply(Xn).tocsr(), C, G, terms=hit[1])
 
     def _softmax_temperature(self) -> float:
         return float(self.temperature)
@@ -922,7 +956,7 @@ def _scale_rows_l1(X: sp.csr_matrix, g: np.ndarray | None) -> sp.csr_matrix:
 
 
 __all__ = ["FSL", "VARIANTS", "confidence", "cumulative_confidence", "update_rif_weights",
-           "rich_information_features", "significant_cluster_features", "weighted_cosine",
+           "rich_information_features", "significant_cluster_features", "weighted_cosine", "centre_terms",
            "weighted_doc_norms",
            "select_trust_samples", "ap_preferences", "affinity_propagation", "triset_similarity",
            "bursty_features"]
