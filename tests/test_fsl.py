@@ -20,8 +20,10 @@ from streamsemi.algorithms.fsl import (
     select_trust_samples,
     significant_cluster_features,
     triset_similarity,
+    trust_quota_reached,
     update_rif_weights,
     weighted_cosine,
+    weighted_doc_norms,
 )
 from streamsemi.evaluation.metrics import accuracy_hungarian
 
@@ -305,3 +307,50 @@ def test_degenerate_inputs():
     m = FSL(variant="ap").fit(X, ["a", "b", None])
     with pytest.raises(ValueError, match="features"):
         m.predict(sp.csr_matrix((1, 5)))
+
+
+def test_trust_quota_counts_trust_samples_against_seeds():
+    seeds = np.array([0, 1, 1, -1, -1, -1, -1, -1])
+    labeled = np.array([0, 1, 1, 0, -1, 1, 2, -1])  # class 0: 1 seed + 1 trust; class 1: 2 seeds + 1 trust
+    assert trust_quota_reached(labeled, seeds, 2, 1.0).tolist() == [True, False]
+    assert trust_quota_reached(labeled, seeds, 2, 0.5).tolist() == [True, True]
+    assert trust_quota_reached(labeled, seeds, 2, 2.0).tolist() == [False, False]
+    assert trust_quota_reached(seeds, seeds, 2, 0.0).tolist() == [True, True]
+
+
+def test_max_trust_per_seed_bounds_each_class_trust_samples(corpus):
+    Xtr, seeds, *_ = corpus
+    m = FSL(max_iter=8, patience=8, trust_new_clusters=False).fit(Xtr, seeds)
+    capped = FSL(max_iter=8, patience=8, trust_new_clusters=False, max_trust_per_seed=0.2).fit(Xtr, seeds)
+    n_seeds = {c: int((seeds == c).sum()) for c in capped.classes_}
+    got = {c: 0 for c in capped.classes_}
+    for rows in capped.trust_samples_:
+        for c in capped.classes_[capped.labels_[rows]]:
+            got[c] += 1
+    assert all(got[c] <= np.ceil(0.2 * n_seeds[c]) for c in got), (got, n_seeds)  # none once at the quota
+    uncapped = sum(len(r) for r in m.trust_samples_)
+    assert sum(got.values()) < uncapped  # the bound bites on this corpus
+
+
+def test_weighted_cosine_with_precomputed_terms_and_prediction_cache(corpus):
+    from streamsemi.algorithms import fsl as fsl_module
+
+    rng = np.random.default_rng(3)
+    Xn = sp.random(30, 40, density=0.2, format="csr", random_state=1)
+    C, G = rng.random((4, 40)), 1.0 + rng.random((4, 40))
+    Xn_sq = Xn.multiply(Xn).tocsr()
+    plain = weighted_cosine(Xn, Xn_sq, C, G)
+    np.testing.assert_array_equal(weighted_cosine(Xn, Xn_sq, C, G, terms=fsl_module.centre_terms(C, G)), plain)
+    np.testing.assert_array_equal(weighted_cosine(Xn, Xn_sq, C, G, weighted_doc_norms(Xn_sq, G)), plain)
+    dense = Xn.toarray()
+    ref = dense @ (C * G * G).T
+    den = np.sqrt((dense[:, None, :] ** 2 * G[None] ** 2).sum(axis=2)) * np.linalg.norm(C * G, axis=1)[None]
+    np.testing.assert_allclose(plain, np.divide(ref, den, out=np.zeros_like(ref), where=den > 0))
+    Xtr, seeds, ytr, Xte, *_ = corpus
+    m = FSL(max_iter=3).fit(Xtr, seeds)
+    first = m.predict_proba(Xte)
+    assert m in fsl_module._CENTRE_TERMS
+    np.testing.assert_array_equal(m.predict_proba(Xte), first)  # from the cached terms
+    m.fit(Xtr[::-1], seeds[::-1])  # a refit drops the cached terms of the former model
+    fresh = FSL(max_iter=3).fit(Xtr[::-1], seeds[::-1])
+    np.testing.assert_array_equal(m.predict_proba(Xte), fresh.predict_proba(Xte))

@@ -293,6 +293,27 @@ def weighted_doc_norms(Xn_sq: sp.csr_matrix, G: np.ndarray) -> np.ndarray:
     return np.sqrt(np.maximum(np.asarray(Xn_sq @ np.ascontiguousarray((G * G).T)), 0.0))
 
 
+def trust_quota_reached(labeled: np.ndarray, seeds: np.ndarray, n_known: int, per_seed: float) -> np.ndarray:
+    """Seeded classes whose trust samples already number ``per_seed`` times their seeds.
+
+    Parameters
+    ----------
+    labeled : ndarray of int (n,)
+        Class code of each row in the labeled set (seeds and trust samples), -1 otherwise.
+    seeds : ndarray of int (n,)
+        Class code of each seed, -1 otherwise.
+    n_known : int
+    per_seed : float
+
+    Returns
+    -------
+    ndarray of bool (n_known,)
+    """
+    n_seeds = np.bincount(seeds[seeds >= 0], minlength=n_known)[:n_known]
+    n_labeled = np.bincount(labeled[labeled >= 0], minlength=n_known)[:n_known]
+    return n_labeled - n_seeds >= per_seed * n_seeds
+
+
 def select_trust_samples(score: np.ndarray, labels: np.ndarray, eligible: np.ndarray,
                          n_clusters: int) -> np.ndarray:
     """One trust sample per cluster: the eligible member with the best membership (Eq. 1).
@@ -507,6 +528,11 @@ class FSL(DiscoveryMixin, ScoresClassifierMixin, TransformerMixin, StreamsemiEst
         the trust samples accepted so far, ``"seeds"`` the seeds only. Fewer wrong trust
         samples on skewed corpora, but no net gain on the robustness protocol and lower
         20NG figures, so not the default: see ``docs/algorithms/fsl.md`` ("Robustness").
+    max_trust_per_seed : float or None, default=None
+        k-means variants: a seeded class takes trust samples only while it has fewer than
+        ``max_trust_per_seed`` times its seed count (None: one per iteration, the paper).
+        A class with one seed otherwise gets up to ``max_iter - 1`` trust samples from its
+        cluster, which outvote its seed once the cluster drifts to a bigger class.
     warm_start : bool, default=False
         k-means variants: start each outer iteration's k-means from the previous
         centres (False: re-initialise from the labeled set, seeds + trust samples).
@@ -588,6 +614,7 @@ class FSL(DiscoveryMixin, ScoresClassifierMixin, TransformerMixin, StreamsemiEst
         "trust_new_clusters": ["boolean"],
         "warm_start": ["boolean"],
         "trust_check": [StrOptions({"labeled", "seeds", "none"})],
+        "max_trust_per_seed": [Interval(Real, 0, None, closed="left"), None],
         "temperature": [Interval(Real, 0, None, closed="neither")],
         "random_state": RANDOM_STATE,
     }
@@ -600,7 +627,8 @@ class FSL(DiscoveryMixin, ScoresClassifierMixin, TransformerMixin, StreamsemiEst
                  ap_max_iter: int = 300, ap_damping: float = 0.8, phi: float = 0.5,
                  alpha: float = 1.0, beta: float = 0.5, gamma: float = 0.5,
                  rif_values: str = "tfidf", trust_new_clusters: bool = True,
-                 warm_start: bool = False, trust_check: str = "none", temperature: float = 0.05,
+                 warm_start: bool = False, trust_check: str = "none",
+                 max_trust_per_seed: float | None = None, temperature: float = 0.05,
                  random_state: int | None = 0) -> None:
         self.variant = variant
         self.feature_learning = feature_learning
@@ -626,6 +654,7 @@ class FSL(DiscoveryMixin, ScoresClassifierMixin, TransformerMixin, StreamsemiEst
         self.trust_new_clusters = trust_new_clusters
         self.warm_start = warm_start
         self.trust_check = trust_check
+        self.max_trust_per_seed = max_trust_per_seed
         self.temperature = temperature
         self.random_state = random_state
 
@@ -718,6 +747,8 @@ class FSL(DiscoveryMixin, ScoresClassifierMixin, TransformerMixin, StreamsemiEst
             trust = select_trust_samples(sim[np.arange(n), labels], labels, eligible, K)
             if not self.trust_new_clusters:
                 trust[n_known:] = -1
+            if self.max_trust_per_seed is not None:
+                trust[:n_known][trust_quota_reached(lab, codes, n_known, float(self.max_trust_per_seed))] = -1
             self.trust_samples_.append(trust[trust >= 0])
             W = self._learn_step(Xv, trust, labels, W, t, T)
             lab[trust[trust >= 0]] = np.flatnonzero(trust >= 0)
@@ -958,5 +989,5 @@ def _scale_rows_l1(X: sp.csr_matrix, g: np.ndarray | None) -> sp.csr_matrix:
 __all__ = ["FSL", "VARIANTS", "confidence", "cumulative_confidence", "update_rif_weights",
            "rich_information_features", "significant_cluster_features", "weighted_cosine", "centre_terms",
            "weighted_doc_norms",
-           "select_trust_samples", "ap_preferences", "affinity_propagation", "triset_similarity",
+           "select_trust_samples", "trust_quota_reached", "ap_preferences", "affinity_propagation", "triset_similarity",
            "bursty_features"]
