@@ -101,6 +101,40 @@ def test_inverted_kernel_matches_sparse_blocks_on_real_text(r8_subset):
     assert a_idx.shape == (100, 15) and a_idx.max() < 200
 
 
+def test_inverted_kernel_both_scans_and_ties_by_index():
+    """A query whose posting lists cover the window scans every document, a query of rare
+    terms only the documents it touched: both give the exact top k, and tied similarities
+    (duplicate documents) come in index order."""
+    from streamsemi.algorithms.cle import DENSE_SCAN_RATIO
+
+    rng = np.random.default_rng(5)
+    n, m = 400, 60
+    dense = (rng.random((n, m)) < 0.08) * rng.integers(1, 4, (n, m))
+    dense[:, 0] = 1  # a term in every document: a query with it reads n postings
+    dense[rng.choice(n, 40, replace=False)] = dense[7]  # 41 copies of one document: exact ties
+    R = l2_normalize_rows(sp.csr_matrix(dense.astype(float)))
+    RT = sp.csr_matrix(R.T)
+    common = sp.csr_matrix(([1.0, 1.0], ([0, 0], [0, 5])), shape=(1, m))
+    df = np.diff(RT.indptr)
+    rare = int(np.flatnonzero((df > 0) & (df < n // DENSE_SCAN_RATIO // 2))[0])
+    sparse_q = sp.csr_matrix(([1.0], ([0], [rare])), shape=(1, m))
+    Q = sp.vstack([l2_normalize_rows(common), sparse_q, R[7]], format="csr")
+    assert (Q @ RT).getnnz(axis=1)[1] < n // DENSE_SCAN_RATIO <= df[0]  # one query per path
+    for k in (1, 15, 50):
+        a_idx, a_sim = top_k_inverted(Q, RT, k)
+        b_idx, b_sim = top_k_similar(Q, R, RT, k)
+        _assert_same_neighbours(a_idx, a_sim, b_idx, b_sim, Q, R)
+        exact = (Q @ R.T).toarray()
+        for i in range(Q.shape[0]):
+            pos = a_sim[i] > 0
+            # the k best by (similarity desc, index asc), exactly
+            want = sorted(np.flatnonzero(exact[i] > 0), key=lambda j, i=i: (-exact[i, j], j))[:k]
+            assert a_idx[i][pos].tolist() == want
+    copies = np.flatnonzero((dense == dense[7]).all(axis=1))
+    idx, sim = top_k_inverted(R[7], RT, 15)
+    assert idx[0].tolist() == copies[:15].tolist() and np.allclose(sim[0], 1.0)
+
+
 def test_inverted_kernel_zero_similarity_and_small_window():
     X = l2_normalize_rows(sp.csr_matrix(np.array([[1.0, 0, 0], [1.0, 1, 0], [0, 0, 2]])))
     idx, sim = top_k_inverted(X, sp.csr_matrix(X.T), 5, exclude_self_offset=0)

@@ -94,6 +94,13 @@ def unit_rows(X: sp.csr_matrix, weighting: str, idf: np.ndarray | None) -> sp.cs
     raise ValueError(f"unknown weighting {weighting!r}; expected one of {WEIGHTINGS}")
 
 
+#: The neighbour search scans every window document instead of only the touched ones when a
+#: query's posting lists hold at least ``1 / DENSE_SCAN_RATIO`` of the window's size (issue 16:
+#: on 20NG a query reads ~36,000 postings of a 10,000-document window; remembering which
+#: documents it touched cost more than the sums).
+DENSE_SCAN_RATIO = 4
+
+
 def _block_rows(n_rows: int, n_cols: int, block_memory_mb: float) -> int:
     """Rows per block so that one dense block of similarities stays within the budget."""
     return int(max(1, min(n_rows, (block_memory_mb * 2**20) // (8 * max(n_cols, 1)))))
@@ -197,28 +204,51 @@ def _top_k_inverted(q_indptr: np.ndarray, q_indices: np.ndarray, q_data: np.ndar
     hv = np.empty(k)
     hi = np.empty(k, np.int64)
     for i in range(n_q):
-        nt = 0
+        postings = 0
         for p in range(q_indptr[i], q_indptr[i + 1]):
             f = q_indices[p]
-            w = q_data[p]
-            for pp in range(t_indptr[f], t_indptr[f + 1]):
-                j = t_indices[pp]
-                if not mark[j]:
-                    mark[j] = True
-                    touched[nt] = j
-                    nt += 1
-                acc[j] += w * t_data[pp]
-        if self_offset >= 0:
-            acc[self_offset + i] = 0.0
+            postings += t_indptr[f + 1] - t_indptr[f]
         hn = 0
-        for a in range(nt):
-            j = touched[a]
-            v = acc[j]
-            acc[j] = 0.0
-            mark[j] = False
-            if v > 0.0 and (hn < k or v >= hv[0]):
-                hn = _heap_push(hv, hi, hn, k, v, j)
-        order = np.argsort(-hv[:hn], kind="mergesort")
+        if postings >= n_r // DENSE_SCAN_RATIO:
+            # most documents are touched (a query with frequent terms): accumulate without
+            # remembering which, then scan every document once (same sums, same order)
+            for p in range(q_indptr[i], q_indptr[i + 1]):
+                f = q_indices[p]
+                w = q_data[p]
+                for pp in range(t_indptr[f], t_indptr[f + 1]):
+                    acc[t_indices[pp]] += w * t_data[pp]
+            if self_offset >= 0:
+                acc[self_offset + i] = 0.0
+            for j in range(n_r):
+                v = acc[j]
+                if v > 0.0:
+                    acc[j] = 0.0
+                    if hn < k or v >= hv[0]:
+                        hn = _heap_push(hv, hi, hn, k, v, j)
+        else:
+            nt = 0
+            for p in range(q_indptr[i], q_indptr[i + 1]):
+                f = q_indices[p]
+                w = q_data[p]
+                for pp in range(t_indptr[f], t_indptr[f + 1]):
+                    j = t_indices[pp]
+                    if not mark[j]:
+                        mark[j] = True
+                        touched[nt] = j
+                        nt += 1
+                    acc[j] += w * t_data[pp]
+            if self_offset >= 0:
+                acc[self_offset + i] = 0.0
+            for a in range(nt):
+                j = touched[a]
+                v = acc[j]
+                acc[j] = 0.0
+                mark[j] = False
+                if v > 0.0 and (hn < k or v >= hv[0]):
+                    hn = _heap_push(hv, hi, hn, k, v, j)
+        # decreasing similarity, ties by the smaller index (whatever order the heap holds them in)
+        by_index = np.argsort(hi[:hn])
+        order = by_index[np.argsort(-hv[:hn][by_index], kind="mergesort")]
         for a in range(hn):
             idx[i, a] = hi[order[a]]
             sim[i, a] = hv[order[a]]
