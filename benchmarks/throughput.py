@@ -36,7 +36,11 @@ record. The sender's own rate is written too (it must be well above both).
     (constrained k-means): issue 14's latency target.
 
 The worker's resident memory (VmRSS of the worker process and of its children, e.g.
-a fit process) is sampled every 0.5 s in every worker phase; the maximum is written.
+a fit process) is sampled every 0.5 s in every worker phase; the maximum is written. The
+CPU time of the worker process (user + system, all its threads) from the first measured
+document sent to the last output read is written per document (``worker_cpu_ms_per_doc``;
+its children's apart): the cost of serving, which varies far less with the machine's other
+load than the rates and latencies do, so paired runs of two trees compare on it first.
 
 Results: ``benchmarks/results/throughput[_TAG].json`` and ``.md`` (the command at the top).
 
@@ -127,6 +131,32 @@ def rss_kib(pid: int) -> int:
         except OSError:
             continue
     return total
+
+
+def cpu_seconds(pid: int) -> tuple[float, float]:
+    """CPU seconds (user + system) used so far by ``pid`` and, separately, by its live children.
+
+    The worker's own figure (its polling thread and helper threads) is the cost of serving
+    the documents: unlike wall-clock rates it hardly moves with what else the machine runs.
+    The children (fit and producer processes) are summed apart; the fit process works
+    whenever a refit round runs, whatever the documents.
+    """
+    tick = os.sysconf("SC_CLK_TCK")
+
+    def one(p: int) -> float:
+        try:
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            return 0.0
+        return (int(fields[11]) + int(fields[12])) / tick  # utime, stime (fields 14 and 15 of stat)
+
+    kids: list[int] = []
+    try:
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            kids.extend(int(k) for k in (task / "children").read_text().split())
+    except OSError:
+        pass
+    return one(pid), sum(one(k) for k in kids)
 
 
 class Corpus:
@@ -415,11 +445,13 @@ class Bench:
             msgs = self.take(name, n, self.args.seed_fraction)
             events_before = len(worker_events(log_path))
             spy = start_profiler(proc.pid, self.work / f"profile-{name}.txt")
+            cpu0 = cpu_seconds(proc.pid)
             sent = send(producer, topics, msgs, rate)
             producer.close()
             complete = reader.wait_for(list(sent), drain_s, lambda: proc.poll() is None)
             if full is not None:
                 complete_all = full.wait_for(list(sent), drain_s, lambda: proc.poll() is None)
+            cpu1 = cpu_seconds(proc.pid)
             stop_profiler(spy)
             if complete:
                 out = rate_of(sent, reader.first)
@@ -451,6 +483,9 @@ class Bench:
                 "revisions_records": reader.records - len(reader.first),
                 "revision_passes_during": [e.get("documents") for e in events if e.get("event") == "revision_pass_started"],
                 "worker_log": str(log_path),
+                # from the first document sent to the last output read (children that ended meanwhile not counted)
+                "worker_cpu_s": round(cpu1[0] - cpu0[0], 2), "children_cpu_s": round(cpu1[1] - cpu0[1], 2),
+                "worker_cpu_ms_per_doc": round(1000 * (cpu1[0] - cpu0[0]) / max(1, len(sent)), 3),
             })
         finally:
             stop.set()
@@ -535,14 +570,14 @@ def markdown(result: dict[str, Any]) -> str:
     rows = result["phases"]
     if any(k in rows for k in ("ck", "six")):
         lines += ["| algorithms | worker docs/s | bare loop docs/s | ratio | target | worker p99 (s) | refit rounds | "
-                  "max RSS (MiB) | sender docs/s |", "|---|---|---|---|---|---|---|---|---|"]
+                  "max RSS (MiB) | sender docs/s | worker CPU ms/doc |", "|---|---|---|---|---|---|---|---|---|---|"]
         for key, target in (("ck", 0.8), ("six", 0.5)):
             if key not in rows:
                 continue
             w, b = rows[key]["worker"], rows[key]["bare"]
             lines.append(f"| {', '.join(w['algorithms'])} | {w['docs_per_s']:,} | {b['docs_per_s']:,} | "
                          f"{rows[key]['ratio']:.2f} | >= {target} | {_lat(w['latency_s']['p99'], w)} | {w['refit_rounds_during']} | "
-                         f"{w['rss_max_mib']} | {w['send_docs_per_s']:,} |")
+                         f"{w['rss_max_mib']} | {w['send_docs_per_s']:,} | {w.get('worker_cpu_ms_per_doc', '?')} |")
         lines.append("")
     for key in ("latency", "latency-ck"):
         if key not in rows:
@@ -558,7 +593,9 @@ def markdown(result: dict[str, Any]) -> str:
                   f"ended during the phase ({w['refit_seconds_during']} s); revision passes started during the phase "
                   f"over {w.get('revision_passes_during', '?')} window documents, {w.get('revisions_records', '?')} "
                   f"revision records; max RSS {w['rss_max_mib']} MiB "
-                  "(worker + children; target < 2,048).", ""]
+                  "(worker + children; target < 2,048); CPU of the worker process "
+                  f"{w.get('worker_cpu_ms_per_doc', '?')} ms per document ({w.get('worker_cpu_s', '?')} s; "
+                  f"its children {w.get('children_cpu_s', '?')} s).", ""]
         if "all_algorithms" in w:
             a = w["all_algorithms"]["latency_s"]
             lines += [f"Every algorithm's first verdict of a document (the assignments topic; the figures above are the "
