@@ -335,6 +335,8 @@ def test_dashboard_has_every_panel_the_issue_asks_for():
         "dead letters": "sum by (reason) (rate(streamsemi_dead_letters_total",
         "quality (agreement)": "streamsemi_model_agreement{",
         "quality (seed accuracy)": "streamsemi_seed_accuracy{",
+        "fit process deaths": "increase(streamsemi_fit_process_deaths_total{",
+        "producer process deaths": "increase(streamsemi_producer_process_deaths_total{",
     }
     missing = [k for k, needle in required.items() if needle not in text]
     assert not missing, f"dashboard lacks: {missing}"
