@@ -113,17 +113,21 @@ def bare_main(args: argparse.Namespace) -> int:
 
 
 # ---------------------------------------------------------------- helpers
+def children(pid: int) -> list[int]:
+    """The live child processes of ``pid`` (every thread's; [] once it is gone)."""
+    kids: list[int] = []
+    try:
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            kids.extend(int(k) for k in (task / "children").read_text().split())
+    except OSError:
+        pass
+    return kids
+
+
 def rss_kib(pid: int) -> int:
     """VmRSS of ``pid`` plus its children's (KiB; 0 once gone)."""
     total = 0
-    pids = [pid]
-    try:
-        for task in Path(f"/proc/{pid}/task").iterdir():
-            kids = (task / "children").read_text().split()
-            pids.extend(int(k) for k in kids)
-    except OSError:
-        pass
-    for p in pids:
+    for p in [pid, *children(pid)]:
         try:
             for line in Path(f"/proc/{p}/status").read_text().splitlines():
                 if line.startswith("VmRSS:"):
@@ -150,13 +154,7 @@ def cpu_seconds(pid: int) -> tuple[float, float]:
             return 0.0
         return (int(fields[11]) + int(fields[12])) / tick  # utime, stime (fields 14 and 15 of stat)
 
-    kids: list[int] = []
-    try:
-        for task in Path(f"/proc/{pid}/task").iterdir():
-            kids.extend(int(k) for k in (task / "children").read_text().split())
-    except OSError:
-        pass
-    return one(pid), sum(one(k) for k in kids)
+    return one(pid), sum(one(k) for k in children(pid))
 
 
 class Corpus:

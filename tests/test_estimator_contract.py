@@ -384,3 +384,30 @@ def test_scikit_learn_estimator_checks(name):
     stale = passing & (set(expected) - VERSION_DEPENDENT)
     assert not stale, f"listed as expected failures but pass: {stale}"
     assert sum(r["status"] == "passed" for r in results) >= 30
+
+
+def test_derived_arrays_rebuild_when_a_source_is_replaced():
+    import numpy as np
+
+    from streamsemi.algorithms.base import DerivedArrays
+
+    class Model:
+        pass
+
+    cache: DerivedArrays[int] = DerivedArrays()
+    m, a = Model(), np.zeros(3)
+    builds = []
+    assert cache.get(m, (a, 2.0, "x"), lambda: builds.append(1) or len(builds)) == 1
+    assert cache.get(m, (a, 2.0, "x"), lambda: builds.append(1) or len(builds)) == 1  # same sources: kept
+    assert cache.get(m, (a.copy(), 2.0, "x"), lambda: builds.append(1) or len(builds)) == 2  # equal, not the same array
+    b = np.zeros(3)
+    cache.get(m, (b, 2.0, "x"), lambda: 0)
+    assert cache.get(m, (b, 3.0, "x"), lambda: 7) == 7  # another parameter value
+    assert m in cache
+    cache.drop(m)
+    assert m not in cache
+    del m
+    import gc
+
+    gc.collect()
+    assert len(cache._entries) == 0  # weak keys: the entry went with its model

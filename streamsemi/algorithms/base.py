@@ -26,9 +26,10 @@ input check (:func:`check_counts`) shared by ``fit`` and every scoring method.
 from __future__ import annotations
 
 import numbers
-from collections.abc import Sequence
+import weakref
+from collections.abc import Callable, Sequence
 from numbers import Integral
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 import numpy as np
 import scipy.sparse as sp
@@ -228,7 +229,40 @@ class StreamsemiEstimator(BaseEstimator):
         return explain_weights(self.classes_, self._explain_weights(), sketch, top_n)
 
 
-__all__ = ["RANDOM_STATE", "DegenerateInputError", "StreamsemiEstimator", "ScoresClassifierMixin",
+
+_T = TypeVar("_T")
+
+
+class DerivedArrays(Generic[_T]):
+    """Per fitted model, values derived from its fitted attributes for prediction (transposed or
+    combined arrays), kept outside the estimator (not checkpointed, ``predict`` leaves it as it
+    was) and rebuilt when a source changes.
+
+    Weak keys: an entry goes with its model. ``get(est, sources, build)`` returns the value
+    built for the same ``sources`` (arrays compared by identity: a refit or a restore replaces
+    them; other values by equality), else ``build()``, remembered.
+    """
+
+    def __init__(self) -> None:
+        self._entries: weakref.WeakKeyDictionary[Any, tuple[tuple[Any, ...], _T]] = weakref.WeakKeyDictionary()
+
+    def get(self, est: Any, sources: tuple[Any, ...], build: Callable[[], _T]) -> _T:
+        hit = self._entries.get(est)
+        if hit is None or len(hit[0]) != len(sources) or not all(
+                a is b or (not isinstance(a, np.ndarray) and a == b) for a, b in zip(hit[0], sources, strict=True)):
+            hit = (sources, build())
+            self._entries[est] = hit
+        return hit[1]
+
+    def drop(self, est: Any) -> None:
+        """Forget ``est``'s value (its ``fit`` replaces the sources anyway; this frees it at once)."""
+        self._entries.pop(est, None)
+
+    def __contains__(self, est: Any) -> bool:
+        return est in self._entries
+
+
+__all__ = ["RANDOM_STATE", "DerivedArrays", "DegenerateInputError", "StreamsemiEstimator", "ScoresClassifierMixin",
            "TransformerMixin", "check_counts", "check_count_matrix", "encode_single_labels",
            "encode_multi_labels", "check_n_clusters", "new_cluster_names", "softmax_rows",
            "explain_weights", "is_unlabeled", "target_list"]

@@ -28,7 +28,6 @@ fixed. All fitted state is plain numpy arrays (checkpointable with ``np.savez``)
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Sequence
 from numbers import Integral, Real
 from typing import Any
@@ -52,6 +51,7 @@ from streamsemi.algorithms.base import (
     NEW_CLUSTER_PREFIX,
     RANDOM_STATE,
     DegenerateInputError,
+    DerivedArrays,
     StreamsemiEstimator,
     check_n_clusters,
     encode_single_labels,
@@ -61,8 +61,8 @@ _MAX_TOPICS = 32767  # z and y are stored as int16
 
 # phi_.T in C order per fitted model, for the fold-in kernel: outside the estimator's __dict__
 # so that predict does not change the estimator (nor add an L x V array to its checkpoints)
-_PHI_T: weakref.WeakKeyDictionary[Any, tuple[np.ndarray, np.ndarray]] = weakref.WeakKeyDictionary()
-_CLASS_WORD_T: weakref.WeakKeyDictionary[Any, tuple[np.ndarray, np.ndarray, np.ndarray]] = weakref.WeakKeyDictionary()
+_PHI_T: DerivedArrays[np.ndarray] = DerivedArrays()
+_CLASS_WORD_T: DerivedArrays[np.ndarray] = DerivedArrays()
 
 
 # --------------------------------------------------------------------------- math helpers
@@ -773,19 +773,13 @@ class DLDA(DiscoveryMixin, ClassifierMixin, StreamsemiEstimator):
     # ------------------------------------------------------------------ prediction
 
     def _phiT(self) -> np.ndarray:
-        cached = _PHI_T.get(self)
-        if cached is None or cached[0] is not self.phi_:  # a refit or restore replaces phi_
-            cached = (self.phi_, np.ascontiguousarray(self.phi_.T))
-            _PHI_T[self] = cached
-        return cached[1]
+        phi = self.phi_  # a refit or restore replaces phi_
+        return _PHI_T.get(self, (phi,), lambda: np.ascontiguousarray(phi.T))
 
     def _class_word_T(self) -> np.ndarray:
         """``(pi @ phi).T`` (V x K, contiguous): p(word | class), the fold-in's per-token weights (cached)."""
-        cached = _CLASS_WORD_T.get(self)
-        if cached is None or cached[0] is not self.phi_ or cached[1] is not self.pi_:
-            cached = (self.phi_, self.pi_, np.ascontiguousarray(self._phiT() @ np.asarray(self.pi_).T))
-            _CLASS_WORD_T[self] = cached
-        return cached[2]
+        phi, pi = self.phi_, self.pi_
+        return _CLASS_WORD_T.get(self, (phi, pi), lambda: np.ascontiguousarray(self._phiT() @ np.asarray(pi).T))
 
     def fold_in_tokens(self, X: Any) -> tuple[np.ndarray, np.ndarray]:
         """Token layout of ``X`` for the fold-in kernels: ``(ptr, w)`` over the kept vocabulary (capped counts)."""

@@ -116,7 +116,6 @@ Interpretations (the paper is loose; each choice and why)
 
 from __future__ import annotations
 
-import weakref
 from numbers import Integral, Real
 from typing import Any
 
@@ -133,6 +132,7 @@ from streamsemi.algorithms._discovery import (
 )
 from streamsemi.algorithms.base import (
     RANDOM_STATE,
+    DerivedArrays,
     ScoresClassifierMixin,
     StreamsemiEstimator,
     TransformerMixin,
@@ -141,9 +141,8 @@ from streamsemi.algorithms.base import (
 from streamsemi.algorithms.constrained_kmeans import farthest_point_centroids, seed_means
 from streamsemi.core.features import idf_weights, l1_normalize_rows, l2_normalize_rows, tfidf
 
-#: Per fitted model, :func:`centre_terms` of its centres and feature scales (weak keys: an
-#: entry goes with its model; keyed by the arrays' identity, so a refit recomputes them).
-_CENTRE_TERMS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+#: Per fitted model, :func:`centre_terms` of its centres and feature scales.
+_CENTRE_TERMS: DerivedArrays[tuple[np.ndarray, np.ndarray, np.ndarray]] = DerivedArrays()
 
 VARIANTS = ("sk", "ck", "ap", "sap")
 
@@ -280,7 +279,7 @@ def weighted_cosine(Xn: sp.csr_matrix, Xn_sq: sp.csr_matrix, C: np.ndarray, G: n
     """
     CGG_T, centre_norms, GG_T = terms if terms is not None else centre_terms(C, G)
     if doc_norms is None:
-        doc_norms = np.sqrt(np.maximum(np.asarray(Xn_sq @ GG_T), 0.0))
+        doc_norms = _doc_norms(Xn_sq, GG_T)
     num = np.asarray(Xn @ CGG_T)
     den = doc_norms * centre_norms[None, :]
     out = np.zeros_like(num)
@@ -290,7 +289,11 @@ def weighted_cosine(Xn: sp.csr_matrix, Xn_sq: sp.csr_matrix, C: np.ndarray, G: n
 
 def weighted_doc_norms(Xn_sq: sp.csr_matrix, G: np.ndarray) -> np.ndarray:
     """``||x_i * g_k||`` for every row ``i`` and cluster ``k`` (n x K)."""
-    return np.sqrt(np.maximum(np.asarray(Xn_sq @ np.ascontiguousarray((G * G).T)), 0.0))
+    return _doc_norms(Xn_sq, np.ascontiguousarray((G * G).T))
+
+
+def _doc_norms(Xn_sq: sp.csr_matrix, GG_T: np.ndarray) -> np.ndarray:
+    return np.sqrt(np.maximum(np.asarray(Xn_sq @ GG_T), 0.0))
 
 
 def trust_quota_reached(labeled: np.ndarray, seeds: np.ndarray, n_known: int, per_seed: float) -> np.ndarray:
@@ -662,7 +665,7 @@ class FSL(DiscoveryMixin, ScoresClassifierMixin, TransformerMixin, StreamsemiEst
 
     def fit(self, X: Any, y: Any) -> FSL:
         """Fit on counts ``X`` with seed labels ``y`` (None/-1/"" = unlabeled)."""
-        _CENTRE_TERMS.pop(self, None)
+        _CENTRE_TERMS.drop(self)
         if uses_calibrated(self):
             return fit_calibrated(self, X, y)
         X, codes, classes = self._fit_inputs(X, y)
@@ -913,12 +916,8 @@ class FSL(DiscoveryMixin, ScoresClassifierMixin, TransformerMixin, StreamsemiEst
         X = self._validate_counts(X, reset=False)
         Xn = tfidf(sp.csr_matrix(X[:, self.columns_]), self.idf_)
         C, G = self.cluster_centers_, self.feature_scales_
-        key = (id(C), id(G))
-        hit = _CENTRE_TERMS.get(self)
-        if hit is None or hit[0] != key:
-            hit = (key, centre_terms(C, G))
-            _CENTRE_TERMS[self] = hit
-        return weighted_cosine(Xn, Xn.multiply(Xn).tocsr(), C, G, terms=hit[1])
+        terms = _CENTRE_TERMS.get(self, (C, G), lambda: centre_terms(C, G))
+        return weighted_cosine(Xn, Xn.multiply(Xn).tocsr(), C, G, terms=terms)
 
     def _softmax_temperature(self) -> float:
         return float(self.temperature)

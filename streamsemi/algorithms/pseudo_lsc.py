@@ -49,7 +49,6 @@ Implementation notes (where the paper is vague):
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Sequence
 from numbers import Integral, Real
 from typing import Any
@@ -62,6 +61,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from streamsemi.algorithms.base import (
     RANDOM_STATE,
     DegenerateInputError,
+    DerivedArrays,
     StreamsemiEstimator,
     TransformerMixin,
     check_n_clusters,
@@ -72,7 +72,7 @@ from streamsemi.algorithms.base import (
 _TINY = 1e-300
 #: Per fitted model, the prediction-side terms of the subspace distances (weak keys:
 #: an entry goes with its model; bounded by the number of live models).
-_DISTANCE_TERMS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_DISTANCE_TERMS: DerivedArrays[tuple[np.ndarray, np.ndarray, np.ndarray]] = DerivedArrays()
 _LOG_FLOOR = 1e-12
 
 
@@ -470,7 +470,7 @@ class PseudoLSC(ClassifierMixin, TransformerMixin, StreamsemiEstimator):
     def fit(self, X: Any, y: Any) -> PseudoLSC:
         """Fit on counts ``X`` and seeds ``y`` (label lists, [] = unlabeled; or scalars)."""
         self._validate_params()
-        _DISTANCE_TERMS.pop(self, None)
+        _DISTANCE_TERMS.drop(self)
         X = self._validate_counts(X, reset=True)
         y = target_list(y)
         multilabel = _is_multilabel_input(y)
@@ -670,18 +670,16 @@ class PseudoLSC(ClassifierMixin, TransformerMixin, StreamsemiEstimator):
         (binary rows: ``(Lq (1 - 2z)).T``; weighted rows: ``(Lq z).T`` and ``Lq.T``).
         Kept outside the estimator's attributes (not checkpointed; rebuilt after a refit)."""
         Z, Lam = self.cluster_centers_, self.dimension_weights_
-        key = (id(Z), id(Lam), float(self.q), self.weighting)
-        hit = _DISTANCE_TERMS.get(self)
-        if hit is not None and hit[0] == key:
-            return hit[1]
-        Lq = Lam ** self.q
-        a = (Lq * Z * Z).sum(axis=1)
-        if self.weighting == "binary":
-            terms = (a, np.ascontiguousarray((Lq * (1.0 - 2.0 * Z)).T), np.empty((0, 0)))
-        else:
-            terms = (a, np.ascontiguousarray((Lq * Z).T), np.ascontiguousarray(Lq.T))
-        _DISTANCE_TERMS[self] = (key, terms)
-        return terms
+        q, weighting = float(self.q), self.weighting
+
+        def build() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+            Lq = Lam ** q
+            a = (Lq * Z * Z).sum(axis=1)
+            if weighting == "binary":
+                return a, np.ascontiguousarray((Lq * (1.0 - 2.0 * Z)).T), np.empty((0, 0))
+            return a, np.ascontiguousarray((Lq * Z).T), np.ascontiguousarray(Lq.T)
+
+        return _DISTANCE_TERMS.get(self, (Z, Lam, q, weighting), build)
 
     def transform(self, X: Any) -> np.ndarray:
         """Subspace distance of each row to each cluster (n x k)."""
