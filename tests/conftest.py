@@ -24,3 +24,13 @@ def broker(tmp_path_factory: pytest.TempPathFactory):
         pytest.fail(f"embedded broker unavailable: {exc}")
     yield BrokerHandle(b)
     b.stop()
+
+
+@pytest.fixture(autouse=True)
+def _unfreeze_gc():
+    """A worker stepped in this process freezes the collector's objects (service/gcpacer.py): release them after each test."""
+    import gc
+
+    yield
+    if gc.get_freeze_count():
+        gc.unfreeze()

@@ -19,8 +19,9 @@ def r8():
     return load("reuters-r8")
 
 
-def _worker(r8, tmp_path=None):
+def _worker(r8, tmp_path=None, **settings):
     flags = {"state_dir": str(tmp_path)} if tmp_path is not None else {}
+    flags.update(settings)
     w = Worker(resolve(flags))
     w.engine = Engine(EngineConfig(background_refit=False, min_docs_first_refit=1, refit_every_docs=0,
                                    drift_detection=False, min_seed_classes=2, min_seeds_per_class=1, first_fit_stable_seeds=0), w.telemetry)
@@ -296,3 +297,35 @@ def test_documents_the_primary_served_alone_hold_the_commit_until_every_algorith
     assert w.consumer.poll_timeouts[-3:] == [0, 0, 0], "no wait for records while verdicts are pending"
     w.step()
     assert w.consumer.poll_timeouts[-1] == 500
+
+
+def test_the_loop_paces_the_garbage_collector(r8, caplog):
+    import gc
+
+    from streamsemi.service.gcpacer import GcPacer
+
+    now = [0.0]
+    w, tp = _worker(r8)
+    w.gc = GcPacer(w.settings.gc_full_interval_s, clock=lambda: now[0])
+    gc.unfreeze()
+    w.consumer.feed(tp, [_doc(r8, i) for i in range(3)])
+    w.step()
+    assert gc.get_freeze_count() > 0, "a step freezes the tracked objects"
+    now[0] += w.settings.gc_full_interval_s
+    with caplog.at_level("INFO", logger="streamsemi.service.worker"):
+        w.step()
+    (ev,) = [r.fields for r in caplog.records if r.getMessage() == "gc_full_collection"]
+    assert ev["frozen_before"] > 0 and ev["frozen_after"] > 0 and ev["seconds"] >= 0
+    assert w.telemetry.registry.get_sample_value("streamsemi_gc_full_collections_total") == 1.0
+    w.shutdown()
+    assert gc.get_freeze_count() == 0, "shutdown releases them"
+
+
+def test_without_gc_pacing_the_loop_leaves_the_collector_alone(r8):
+    import gc
+
+    w, tp = _worker(r8, gc_full_interval_s="0")
+    gc.unfreeze()
+    w.consumer.feed(tp, [_doc(r8, i) for i in range(3)])
+    w.step()
+    assert gc.get_freeze_count() == 0

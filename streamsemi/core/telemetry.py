@@ -96,6 +96,11 @@ class Telemetry:
         self.producer_process_deaths = Counter("streamsemi_producer_process_deaths",
                                                "Producer processes that died (replaced at the next batch; the records "
                                                "they had not acknowledged are sent again)", registry=r)
+        # the paced garbage collector (streamsemi.service.gcpacer, gc_full_interval_s)
+        self.gc_full_collections = Counter("streamsemi_gc_full_collections",
+                                           "Paced full collections of Python's garbage collector", registry=r)
+        self.gc_full_collection_seconds = Gauge("streamsemi_gc_full_collection_seconds",
+                                                "Duration of the last paced full garbage collection", registry=r)
         self.checkpoints = Counter("streamsemi_checkpoints", "Checkpoints written, by outcome", ["outcome"], registry=r)
         self.last_checkpoint = Gauge("streamsemi_last_checkpoint_timestamp_seconds", "Time of the last checkpoint written",
                                      registry=r)

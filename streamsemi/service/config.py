@@ -296,6 +296,10 @@ SETTINGS: tuple[Setting, ...] = (
             "a fit; docs/throughput.md)"),
     Setting("producer_process", bool, True, "produce the outputs from a separate process (the polling thread hands "
             "them over in batches and does not wait for the broker; docs/throughput.md)"),
+    Setting("gc_full_interval_s", float, 600.0,
+            "seconds between full collections of Python's garbage collector in the worker; between them the "
+            "objects it tracks are frozen every second, so that it does not stop the loop for 0.1-0.25 s every "
+            "few seconds to scan the window (docs/throughput.md; 0 = Python's own schedule)", _non_negative),
     Setting("max_unacked_outputs", int, 20_000, "outputs handed to the producer and not acknowledged yet before "
             "consumption pauses (producer_process)", _positive),
     Setting("max_unacked_bytes", int, 64 * 1024 * 1024, "bytes of outputs not acknowledged yet before consumption "
