@@ -1335,9 +1335,6 @@ class Engine:
         rows: list[Row] = []
         limit = self._revision_limit(budget)
         present = [a in models for a in cfg.algorithms]
-        versions = [models[a].version if a in models else 0 for a in cfg.algorithms]
-        primary_k = self._alg_index[self.primary]
-        stale = [False] * len(cfg.algorithms)  # an algorithm some document of the chunk needs a verdict of
         while self._pass_ids and len(ids) < limit:
             doc_id = self._pass_ids.popleft()
             entry = self.window.get(doc_id)
@@ -1349,9 +1346,6 @@ class Engine:
                 continue  # a seed's label is the seed: only a missing first verdict is emitted
             ids.append(doc_id)
             rows.append(entry.row if entry is not None else held[1])
-            for k, x in enumerate(served.verdicts):
-                if present[k] and (x is None or x[3] < versions[k] or (k == primary_k and not x[2])):
-                    stale[k] = True
         self.telemetry.revisions_pending.set(len(self._pass_ids))
         if not ids:
             return []
@@ -1361,10 +1355,7 @@ class Engine:
         now = self.clock()
         changed: dict[str, list[Assignment]] = {}
         firsts: Counter = Counter()  # (algorithm, class label) of first verdicts (the primary served alone before)
-        # only the algorithms whose model changed since a document's verdict (or that became the primary): the
-        # others would give the same verdicts again (one algorithm's swap no longer re-predicts the window with all)
-        judged = models if cfg.revisions == "all" else {a: models[a] for k, a in enumerate(cfg.algorithms) if stale[k]}
-        verdicts = self._assign_all(judged, X, rows, ids) if judged else {}
+        verdicts = self._assign_all(models, X, rows, ids)
         for k, name in enumerate(cfg.algorithms):
             if name not in verdicts:
                 continue  # no model yet: judged when its first model arrives (a new pass)

@@ -1433,34 +1433,3 @@ def test_deferred_first_verdicts_that_fail_never_raise_nor_hold_commits_forever(
     lab.fail_predict = False
     assert [(a.id, a.algorithm) for a in eng.background().assignments] == [("d102", SK)]
     assert not eng.partial and eng.first_verdicts_pending == 0
-
-
-def test_a_revision_pass_after_one_algorithms_swap_predicts_with_that_algorithm_only(lab, monkeypatch) -> None:
-    eng = make(revision_chunk=100)
-    seed_topics(eng)
-    eng.process(docs(9))
-    calls: list[tuple[str, int]] = []
-    real = Centroid.predict_proba
-
-    def counted(self, X):
-        calls.append((self.name, X.shape[0]))
-        return real(self, X)
-
-    monkeypatch.setattr(Centroid, "predict_proba", counted)
-    # the seeded k-means model is swapped alone (as when its fit of a round finishes first), same centroids;
-    # without snapshot scores, so that every verdict judged again is a prediction
-    ck, sk = eng.models[CK], eng.models[SK]
-    eng.models = {CK: replace(ck, scores=None), SK: replace(sk, version=sk.version + 1, scores=None)}
-    chunks = drain(eng)
-    assert calls == [(SK, 9)], "constrained k-means' model did not change: its verdicts are not predicted again"
-    assert [a for c in chunks for a in c] == [], "the same centroids: no verdict changed, nothing is emitted"
-    assert all(eng._served[f"d{i}"].verdicts[eng._alg_index[SK]][3] == eng.models[SK].version for i in range(9))
-    # with revisions = all every algorithm is judged again
-    every = make(revision_chunk=100, revisions="all")
-    seed_topics(every)
-    every.process(docs(6))
-    calls.clear()
-    ck, sk = every.models[CK], every.models[SK]
-    every.models = {CK: replace(ck, scores=None), SK: replace(sk, version=sk.version + 1, scores=None)}
-    out = [a for c in drain(every) for a in c]
-    assert sorted(calls) == [(CK, 6), (SK, 6)] and len(out) == 12
