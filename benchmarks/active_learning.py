@@ -113,12 +113,14 @@ Which data chose which constant of :mod:`streamsemi.core.suggestions`:
   variant                                     talk                         rec
   ==========================================  ===========================  ===========================
   ``--k 5`` (a refit every 5 labels)          0.810 / 0.778 (ref 0.865)    0.969 / 0.963 (ref 0.956)
+  ``--k 20`` (session 14) [+]                 0.856 / 0.768 (ref 0.865)    0.968 / 0.961 (ref 0.956)
   start at margin-weighted seed means [*]     0.839 / 0.789 (ref 0.857)    0.969 / 0.962 (ref 0.955)
   ``--weights '{"uncertain": 0.4}'``          0.839 / 0.782 (ref 0.865)    0.968 / 0.960 (ref 0.956)
   ``--weights '{"uncertain": 2.5}'``          0.854 / 0.767 (ref 0.865)    0.969 / 0.963 (ref 0.956)
   ==========================================  ===========================  ===========================
 
-  ([*] not kept in the code: each seed weighs its margin under the seeds' means, its
+  ([+] ``benchmarks/results/active_learning_dev_k20.json``: fewer refits do not avoid the dips
+  either. [*] not kept in the code: each seed weighs its margin under the seeds' means, its
   cosine to its own class's mean minus the largest to another's, floored at 0, so that
   boundary documents, which is what the suggestions are, do not pull the start toward a
   boundary; the reference uses it too.) None is better than the default at 2%: smaller
