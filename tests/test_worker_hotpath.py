@@ -12,7 +12,13 @@ from kafka_utils import Topics, read_topic
 from prometheus_client import generate_latest
 
 from streamsemi.core.telemetry import Telemetry
-from streamsemi.service.kafka_io import KeyPartitioner, OutputProducer, make_producer
+from streamsemi.service.config import resolve
+from streamsemi.service.kafka_io import (
+    KeyPartitioner,
+    OutputProducer,
+    make_document_consumer,
+    make_producer,
+)
 
 
 class _Cluster:
@@ -260,3 +266,18 @@ def test_label_dicts_are_the_ones_built_per_document(n_classes) -> None:
     # the NaN row: its "most probable" label sorts last (kept only if it is among the first 10)
     assert list(got[2][2]) == (["c1"] if n_classes <= 10 else [])
     assert len(got[0][2]) == min(n_classes, 10)
+
+
+def test_documents_consumer_asks_the_broker_to_hold_an_empty_fetch_for_fetch_max_wait_ms(broker) -> None:
+    """The embedded broker answers a fetch at the log end only after ``fetch_max_wait_ms``, even when
+    records arrive meanwhile (benchmarks/fetch_wait.py): the documents consumer takes the setting
+    (default 100 ms, not kafka-python's 500), which bounds a fresh document's wait there."""
+    t = Topics()
+    assert t.settings(broker.bootstrap).fetch_max_wait_ms == 100
+    for wait in (50, 120):
+        s = resolve({"bootstrap_servers": broker.bootstrap, "group_id": t.group, "fetch_max_wait_ms": str(wait)}, env={})
+        consumer = make_document_consumer(s)
+        try:
+            assert consumer.config["fetch_max_wait_ms"] == wait
+        finally:
+            consumer.close()

@@ -235,6 +235,11 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("compression", str, "", "producer compression (the codec's Python package must be installed)",
             choices=("", "gzip", "snappy", "lz4", "zstd")),
     Setting("max_poll_records", int, 500, "records per poll", _positive),
+    Setting("fetch_max_wait_ms", int, 100,
+            "longest the broker may hold a fetch of the documents topic that finds no new record; the embedded "
+            "broker (Tansu) holds it this long even when records arrive meanwhile, so it bounds a fresh "
+            "document's wait at its log end (Kafka's own default is 500)",
+            lambda v: None if 1 <= v <= 10000 else "must be in 1..10000"),
     Setting("session_timeout_ms", int, 10000, "consumer group session timeout", _positive),
     Setting("heartbeat_interval_ms", int, 3000, "consumer heartbeat interval (at most a third of the session timeout)",
             _positive),

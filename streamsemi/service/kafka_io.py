@@ -132,6 +132,7 @@ def make_document_consumer(settings: Settings) -> KafkaConsumer:
     return _client(
         KafkaConsumer, bootstrap_servers=settings.bootstrap_servers, group_id=settings.group_id, client_id="streamsemi-worker",
         enable_auto_commit=False, auto_offset_reset="earliest", max_poll_records=settings.max_poll_records,
+        fetch_max_wait_ms=settings.fetch_max_wait_ms,
         session_timeout_ms=settings.session_timeout_ms, heartbeat_interval_ms=settings.heartbeat_interval_ms,
         max_poll_interval_ms=settings.max_poll_interval_ms, allow_auto_create_topics=False,
         fetch_max_bytes=64 * 1024 * 1024, max_partition_fetch_bytes=max(1_048_576, settings.max_message_bytes * 2),
