@@ -41,16 +41,13 @@ def measure(bootstrap: str, wait_ms: int, rate: float, seconds: float, work_ms: 
             idle_seconds: float) -> dict[str, Any]:
     """One value of ``fetch_max_wait_ms``: latency at ``rate`` docs/s and idle CPU of the poll loop."""
     from kafka import KafkaProducer
-    from kafka.admin import KafkaAdminClient, NewTopic
 
     from streamsemi.service.config import resolve
-    from streamsemi.service.kafka_io import make_document_consumer
+    from streamsemi.service.kafka_io import create_missing_topics, make_document_consumer
 
     topic = f"fetchwait-{wait_ms}-{uuid.uuid4().hex[:6]}"
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
-    admin.create_topics([NewTopic(topic, 1, 1)])
-    admin.close()
     settings = resolve({"bootstrap_servers": bootstrap, "group_id": topic, "fetch_max_wait_ms": str(wait_ms)}, env={})
+    create_missing_topics(settings, {topic: (1, {})})
     consumer = make_document_consumer(settings)
     consumer.subscribe([topic])
     deadline = time.monotonic() + 30
@@ -107,6 +104,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--idle-seconds", type=float, default=10.0)
     ap.add_argument("--tag", default="")
     args = ap.parse_args(argv)
+    # this folder's throughput.py: the host, the commit and the stack's package versions
+    from throughput import _environment
+
     from streamsemi.devtools.broker import EmbeddedBroker
 
     waits = [int(w) for w in args.waits.split(",")]
@@ -123,14 +123,15 @@ def main(argv: list[str] | None = None) -> int:
         r["p99_ratio_to_baseline"] = round(r["latency_s"]["p99"] / base, 3) if base and r["latency_s"]["p99"] else None
     command = "python benchmarks/fetch_wait.py " + " ".join(sys.argv[1:] if argv is None else argv)
     out = {"when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "command": command.strip(), "args": vars(args),
-           "rows": rows}
+           "environment": _environment(), "rows": rows}
     RESULTS.mkdir(parents=True, exist_ok=True)
     stem = "fetch_wait" + (f"_{args.tag}" if args.tag else "")
     (RESULTS / f"{stem}.json").write_text(json.dumps(out, indent=1) + "\n")
     lines = [f"# A fresh record's wait at the log end, by fetch_max_wait_ms ({out['when']})", "",
              f"`{out['command']}`", "",
              f"Embedded broker (Tansu), {args.rate:g} docs/s for {args.seconds:g} s, {args.work_ms:g} ms of work after "
-             f"every poll; idle: {args.idle_seconds:g} s with nothing produced.", "",
+             f"every poll; idle: {args.idle_seconds:g} s with nothing produced. Packages: "
+             + ", ".join(f"{k} {v}" for k, v in out["environment"]["packages"].items()) + ".", "",
              "| fetch_max_wait_ms | records | p50 (s) | p99 (s) | max (s) | p99 / baseline | idle CPU share |",
              "|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
