@@ -187,6 +187,57 @@ def test_kill_9_during_a_fit_fails_that_fit_only(r8):
         fitter.close()
 
 
+def test_close_during_a_fit_ends_that_fit_with_remote_fit_error(r8):
+    """A shutdown during a fit: the fit fails with RemoteFitError (it closed the pipe under the
+    fit's read before, which raised TypeError), the process is gone, later fits are refused."""
+    ds, order = r8
+    X, y, ids = _xy(ds, order, n=400)
+    fitter = FitProcess(nice=0).start()
+    fitter(CK, build_estimator(CK, None, 0, 0), X, y, ids)  # started and warm
+    result: dict = {}
+
+    class Watched:  # the worker's end of the pipe, noting a close() while the fit reads or writes it
+        def __init__(self, conn) -> None:
+            self.conn, self.busy, self.closed_under_fit = conn, False, False
+
+        def send_bytes(self, data) -> None:
+            self.busy = True
+            self.conn.send_bytes(data)
+
+        def recv_bytes(self) -> bytes:
+            try:
+                return self.conn.recv_bytes()
+            finally:
+                self.busy = False
+
+        def close(self) -> None:
+            self.closed_under_fit |= self.busy
+            self.conn.close()
+
+    pipe = fitter._conn = Watched(fitter._conn)
+
+    def fit() -> None:
+        try:
+            result["model"] = fitter("d-lda", build_estimator("d-lda", {"n_sweeps": 20000}, 0, 0), X, y, ids)
+        except Exception as exc:  # noqa: BLE001
+            result["error"] = exc
+
+    t = threading.Thread(target=fit)
+    t.start()
+    time.sleep(0.5)
+    assert t.is_alive(), "the fit is still running"
+    proc = fitter._proc
+    fitter.close(timeout=0.2)
+    t.join(30)
+    assert not t.is_alive() and "model" not in result
+    assert type(result.get("error")) is RemoteFitError, repr(result.get("error"))
+    assert "closed during the fit" in str(result["error"])
+    assert not pipe.closed_under_fit, "the pipe was closed under the fit's read (a race: TypeError or OSError)"
+    assert not proc.is_alive() and fitter.deaths._value.get() == 0, "a shutdown is not a death"
+    with pytest.raises(RemoteFitError, match="closed"):
+        fitter(CK, build_estimator(CK, None, 0, 0), X, y, ids)
+
+
 def test_engine_with_the_fit_process_serves_the_same_assignments_as_in_process(r8, fitter):
     ds, order = r8
     outs = []

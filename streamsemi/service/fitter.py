@@ -311,14 +311,29 @@ class FitProcess:
         ``timeout`` seconds (a shutdown does not wait for a fit it would throw away).
         """
         self._closed = True
-        proc, conn = self._proc, self._conn
-        if conn is not None:
-            try:
-                conn.close()
-            except Exception:  # noqa: BLE001
-                pass
+        proc = self._proc
+        # A fit in flight holds the lock and waits in ``recv_bytes`` on the pipe: closing the pipe
+        # under it handed that read a closed handle (``TypeError: 'NoneType' object cannot be
+        # interpreted as an integer``, logged as the fit's error at every shutdown during a fit).
+        # So the pipe is closed only once no fit holds it: an idle process exits at the EOF, a
+        # fitting one is killed after ``timeout`` and its fit ends with "closed during the fit".
+        idle = self._lock.acquire(blocking=False)
+        if idle:
+            self._close_pipe()
+            self._lock.release()
         if proc is not None:
             proc.join(timeout)
             if proc.is_alive():
                 proc.kill()
                 proc.join(5.0)
+        if not idle and self._lock.acquire(timeout=5.0):  # the fit's read has ended (reply or EOF)
+            self._close_pipe()
+            self._lock.release()
+
+    def _close_pipe(self) -> None:
+        conn = self._conn
+        if conn is not None:
+            try:
+                conn.close()
+            except Exception:  # noqa: BLE001
+                pass
