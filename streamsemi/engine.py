@@ -1716,6 +1716,10 @@ class Engine:
             try:
                 slot = self._fit_one(name, snap)
             except Exception as exc:  # noqa: BLE001 - one algorithm's failure must not stop the worker
+                if getattr(exc, "abandons_round", False):  # the fitter was closed: the worker is shutting down
+                    event(log, "refit_abandoned", version=snap.version, reason=str(exc),
+                          algorithms=order[order.index(name):])
+                    return
                 dt = time.perf_counter() - t0
                 self.telemetry.refits.labels(name, "failure").inc()
                 self.last_refit_error[name] = f"{type(exc).__name__}: {exc}"

@@ -18,7 +18,14 @@ from streamsemi.core.datasets import load
 from streamsemi.core.features import TextFeaturizer
 from streamsemi.core.messages import Document
 from streamsemi.engine import Engine, EngineConfig, fit_estimator
-from streamsemi.service.fitter import FitProcess, FitProcessDied, RemoteFitError, pack, unpack
+from streamsemi.service.fitter import (
+    FitProcess,
+    FitProcessClosed,
+    FitProcessDied,
+    RemoteFitError,
+    pack,
+    unpack,
+)
 
 CK = "constrained-kmeans"
 
@@ -230,12 +237,38 @@ def test_close_during_a_fit_ends_that_fit_with_remote_fit_error(r8):
     fitter.close(timeout=0.2)
     t.join(30)
     assert not t.is_alive() and "model" not in result
-    assert type(result.get("error")) is RemoteFitError, repr(result.get("error"))
+    assert type(result.get("error")) is FitProcessClosed, repr(result.get("error"))
     assert "closed during the fit" in str(result["error"])
     assert not pipe.closed_under_fit, "the pipe was closed under the fit's read (a race: TypeError or OSError)"
     assert not proc.is_alive() and fitter.deaths._value.get() == 0, "a shutdown is not a death"
     with pytest.raises(RemoteFitError, match="closed"):
         fitter(CK, build_estimator(CK, None, 0, 0), X, y, ids)
+
+
+def test_a_round_whose_fit_process_closed_is_abandoned_not_failed(r8, caplog):
+    """At shutdown the fit process closes under a refit round: the round stops with one refit_abandoned
+    event; no refit_failed warnings, no failure counts, the models in use stay."""
+    ds, order = r8
+    fitter = FitProcess(nice=0).start()
+    try:
+        eng = _engine(fitter, algorithms=[CK, "semi-ldc"], background_refit=False)
+        _feed(eng, ds, order[:200])
+        eng.tick()
+        assert eng.ready
+        before = dict(eng.models)
+        fitter.close()
+        _feed(eng, ds, order[200:260])
+        with caplog.at_level(logging.INFO, logger="streamsemi.engine"):
+            eng.request_refit()
+        events = [r for r in caplog.records if r.name == "streamsemi.engine"]
+        abandoned = [r for r in events if r.getMessage() == "refit_abandoned"]
+        assert len(abandoned) == 1 and abandoned[0].fields["algorithms"] == [CK, "semi-ldc"]
+        assert abandoned[0].levelno == logging.INFO and "closed" in abandoned[0].fields["reason"]
+        assert not [r for r in events if r.getMessage() in ("refit_failed", "refit_round_done", "fallback_failed")]
+        assert eng.models == before and not eng.last_refit_error
+        assert eng.telemetry.refits.labels(CK, "failure")._value.get() == 0
+    finally:
+        fitter.close()
 
 
 def test_engine_with_the_fit_process_serves_the_same_assignments_as_in_process(r8, fitter):

@@ -65,6 +65,13 @@ class RemoteFitError(RuntimeError):
     """The estimator's ``fit`` raised in the fit process (the message names the exception)."""
 
 
+class FitProcessClosed(RemoteFitError):
+    """The fit process was closed (the worker is shutting down): the refit round is abandoned, not failed."""
+
+    #: :meth:`streamsemi.engine.Engine._refit_round` stops the round quietly on such an error
+    abandons_round = True
+
+
 # ---------------------------------------------------------------- framing (no pickle)
 def pack(header: dict[str, Any], arrays: dict[str, np.ndarray]) -> bytes:
     """One frame: 8-byte header length, the JSON header (with an array table), the raw array buffers.
@@ -276,7 +283,7 @@ class FitProcess:
         del arrays
         with self._lock:
             if self._closed:
-                raise RemoteFitError("the fit process is closed (shutting down)")
+                raise FitProcessClosed("the fit process is closed (shutting down)")
             if self._proc is None or not self._proc.is_alive():
                 if self._proc is not None:
                     raise self._died(name, RuntimeError("not running before the fit"))
@@ -287,7 +294,7 @@ class FitProcess:
                 data = self._conn.recv_bytes()
             except (EOFError, OSError) as exc:
                 if self._closed:
-                    raise RemoteFitError("the fit process was closed during the fit") from exc
+                    raise FitProcessClosed("the fit process was closed during the fit") from exc
                 raise self._died(name, exc) from exc
             pid = self._proc.pid
         rss = _rss_bytes(pid)
@@ -305,7 +312,7 @@ class FitProcess:
         return fitted, (None if proba is None else (proba, indicator))
 
     def close(self, timeout: float = 1.0) -> None:
-        """Stop the fit process (a fit in flight fails with :class:`RemoteFitError`, its result is not waited for).
+        """Stop the fit process (a fit in flight fails with :class:`FitProcessClosed`, its result is not waited for).
 
         An idle process exits when its pipe closes; one that is fitting is killed after
         ``timeout`` seconds (a shutdown does not wait for a fit it would throw away).
