@@ -22,7 +22,12 @@ reference is their mean: the machine's load drifts): docs/s = documents / (times
 output record - timestamp of the first document record). The worker's outputs are
 read on its labels topic (one record per emission of the primary assignment: key =
 document id, header ``revision``); a document is done at its first (revision 0)
-record. The sender's own rate is written too (it must be well above both).
+record. The sender's own rate is written too (it must be well above both). The
+outputs are read once they stand still (``OutputReader.defer``; the figures are the
+records' CreateTime, so reading later changes none of them), not while the measured
+documents stream: on two cores live readers took CPU from the process under test, the
+worker's 2-7 records per document more than the bare loop's one (``--live-readers``: the
+method of sessions <= 15).
 
 ``latency`` and ``latency-ck``
     All six algorithms, the default 10,000-document window: after a warm-up of
@@ -37,8 +42,8 @@ record. The sender's own rate is written too (it must be well above both).
 
 The worker's resident memory (VmRSS of the worker process and of its children, e.g.
 a fit process) is sampled every 0.5 s in every worker phase; the maximum is written. The
-CPU time of the worker process (user + system, all its threads) from the first measured
-document sent to the last output read is written per document (``worker_cpu_ms_per_doc``;
+CPU time of the worker process (user + system, all its threads, sampled every 0.25 s) from
+the first measured document sent to the phase's last first-output record is written per document (``worker_cpu_ms_per_doc``;
 its children's apart): the cost of serving, which varies far less with the machine's other
 load than the rates and latencies do, so paired runs of two trees compare on it first.
 
@@ -195,6 +200,9 @@ class OutputReader:
     revision pass may have carried a first verdict), found by the ``algorithm`` field.
     """
 
+    #: a deferred reader resumes once the topic's end offsets have not moved for this long
+    QUIET_S = 1.5
+
     def __init__(self, settings: Any, topic: str, algorithms: int = 0) -> None:
         from streamsemi.service.kafka_io import assign_all, make_reader
 
@@ -202,14 +210,44 @@ class OutputReader:
         self.algorithms = algorithms
         self.seen: dict[bytes, set[bytes]] = {}
         self.records = 0
+        self.later: list[int] = []  # CreateTime (ms) of the records that were not a key's first (revisions)
         self.stop_event = threading.Event()
+        self.deferred = threading.Event()
         self.reader = make_reader(settings)
-        assign_all(self.reader, topic)
+        self.partitions = assign_all(self.reader, topic)
         self.thread = threading.Thread(target=self._run, name=f"read-{topic}", daemon=True)
         self.thread.start()
 
+    def defer(self) -> None:
+        """Stop reading until the topic's end offsets stand still for ``QUIET_S`` (the process under test is done).
+
+        The figures come from the records' CreateTime, stamped by the process under test,
+        so reading later changes none of them; reading live took CPU from it on a
+        two-core machine (session 16: the six-algorithm worker's 7 records per document
+        cost the readers ~1.7 CPU-s of the 14 the busy interval had).
+        """
+        self.deferred.set()
+
+    def _wait_quiet(self) -> None:
+        last, since = None, time.monotonic()
+        while self.deferred.is_set() and not self.stop_event.is_set():
+            try:
+                ends = self.reader.end_offsets(self.partitions)
+            except Exception:  # noqa: BLE001 - a failed ListOffsets only delays the reading
+                ends = None
+            now = time.monotonic()
+            if ends is None or ends != last:
+                last, since = ends, now
+            elif now - since >= self.QUIET_S:
+                self.deferred.clear()
+                return
+            self.stop_event.wait(0.25)
+
     def _run(self) -> None:
         while not self.stop_event.is_set():
+            if self.deferred.is_set():
+                self._wait_quiet()
+                continue
             for batch in self.reader.poll(timeout_ms=200, max_records=5000).values():
                 for r in batch:
                     self.records += 1
@@ -219,6 +257,8 @@ class OutputReader:
                     rev = dict(r.headers or []).get("revision", b"0")
                     if rev == b"0" and r.key not in self.first:
                         self.first[r.key] = int(r.timestamp)
+                    else:
+                        self.later.append(int(r.timestamp))
         self.reader.close()
 
     def _complete(self, r: Any) -> None:
@@ -359,6 +399,8 @@ class Bench:
             if not line or not json.loads(line).get("ready"):
                 raise RuntimeError("the bare loop did not start")
             producer = self.producer(settings)
+            if not self.args.live_readers:
+                reader.defer()
             sent = send(producer, topics, msgs)
             producer.close()
             if not reader.wait_for(list(sent), 300, lambda: proc.poll() in (None, 0)):
@@ -418,12 +460,14 @@ class Bench:
         # every algorithm's first verdict (first_verdicts = primary: the others follow the primary's)
         full = OutputReader(settings, topics["assignments"], n_algs) if n_algs > 1 else None
         rss: list[int] = []
+        cpu_log: list[tuple[float, tuple[float, float]]] = []  # (wall time, cpu_seconds) every 0.25 s
         stop = threading.Event()
 
         def sample() -> None:
             while not stop.is_set():
                 rss.append(rss_kib(proc.pid))
-                stop.wait(0.5)
+                cpu_log.append((time.time(), cpu_seconds(proc.pid)))
+                stop.wait(0.25)
 
         sampler = threading.Thread(target=sample, daemon=True)
         sampler.start()
@@ -444,13 +488,22 @@ class Bench:
             events_before = len(worker_events(log_path))
             spy = start_profiler(proc.pid, self.work / f"profile-{name}.txt")
             cpu0 = cpu_seconds(proc.pid)
+            if not self.args.live_readers:
+                for r in (reader, full):
+                    if r is not None:
+                        r.defer()
             sent = send(producer, topics, msgs, rate)
             producer.close()
             complete = reader.wait_for(list(sent), drain_s, lambda: proc.poll() is None)
             if full is not None:
                 complete_all = full.wait_for(list(sent), drain_s, lambda: proc.poll() is None)
-            cpu1 = cpu_seconds(proc.pid)
+            cpu_read = cpu_seconds(proc.pid)
             stop_profiler(spy)
+            # the phase ends at its last first-output record (every algorithm's when several): events, revision
+            # records and CPU after it (the deferred readers wait for the outputs to stand still) are not counted
+            done = full.first if full is not None else reader.first
+            end_ms = max((done[k] for k in sent if k in done), default=int(time.time() * 1000))
+            cpu1 = next((c for t, c in list(cpu_log) if t * 1000 >= end_ms), cpu_read)
             if complete:
                 out = rate_of(sent, reader.first)
             else:  # the worker did not keep up: the rate of what it served
@@ -459,7 +512,8 @@ class Bench:
             out["served"] = f"{sum(1 for k in sent if k in reader.first)}/{len(sent)}"
             out["censored_after_s"] = None if complete else drain_s
             lat = np.array([(reader.first[k] - sent[k]) / 1000 if k in reader.first else np.inf for k in sent])
-            events = worker_events(log_path)[events_before:]
+            events = [e for e in worker_events(log_path)[events_before:]
+                      if not isinstance(e.get("ts"), (int, float)) or e["ts"] * 1000 <= end_ms]
             if full is not None:
                 # every algorithm's verdict: the throughput compared with the bare loop (each document fully served)
                 lat_all = np.array([(full.first[k] - sent[k]) / 1000 if k in full.first else np.inf for k in sent])
@@ -478,10 +532,11 @@ class Bench:
                               for q, v in (("p50", 50), ("p90", 90), ("p99", 99), ("max", 100))},
                 "refit_rounds_during": sum(1 for e in events if e.get("event") == "refit_round_done"),
                 "refit_seconds_during": [e.get("seconds") for e in events if e.get("event") == "refit_round_done"],
-                "revisions_records": reader.records - len(reader.first),
+                "revisions_records": sum(1 for t in reader.later if min(sent.values()) <= t <= end_ms),
                 "revision_passes_during": [e.get("documents") for e in events if e.get("event") == "revision_pass_started"],
                 "worker_log": str(log_path),
-                # from the first document sent to the last output read (children that ended meanwhile not counted)
+                # from the first document sent to the first CPU sample (every 0.25 s) at or after the phase's last
+                # first-output record (children that ended meanwhile not counted)
                 "worker_cpu_s": round(cpu1[0] - cpu0[0], 2), "children_cpu_s": round(cpu1[1] - cpu0[1], 2),
                 "worker_cpu_ms_per_doc": round(1000 * (cpu1[0] - cpu0[0]) / max(1, len(sent)), 3),
             })
@@ -623,6 +678,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--drain", type=float, default=120.0,
                     help="latency phase: seconds to wait after the last document for the outputs (later = censored)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--live-readers", action="store_true",
+                    help="read the outputs while the measured documents stream (sessions <= 15) instead of after "
+                         "the outputs stand still: the readers then take CPU from the process under test")
     ap.add_argument("--tag", default="")
     ap.add_argument("--commit", default="", help="commit measured, when run from an exported tree (no .git)")
     pr = sub.add_parser("profile", help="summarise a py-spy raw profile (THROUGHPUT_PROFILE=1)")
