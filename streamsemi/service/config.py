@@ -290,7 +290,7 @@ SETTINGS: tuple[Setting, ...] = (
             "fresh documents (primary), or by every algorithm at once (all)", choices=("primary", "all")),
     Setting("min_refit_interval_s", float, E["min_refit_interval_s"], "minimum time between drift-triggered refits",
             _non_negative),
-    Setting("drift_detection", bool, E["drift_detection"], "refit early when ADWIN sees the assignment scores shift"),
+    Setting("drift_detection", bool, E["drift_detection"], "refit early when ADWIN sees the primary model's scores of fresh documents shift (one detector per model)"),
     Setting("drift_delta", float, E["drift_delta"], "ADWIN confidence parameter", _fraction),
     Setting("metrics_host", str, "127.0.0.1", "address of the metrics/health HTTP server (IP or resolvable name)"),
     Setting("metrics_port", int, 9464, "port of the metrics/health HTTP server (0 = any free port)", _listen_port),
