@@ -164,26 +164,32 @@ def test_kill_9_of_the_fit_process_is_reported_restarted_and_old_models_keep_ser
         fitter.close()
 
 
+def _long_fit_running(fitter, X, y, ids) -> tuple[threading.Thread, dict]:
+    """A D-LDA fit on a thread, 0.5 s in: ``result`` gets its "model" or "error" when it ends."""
+    result: dict = {}
+
+    def fit() -> None:
+        try:
+            # 100x the default sweeps: a fit that outlasts 0.5 s on any machine (200 sweeps on these 400
+            # documents took ~2 s when this test was written and under 0.5 s on a faster stack)
+            result["model"] = fitter("d-lda", build_estimator("d-lda", {"n_sweeps": 20000}, 0, 0), X, y, ids)
+        except Exception as exc:  # noqa: BLE001
+            result["error"] = exc
+
+    t = threading.Thread(target=fit)
+    t.start()
+    time.sleep(0.5)
+    assert t.is_alive(), "the fit is still running"
+    return t, result
+
+
 def test_kill_9_during_a_fit_fails_that_fit_only(r8):
     ds, order = r8
     X, y, ids = _xy(ds, order, n=400)
     fitter = FitProcess(nice=0).start()
     try:
         fitter(CK, build_estimator(CK, None, 0, 0), X, y, ids)  # started and warm
-        result: dict = {}
-
-        def fit() -> None:
-            try:
-                # 100x the default sweeps: a fit that outlasts the kill on any machine (200 sweeps on these 400
-                # documents took ~2 s when this test was written and under 0.5 s on a faster stack)
-                result["model"] = fitter("d-lda", build_estimator("d-lda", {"n_sweeps": 20000}, 0, 0), X, y, ids)
-            except Exception as exc:  # noqa: BLE001
-                result["error"] = exc
-
-        t = threading.Thread(target=fit)
-        t.start()
-        time.sleep(0.5)
-        assert t.is_alive(), "the fit is still running"
+        t, result = _long_fit_running(fitter, X, y, ids)
         old_pid = fitter.pid
         os.kill(old_pid, signal.SIGKILL)
         t.join(60)
@@ -201,7 +207,6 @@ def test_close_during_a_fit_ends_that_fit_with_remote_fit_error(r8):
     X, y, ids = _xy(ds, order, n=400)
     fitter = FitProcess(nice=0).start()
     fitter(CK, build_estimator(CK, None, 0, 0), X, y, ids)  # started and warm
-    result: dict = {}
 
     class Watched:  # the worker's end of the pipe, noting a close() while the fit reads or writes it
         def __init__(self, conn) -> None:
@@ -222,17 +227,7 @@ def test_close_during_a_fit_ends_that_fit_with_remote_fit_error(r8):
             self.conn.close()
 
     pipe = fitter._conn = Watched(fitter._conn)
-
-    def fit() -> None:
-        try:
-            result["model"] = fitter("d-lda", build_estimator("d-lda", {"n_sweeps": 20000}, 0, 0), X, y, ids)
-        except Exception as exc:  # noqa: BLE001
-            result["error"] = exc
-
-    t = threading.Thread(target=fit)
-    t.start()
-    time.sleep(0.5)
-    assert t.is_alive(), "the fit is still running"
+    t, result = _long_fit_running(fitter, X, y, ids)
     proc = fitter._proc
     fitter.close(timeout=0.2)
     t.join(30)
