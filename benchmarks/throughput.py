@@ -209,7 +209,6 @@ class OutputReader:
         self.first: dict[bytes, int] = {}
         self.algorithms = algorithms
         self.seen: dict[bytes, set[bytes]] = {}
-        self.records = 0
         self.later: list[int] = []  # CreateTime (ms) of the records that were not a key's first (revisions)
         self.stop_event = threading.Event()
         self.deferred = threading.Event()
@@ -250,7 +249,6 @@ class OutputReader:
                 continue
             for batch in self.reader.poll(timeout_ms=200, max_records=5000).values():
                 for r in batch:
-                    self.records += 1
                     if self.algorithms > 1:
                         self._complete(r)
                         continue

@@ -538,7 +538,8 @@ class Engine:
         self._record_emit_cost = 0.0  # the caller's seconds to emit one output record (note_emit)
         # documents the primary served alone, waiting for the other algorithms' first verdicts (arrival order)
         self._deferred: deque[str] = deque()
-        self._adwin = ADWIN(delta=config.drift_delta) if config.drift_detection else None
+        # drift detection (_watch_drift): one ADWIN per primary model, made at that model's first fresh documents
+        self._adwin: ADWIN | None = None
         self._adwin_model: ModelSlot | None = None  # the primary model whose scores _adwin watches
         self.last_refit_error: dict[str, str] = {}
         # the primary algorithm ("auto": chosen at every refit round, see _choose_primary)
@@ -1085,9 +1086,9 @@ class Engine:
         reason buffered documents (flushed once the models serve, ``monitor=False``) are
         not watched: they sat in the window the model was fitted on.
         """
-        if self._adwin is None:
+        if not self.config.drift_detection:
             return
-        if slot is not self._adwin_model:
+        if self._adwin is None or slot is not self._adwin_model:
             self._adwin_model = slot
             self._adwin = ADWIN(delta=self.config.drift_delta)
         drift = False

@@ -242,10 +242,7 @@ class FitProcess:
                 proc.kill()
                 proc.join(2.0)
         code = None if proc is None else proc.exitcode
-        try:
-            self._conn.close()
-        except Exception:  # noqa: BLE001
-            pass
+        self._close_pipe()
         self.deaths.inc()
         self.deaths_seen += 1
         event(log, "fit_process_died", logging.ERROR, algorithm=algorithm, exitcode=code,
