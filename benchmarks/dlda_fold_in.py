@@ -1,13 +1,15 @@
-"""D-LDA's fold-in with the word topics summed out against sampling z and y (session 8, issue 16).
+"""D-LDA's fold-in: CVB0, Gibbs with the word topics summed out, and Gibbs sampling z and y (issue 16).
 
 Fits D-LDA on ``--docs`` documents of a corpus with a fraction of stratified-by-order seeds,
-then labels ``--held-out`` unseen documents with both fold-in samplers (pi, phi fixed; the
-estimator's ``fold_in_sweeps`` and averaging): seconds, macro-F1 of the held-out documents,
-how often the two agree, and how often the z-and-y sampler agrees with itself under another
-seed (the Monte Carlo floor)::
+then labels ``--held-out`` unseen documents with each fold-in (pi, phi fixed; the
+estimator's ``fold_in_sweeps``, averaging and ``fold_in_tol``): seconds, macro-F1 of the
+held-out documents, how often two agree, and how often the z-and-y sampler agrees with
+itself under another seed (the Monte Carlo floor). ``collapsed`` is ``fold_in="gibbs"``
+(the default of sessions 8-16), ``cvb0`` the default since session 17::
 
     OMP_NUM_THREADS=1 python benchmarks/dlda_fold_in.py --corpus 20newsgroups --docs 5000 --every 20
     OMP_NUM_THREADS=1 python benchmarks/dlda_fold_in.py --corpus reuters-r8 --docs 4500 --every 50
+    OMP_NUM_THREADS=1 python benchmarks/dlda_fold_in.py --corpus reuters-r52 --docs 5000 --every 20
 
 Appends one entry per run to ``benchmarks/results/dlda_fold_in.json``.
 """
@@ -65,11 +67,17 @@ def main() -> None:
     fit_estimator(est, X, y, [str(i) for i in fit_idx])
     fit_s = time.perf_counter() - t0
     classes = np.asarray(est.classes_)
+    est.set_params(fold_in="gibbs")
     est.predict_proba(Xh[:5])  # compiled
     z_and_y_proba(est, Xh[:5], 0)
     t0 = time.perf_counter()
     P_new = est.predict_proba(Xh)
     new_s = time.perf_counter() - t0
+    est.set_params(fold_in="cvb0")
+    est.predict_proba(Xh[:5])
+    t0 = time.perf_counter()
+    P_cvb = est.predict_proba(Xh)
+    cvb_s = time.perf_counter() - t0
     seed = int(est._seed(4))
     t0 = time.perf_counter()
     P_old = z_and_y_proba(est, Xh, seed)
@@ -81,7 +89,11 @@ def main() -> None:
 
     row = {"corpus": args.corpus, "docs": args.docs, "held_out": int(len(held_idx)), "seed_every": args.every,
            "fit_seconds": round(fit_s, 1), "collapsed_seconds": round(new_s, 3), "z_and_y_seconds": round(old_s, 3),
-           "speed_up": round(old_s / new_s, 1), "macro_f1_collapsed": round(f1(P_new), 3),
+           "speed_up": round(old_s / new_s, 1), "cvb0_seconds": round(cvb_s, 3),
+           "cvb0_speed_up_over_collapsed": round(new_s / cvb_s, 1), "macro_f1_cvb0": round(f1(P_cvb), 3),
+           "agree_cvb0_collapsed": round(float(np.mean(P_cvb.argmax(1) == P_new.argmax(1))), 3),
+           "fold_in_sweeps": int(est.fold_in_sweeps), "fold_in_tol": float(est.fold_in_tol),
+           "macro_f1_collapsed": round(f1(P_new), 3),
            "macro_f1_z_and_y": round(f1(P_old), 3), "macro_f1_z_and_y_other_seed": round(f1(P_old2), 3),
            "agree_collapsed_z_and_y": round(float(np.mean(P_new.argmax(1) == P_old.argmax(1))), 3),
            "agree_z_and_y_two_seeds": round(float(np.mean(P_old.argmax(1) == P_old2.argmax(1))), 3)}

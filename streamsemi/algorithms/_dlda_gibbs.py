@@ -383,6 +383,78 @@ def fold_in_collapsed(ptr: np.ndarray, w: np.ndarray, MT: np.ndarray, alpha: np.
     return acc
 
 
+@njit(cache=True, fastmath=True, nogil=True)  # predictions run on a helper thread: let other threads run
+def fold_in_cvb0(ptr: np.ndarray, w: np.ndarray, c: np.ndarray, MT: np.ndarray, alpha: np.ndarray,
+                 max_passes: int, tol: float) -> np.ndarray:
+    """Deterministic fold-in of the document classes: CVB0 with pi and phi fixed.
+
+    The zero-order collapsed variational update (CVB0; Asuncion, Welling, Smyth and Teh,
+    "On smoothing and inference for topic models", UAI 2009) of the conditional that
+    :func:`fold_in_collapsed` samples: each distinct word ``v`` of a document, counted
+    ``c`` times, keeps a class distribution ``g_v`` and the document's expected counts are
+    ``E[O_dk] = sum_v c_v g_vk``; a pass updates every word in turn to
+
+        g_vk ∝ (E[O_dk] - g_vk + alpha_k) M_kv,    M = pi phi  (K x V, given as MT, V x K)
+
+    (the counts without one of its tokens, as ``O_dk^-i`` in Eqs. 4-5). Words start at
+    ``g_vk ∝ alpha_k M_kv`` (the document's other words ignored). A document stops after
+    ``max_passes`` passes, or after the first pass that moved less than ``tol`` of its
+    tokens' class mass (L1 change of ``E[O_d]`` / its token count). No randomness: a
+    document's result depends on nothing but its words. ``ptr``/``w``/``c``: the
+    distinct kept words of document ``d`` are ``w[ptr[d]:ptr[d + 1]]`` with counts ``c``.
+    Returns (N x K) ``E[O_dk]``.
+    """
+    N = ptr.size - 1
+    K = MT.shape[1]
+    acc = np.zeros((N, K))
+    nd = np.zeros(K)
+    tmp = np.empty(K)
+    g = np.empty((ptr[N] - ptr[0], K))
+    off = ptr[0]
+    for d in range(N):
+        start = ptr[d]
+        end = ptr[d + 1]
+        if end == start:
+            continue
+        n_tokens = 0.0
+        for k in range(K):
+            nd[k] = 0.0
+        for i in range(start, end):
+            mv = MT[w[i]]
+            tot = 0.0
+            for k in range(K):
+                tmp[k] = alpha[k] * mv[k]
+                tot += tmp[k]
+            inv = 1.0 / tot if tot > 0.0 else 0.0
+            for k in range(K):
+                g[i - off, k] = tmp[k] * inv
+                nd[k] += c[i] * g[i - off, k]
+            n_tokens += c[i]
+        for _ in range(max_passes):
+            moved = 0.0
+            for i in range(start, end):
+                mv = MT[w[i]]
+                gi = g[i - off]
+                tot = 0.0
+                for k in range(K):
+                    x = (nd[k] - gi[k] + alpha[k]) * mv[k]
+                    tmp[k] = x if x > 0.0 else 0.0  # rounding: nd_k - g_ik can be -1e-16
+                    tot += tmp[k]
+                if tot <= 0.0:
+                    continue
+                inv = 1.0 / tot
+                for k in range(K):
+                    step = c[i] * (tmp[k] * inv - gi[k])
+                    nd[k] += step
+                    moved += abs(step)
+                    gi[k] = tmp[k] * inv
+            if moved < tol * n_tokens:
+                break
+        for k in range(K):
+            acc[d, k] = nd[k]
+    return acc
+
+
 @njit(cache=True)
 def transfer_states(new_ptr: np.ndarray, new_col: np.ndarray, old_ptr: np.ndarray,
                     old_col: np.ndarray, old_z: np.ndarray, old_y: np.ndarray,
