@@ -655,3 +655,79 @@ def test_collapsed_fold_in_samples_the_same_posterior_as_sampling_the_topics_too
     shuffled = gibbs.fold_in_collapsed(np.array([0, 2, 2 + w.size]), np.concatenate([[1, 2], w]), MT, alpha,
                                        sweeps, sweeps, 5)[1]
     np.testing.assert_array_equal(shuffled, gibbs.fold_in_collapsed(ptr, w, MT, alpha, sweeps, sweeps, 5)[0])
+
+
+# ----------------------------------------------------------------------------- CVB0 fold-in (predictions)
+def _cvb0_reference(w, c, MT, alpha, passes):
+    """CVB0 written out in numpy: distinct words in order, each moved to (E[O] - g_v + alpha) M_v normalised."""
+    G = alpha * MT[w]
+    G /= G.sum(axis=1, keepdims=True)
+    E = (c[:, None] * G).sum(axis=0)
+    for _ in range(passes):
+        for i in range(w.size):
+            p = np.maximum(E - G[i] + alpha, 0.0) * MT[w[i]]
+            p /= p.sum()
+            E += c[i] * (p - G[i])
+            G[i] = p
+    return E, G
+
+
+def test_cvb0_fold_in_of_a_one_word_document_is_the_exact_class_posterior():
+    """One token of word v: p(z = k) ∝ alpha_k M_kv exactly, whatever the passes."""
+    pi, phi, phiT, alpha = _random_model()
+    MT = np.ascontiguousarray(phiT @ pi.T)
+    for v, passes in ((0, 0), (4, 1), (8, 50)):
+        acc = gibbs.fold_in_cvb0(np.array([0, 1]), np.array([v]), np.array([1.0]), MT, alpha, passes, 0.0)[0]
+        np.testing.assert_allclose(acc, alpha * MT[v] / (alpha * MT[v]).sum(), rtol=1e-12)
+
+
+def test_cvb0_fold_in_runs_the_update_pass_by_pass_and_stops_at_the_fixed_point():
+    pi, phi, phiT, alpha = _random_model(seed=1)
+    MT = np.ascontiguousarray(phiT @ pi.T)
+    w, c = np.array([0, 3, 5, 8]), np.array([1.0, 2.0, 1.0, 2.0])
+    ptr = np.array([0, w.size])
+    for passes in (0, 1, 2, 5):
+        got = gibbs.fold_in_cvb0(ptr, w, c, MT, alpha, passes, 0.0)[0]
+        np.testing.assert_allclose(got, _cvb0_reference(w, c, MT, alpha, passes)[0], rtol=1e-10)
+    E, G = _cvb0_reference(w, c, MT, alpha, 500)
+    fixed = np.maximum(E - G + alpha, 0.0) * MT[w]
+    np.testing.assert_allclose(G, fixed / fixed.sum(axis=1, keepdims=True), atol=1e-9)  # a fixed point
+    np.testing.assert_allclose(E.sum(), c.sum())
+    converged = gibbs.fold_in_cvb0(ptr, w, c, MT, alpha, 500, 1e-6)[0]
+    np.testing.assert_allclose(converged, E, atol=1e-4)
+    # tol: a huge tolerance stops after the first pass; documents are folded in one by one
+    np.testing.assert_allclose(gibbs.fold_in_cvb0(ptr, w, c, MT, alpha, 500, 1e9)[0],
+                               _cvb0_reference(w, c, MT, alpha, 1)[0], rtol=1e-10)
+    two = gibbs.fold_in_cvb0(np.array([0, 0, 2, 2 + w.size]), np.concatenate([[1, 2], w]),
+                             np.concatenate([[3.0, 1.0], c]), MT, alpha, 500, 1e-6)
+    assert not two[0].any()  # an empty document
+    np.testing.assert_array_equal(two[2], converged)
+
+
+def test_predictions_fold_in_by_cvb0_by_default(corpus, fitted):
+    """predict_proba = class_proba of the CVB0 counts of the kept words; ``fold_in="gibbs"`` samples instead."""
+    X = corpus[0]
+    assert fitted.fold_in == "cvb0"
+    ptr, w, c = fitted.fold_in_words(X[:30])
+    np.testing.assert_array_equal(np.diff(ptr), np.diff(sp.csr_matrix(X[:30]).indptr))  # min_df=1: all words kept
+    want = np.array([_cvb0_reference(w[ptr[d]:ptr[d + 1]], c[ptr[d]:ptr[d + 1]], fitted._class_word_T(),
+                                     fitted._class_alpha(), int(fitted.fold_in_sweeps))[0] for d in range(30)])
+    try:
+        exact = fitted.set_params(fold_in_tol=0.0).predict_proba(X[:30])  # every one of fold_in_sweeps passes
+        np.testing.assert_allclose(exact, class_proba(want, fitted._class_alpha()), rtol=1e-9)
+        got = fitted.set_params(fold_in_tol=0.01).predict_proba(X[:30])
+        np.testing.assert_allclose(got, exact, atol=0.02)  # stopped once a pass moved < 1% of the tokens
+        np.testing.assert_allclose(fitted.decision_function(X[:30]).sum(axis=1), 1.0)
+        sampled = fitted.set_params(fold_in="gibbs").predict_proba(X)
+        assert not np.allclose(sampled[:30], got)
+        cvb = fitted.set_params(fold_in="cvb0").predict_proba(X)
+        assert np.mean(cvb.argmax(1) == sampled.argmax(1)) >= 0.9  # the same posterior, estimated two ways
+    finally:
+        fitted.set_params(fold_in="cvb0", fold_in_tol=0.01)
+
+
+@pytest.mark.parametrize("params, name", [({"fold_in": "vb"}, "fold_in"), ({"fold_in_tol": -0.1}, "fold_in_tol")])
+def test_fold_in_settings_are_validated(corpus, params, name):
+    X, _, y, _, _ = corpus
+    with pytest.raises(ValueError, match=f"'{name}' parameter of DLDA must be"):
+        DLDA(n_new_clusters=1, **FAST, **params).fit(X, y)
