@@ -117,6 +117,13 @@ class OutputProducer(KafkaProducer):
     isolation: ~45 -> ~32 us per record). Anything else, and every record when the installed
     kafka-python's accumulator differs (:func:`_lean_send_supported`), goes through
     ``KafkaProducer.send`` unchanged. ``lean_sends`` counts the short way.
+
+    ``wake_when_full`` (default True): wake the sender thread whenever the accumulator
+    reports a full batch, as ``KafkaProducer.send`` does. kafka-python 3 reports "full"
+    for every record appended while a partition has more than one batch queued, so a
+    caller that flushes after a burst of sends (the producer process) sets it False:
+    the sender is then woken when a new batch is created and by the flush (measured in the
+    producer process: the wake-ups were ~10% of its CPU, ``benchmarks/results/producer_process_s17.md``).
     """
 
     LEAN = _lean_send_supported()
@@ -125,6 +132,7 @@ class OutputProducer(KafkaProducer):
     def __init__(self, **configs: Any) -> None:
         super().__init__(**configs)
         self.lean_sends = 0
+        self.wake_when_full = True
         self._order: dict[str, tuple[dict, list[TopicPartition]]] = {}  # topic -> (its metadata, partitions in order)
         self._partitioner = partitioner = self.config["partitioner"]
         self._lean = (self.LEAN and isinstance(partitioner, KeyPartitioner)
@@ -156,7 +164,7 @@ class OutputProducer(KafkaProducer):
         ordered = known[1]
         tp = ordered[self._partitioner.key_hash(key) % len(ordered)]
         future, batch_is_full, new_batch_created, _ = self._accumulator.append(tp, None, key, value, headers or [])
-        if batch_is_full or new_batch_created:
+        if new_batch_created or (batch_is_full and self.wake_when_full):
             self._sender.wakeup()
         self.lean_sends += 1
         return future
@@ -198,54 +206,71 @@ def encode_batch(batch_id: int, topics: list[str], lengths: array, parts: list[b
 def decode_batch(data: bytes) -> tuple[int, list[tuple[str, bytes | None, bytes | None, list[tuple[str, bytes]] | None]]]:
     """Inverse of :func:`encode_batch`: ``(batch id, [(topic, key, value, headers), ...])``.
 
+    Records with the same header bytes share one headers list (the worker's records carry
+    a few distinct ``model_version`` / ``revision`` pairs per batch); it is never modified.
+
     Raises
     ------
     ValueError
         A frame whose tables do not match its bytes.
     """
-    view = memoryview(data)
-    if view[:1] != _BATCH or len(view) < 1 + _BATCH_HEAD.size:
+    data = bytes(data)
+    if data[:1] != _BATCH or len(data) < 1 + _BATCH_HEAD.size:
         raise ValueError("not a batch frame")
-    batch_id, n, tlen, ilen = _BATCH_HEAD.unpack_from(view, 1)
+    batch_id, n, tlen, ilen = _BATCH_HEAD.unpack_from(data, 1)
     pos = 1 + _BATCH_HEAD.size
-    topics = json.loads(bytes(view[pos:pos + tlen]))
+    topics = json.loads(data[pos:pos + tlen])
     pos += tlen
     if ilen % 4:
         raise ValueError("length table is not int32")
     lengths = array("i")
-    lengths.frombytes(view[pos:pos + ilen])
+    lengths.frombytes(data[pos:pos + ilen])
     pos += ilen
     ints = lengths.tolist()
-    end = len(view)
-
-    def take(size: int) -> bytes | None:
-        nonlocal pos
-        if size < 0:
-            return None
-        if pos + size > end:
-            raise ValueError("frame shorter than its length table")
-        out = bytes(view[pos:pos + size])
-        pos += size
-        return out
-
+    n_ints = len(ints)
+    shared: dict[tuple[tuple[int, ...], bytes], list[tuple[str, bytes]]] = {}
+    spans: dict[tuple[int, ...], int] = {}  # header length table -> bytes of the headers
     records: list[tuple[str, bytes | None, bytes | None, list[tuple[str, bytes]] | None]] = []
     i = 0
     for _ in range(n):
-        if i + 4 > len(ints):
+        if i + 4 > n_ints:
             raise ValueError("length table shorter than its records")
-        t, klen, vlen, nh = ints[i:i + 4]
+        t, klen, vlen, nh = ints[i], ints[i + 1], ints[i + 2], ints[i + 3]
         i += 4
-        key, value = take(klen), take(vlen)
+        key = value = None
+        if klen >= 0:
+            key = data[pos:pos + klen]
+            pos += klen
+        if vlen >= 0:
+            value = data[pos:pos + vlen]
+            pos += vlen
         headers = None
         if nh:
-            headers = []
-            for _ in range(nh):
-                nl, hl = ints[i:i + 2]
-                i += 2
-                name = take(nl)
-                headers.append(((name or b"").decode("utf-8"), take(hl) or b""))
+            if i + 2 * nh > n_ints:
+                raise ValueError("length table shorter than its records")
+            sizes = tuple(ints[i:i + 2 * nh])
+            i += 2 * nh
+            span = spans.get(sizes)
+            if span is None:
+                span = sum(x for x in sizes if x > 0)
+                if len(spans) < 1024:
+                    spans[sizes] = span
+            raw = data[pos:pos + span]
+            headers = shared.get((sizes, raw))
+            if headers is None:
+                headers = []
+                at = 0
+                for h in range(0, 2 * nh, 2):
+                    nl, hl = max(sizes[h], 0), max(sizes[h + 1], 0)
+                    headers.append((raw[at:at + nl].decode("utf-8"), raw[at + nl:at + nl + hl]))
+                    at += nl + hl
+                if len(shared) < 1024:
+                    shared[(sizes, raw)] = headers
+            pos += span
         records.append((topics[t], key, value, headers))
-    if pos != end or i != len(ints):
+    if pos > len(data):
+        raise ValueError("frame shorter than its length table")
+    if pos != len(data) or i != n_ints:
         raise ValueError("frame longer than its length table")
     return batch_id, records
 
@@ -278,6 +303,7 @@ def serve(conn: Any, nice: int = 0) -> None:
         except (OSError, EOFError):
             pass
         return
+    producer.wake_when_full = False  # every round of frames ends with a flush
     conn.send_bytes(b'{"ready":true}')
     frames: deque[bytes | None] = deque()
     arrived = threading.Condition()
