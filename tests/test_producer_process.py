@@ -8,10 +8,11 @@ import signal
 from array import array
 
 import pytest
-from kafka import KafkaAdminClient
+from kafka import KafkaAdminClient, TopicPartition
 from kafka.admin import NewTopic
-from kafka.errors import KafkaConfigurationError
+from kafka.errors import InvalidRecordError, KafkaConfigurationError, KafkaError
 from kafka.partitioner import murmur2
+from kafka.producer.future import FutureProduceResult, FutureRecordMetadata
 from kafka_utils import (
     Topics,
     WorkerProcess,
@@ -26,6 +27,8 @@ from streamsemi.core import datasets
 from streamsemi.core.errors import ConfigError
 from streamsemi.service import kafka_io
 from streamsemi.service.producer import (
+    BatchRecordFuture,
+    OutputProducer,
     ProcessProducer,
     ProducerProcessDied,
     decode_batch,
@@ -219,5 +222,76 @@ def test_a_frame_the_process_cannot_read_fails_its_records_instead_of_leaving_th
         ok = p.send(t.assignments, key=b"k", value=b"v")
         p.flush(timeout=30)
         assert ok.succeeded() and p.deaths == 0, "the process goes on"
+    finally:
+        p.close(timeout=5)
+
+
+def test_a_batch_record_future_reads_the_batch_outcome_as_kafka_pythons_record_future_does():
+    """kafka-python completes a batch's produce future with (offset, timestamp, record_exceptions_fn) even when the
+    batch failed: the record fails when that function is set (its error by the record's index) or the future failed."""
+    tp = TopicPartition("t", 0)
+    outcomes = [("ok", (10, -1, None)), ("record errors", (-1, -1, lambda i: InvalidRecordError(f"record {i}"))),
+                ("failed", KafkaError("the whole request"))]
+    for name, outcome in outcomes:
+        pf = FutureProduceResult(tp)
+        mine, theirs = BatchRecordFuture(pf, 2), FutureRecordMetadata(pf, 2, -1, None, 1, 1, -1)
+        assert not mine.is_done and not mine.failed() and not mine.succeeded() and mine.exception is None
+        pf.failure(outcome) if isinstance(outcome, BaseException) else pf.success(outcome)
+        assert mine.is_done and theirs.is_done, name
+        assert (mine.failed(), mine.succeeded()) == (theirs.failed(), theirs.succeeded()), name
+        assert str(mine.exception) == str(theirs.exception), name
+        assert mine.failed() == (name != "ok"), name
+        if name == "record errors":
+            assert "record 2" in str(mine.exception), "the record's own error, by its index in the batch"
+
+
+def test_without_record_futures_records_join_the_open_batch_and_land_as_before(broker):
+    """The producer process's way (``record_futures=False``): a record that fits the partition's open batch is
+    appended to it with a BatchRecordFuture; every record is acknowledged and lands with its key, value,
+    headers and partition, in send order per key."""
+    assert OutputProducer.BATCH_APPEND, "the installed kafka-python's batches changed: the batch append is off"
+    t = _topic(broker)
+    p = kafka_io.make_producer(t.settings(broker.bootstrap), batch_size=4096)  # small batches: many new ones
+    p.record_futures = False
+    try:
+        keys = [b"doc-%d" % (i % 150) for i in range(1200)]
+        futures = [p.send(t.assignments, key=k, value=b"%d" % i, headers=[("model_version", b"7"), ("revision", b"0")])
+                   for i, k in enumerate(keys)]
+        joined = sum(isinstance(f, BatchRecordFuture) for f in futures)
+        assert 1000 <= joined < len(keys), "most records join an open batch; the first of each batch opens it"
+        p.flush(timeout=30)
+        assert all(f.is_done and f.succeeded() and f.exception is None for f in futures)
+        assert p.lean_sends == len(keys)
+    finally:
+        p.close(timeout=5)
+    records = read_topic(broker.bootstrap, t.assignments, expect=len(keys))
+    assert len(records) == len(keys)
+    by_key: dict[bytes, list[int]] = {}
+    for r in sorted(records, key=lambda r: (r.partition, r.offset)):
+        assert r.partition == (murmur2(r.key) & 0x7fffffff) % 5
+        assert list(r.headers) == [("model_version", b"7"), ("revision", b"0")]
+        by_key.setdefault(r.key, []).append(int(r.value))
+    assert all(v == sorted(v) and len(v) == 8 for v in by_key.values())
+
+
+def test_the_sender_is_woken_per_full_batch_only_when_asked(broker, monkeypatch):
+    """kafka-python 3 reports "full" for every record appended behind a queued batch: with ``wake_when_full`` off
+    (the producer process, which flushes after each round) only a new batch wakes the sender."""
+    t = _topic(broker, 1)
+    p = kafka_io.make_producer(t.settings(broker.bootstrap))
+    try:
+        p.send(t.assignments, key=b"k", value=b"v")  # the topic's metadata
+        p.flush(timeout=30)
+        woken: list[int] = []
+        monkeypatch.setattr(p._sender, "wakeup", lambda: woken.append(1))
+        for full, new, wake_when_full, expected in [(True, False, True, 10), (True, False, False, 0),
+                                                    (False, True, False, 10), (False, False, True, 0)]:
+            monkeypatch.setattr(p._accumulator, "append", lambda *a, f=full, n=new, **k: (object(), f, n, False))
+            p.wake_when_full = wake_when_full
+            woken.clear()
+            for i in range(10):
+                p.send(t.assignments, key=b"k%d" % i, value=b"v")
+            assert len(woken) == expected, (full, new, wake_when_full)
+        monkeypatch.undo()
     finally:
         p.close(timeout=5)

@@ -43,6 +43,7 @@ from typing import Any
 from kafka import KafkaProducer, TopicPartition
 from kafka.errors import KafkaConfigurationError, KafkaError, KafkaTimeoutError
 from kafka.partitioner import DefaultPartitioner, murmur2
+from kafka.producer.producer_batch import ProducerBatch
 from kafka.producer.record_accumulator import RecordAccumulator
 
 from streamsemi.core import logs
@@ -105,6 +106,62 @@ def _lean_send_supported() -> bool:
     return params[:6] == ["self", "tp", "timestamp_ms", "key", "value", "headers"] and "abort_on_new_batch" in params
 
 
+def _batch_append_supported() -> bool:
+    """Whether the installed kafka-python's batches are what :meth:`OutputProducer._append_to_open_batch` expects.
+
+    ``RecordAccumulator`` keeps a deque of ``ProducerBatch`` per partition (``_batches``)
+    guarded by ``_tp_lock(tp)``; a batch has ``records`` (a ``MemoryRecordsBuilder`` whose
+    ``append`` returns None when it is closed or full), ``produce_future``,
+    ``max_record_size`` and ``last_append``, and ``try_append`` sets no more than those.
+    """
+    try:
+        src = inspect.getsource(ProducerBatch.try_append)
+        init = inspect.getsource(ProducerBatch.__init__)
+        acc = inspect.getsource(RecordAccumulator.__init__) + inspect.getsource(RecordAccumulator.append)
+    except (OSError, TypeError):
+        return False
+    return (_lean_send_supported() and "self.records.append(" in src and "self.max_record_size" in src
+            and "self.last_append" in src and "self.produce_future" in init and "self._batches" in acc
+            and "self._tp_lock(tp)" in acc)
+
+
+class BatchRecordFuture:
+    """The outcome of a record appended to an open batch without its own future (:attr:`OutputProducer.record_futures`).
+
+    kafka-python completes a batch's ``produce_future`` with ``(base offset, timestamp,
+    record_exceptions_fn)`` whether the batch succeeded or not: a record failed when the
+    batch's future failed or ``record_exceptions_fn`` is set (then it names the record's
+    error by its index in the batch), as ``FutureRecordMetadata`` reads it.
+    """
+
+    __slots__ = ("batch_future", "index")
+
+    def __init__(self, batch_future: Any, index: int) -> None:
+        self.batch_future = batch_future
+        self.index = index
+
+    @property
+    def is_done(self) -> bool:
+        return bool(self.batch_future.is_done)
+
+    def failed(self) -> bool:
+        bf = self.batch_future
+        return bool(bf.is_done and (bf.failed() or bf.value[2] is not None))
+
+    def succeeded(self) -> bool:
+        return bool(self.batch_future.is_done) and not self.failed()
+
+    @property
+    def exception(self) -> BaseException | None:
+        bf = self.batch_future
+        if not bf.is_done:
+            return None
+        if bf.failed():
+            return bf.exception
+        fn = bf.value[2]
+        return None if fn is None else fn(self.index)
+
+
 class OutputProducer(KafkaProducer):
     """kafka-python's producer with a shorter ``send`` for the worker's own records (issue 16).
 
@@ -118,6 +175,16 @@ class OutputProducer(KafkaProducer):
     kafka-python's accumulator differs (:func:`_lean_send_supported`), goes through
     ``KafkaProducer.send`` unchanged. ``lean_sends`` counts the short way.
 
+    ``record_futures`` (default True): every record gets kafka-python's own future. False
+    (the producer process): a record that fits in its partition's open batch is appended
+    to it directly and gets a :class:`BatchRecordFuture` over the batch's
+    ``produce_future`` (done when the broker answered for the batch, which is when a
+    record's own future would be), without kafka-python's per-record future and its
+    callbacks, the in-progress counter and the result tuple. A record that needs a new
+    batch goes through the accumulator as before. A record of a batch kafka-python split
+    (MESSAGE_TOO_LARGE) keeps the old batch's future, which is never done: the record is
+    reported not acknowledged and the worker sends it again (at-least-once).
+
     ``wake_when_full`` (default True): wake the sender thread whenever the accumulator
     reports a full batch, as ``KafkaProducer.send`` does. kafka-python 3 reports "full"
     for every record appended while a partition has more than one batch queued, so a
@@ -127,12 +194,14 @@ class OutputProducer(KafkaProducer):
     """
 
     LEAN = _lean_send_supported()
+    BATCH_APPEND = _batch_append_supported()
     _MAX_TOPICS = 1024
 
     def __init__(self, **configs: Any) -> None:
         super().__init__(**configs)
         self.lean_sends = 0
         self.wake_when_full = True
+        self.record_futures = True
         self._order: dict[str, tuple[dict, list[TopicPartition]]] = {}  # topic -> (its metadata, partitions in order)
         self._partitioner = partitioner = self.config["partitioner"]
         self._lean = (self.LEAN and isinstance(partitioner, KeyPartitioner)
@@ -163,11 +232,36 @@ class OutputProducer(KafkaProducer):
             known = self._order[topic] = (parts, [TopicPartition(topic, p) for p in sorted(parts)])
         ordered = known[1]
         tp = ordered[self._partitioner.key_hash(key) % len(ordered)]
+        if not self.record_futures and self.BATCH_APPEND:
+            future = self._append_to_open_batch(tp, key, value, headers or [])
+            if future is not None:
+                self.lean_sends += 1
+                return future
         future, batch_is_full, new_batch_created, _ = self._accumulator.append(tp, None, key, value, headers or [])
         if new_batch_created or (batch_is_full and self.wake_when_full):
             self._sender.wakeup()
         self.lean_sends += 1
         return future
+
+    def _append_to_open_batch(self, tp: TopicPartition, key: bytes, value: bytes, headers: list) -> Any:
+        """Append to ``tp``'s open batch; returns its :class:`BatchRecordFuture`, or None when no open batch has room.
+
+        What ``RecordAccumulator.append`` does when the partition's last batch has room,
+        under the same lock, less the per-record future (see ``record_futures``).
+        """
+        acc = self._accumulator
+        with acc._tp_lock(tp):
+            dq = acc._batches.get(tp)
+            if not dq or acc._closed:
+                return None
+            last = dq[-1]
+            meta = last.records.append(None, key, value, headers)
+            if meta is None:  # full, or closed by the sender: a new batch
+                return None
+            if meta.size > last.max_record_size:
+                last.max_record_size = meta.size
+            last.last_append = time.monotonic()
+            return BatchRecordFuture(last.produce_future, meta.offset)
 
 
 
@@ -304,6 +398,7 @@ def serve(conn: Any, nice: int = 0) -> None:
             pass
         return
     producer.wake_when_full = False  # every round of frames ends with a flush
+    producer.record_futures = False  # the reply is per record, but a batch succeeds or fails whole
     conn.send_bytes(b'{"ready":true}')
     frames: deque[bytes | None] = deque()
     arrived = threading.Condition()
