@@ -1378,13 +1378,15 @@ class Engine:
         now = self.clock()
         changed: dict[str, list[Assignment]] = {}
         firsts: Counter = Counter()  # (algorithm, class label) of first verdicts (the primary served alone before)
-        verdicts = self._assign_all(models, X, rows, ids)
+        subsets = None if cfg.revisions == "all" else self._stale_rows(models, ids)
+        verdicts = self._assign_all(models, X, rows, ids, subsets)
         for k, name in enumerate(cfg.algorithms):
             if name not in verdicts:
-                continue  # no model yet: judged when its first model arrives (a new pass)
+                continue  # no model yet (judged when its first model arrives: a new pass), or nothing stale
             slot = models[name]
             is_primary = name == primary
-            for doc_id, (label, score, labels, cluster, new) in zip(ids, verdicts[name], strict=True):
+            judged = ids if subsets is None else [ids[j] for j in subsets[name]]
+            for doc_id, (label, score, labels, cluster, new) in zip(judged, verdicts[name], strict=True):
                 entry = self._served[doc_id]
                 before = entry.verdicts[k]
                 if before is not None and doc_id in self.seeds:
@@ -1422,9 +1424,38 @@ class Engine:
             event(log, "revision_pass_done", model_version=max(s.version for s in models.values()))
         return out
 
+    def _stale_rows(self, models: dict[str, ModelSlot], ids: Sequence[str]) -> dict[str, np.ndarray]:
+        """Per algorithm, the positions in ``ids`` whose verdict its current model would not give again.
+
+        A verdict ``(cluster, provisional, primary, version)`` is stale when it is missing, or
+        its version, provisional flag or primary flag differs from the algorithm's current
+        model and role; an algorithm whose model judged the document already gives the
+        same cluster again (its predictions and snapshot scores are deterministic), so a
+        revision chunk predicts with the models that changed only (issue 16: after one
+        algorithm's swap the pass no longer re-predicts the window with the five others).
+        Algorithms with nothing stale are left out.
+        """
+        served, primary = self._served, self.primary
+        out: dict[str, np.ndarray] = {}
+        for k, name in enumerate(self.config.algorithms):
+            slot = models.get(name)
+            if slot is None:
+                continue
+            is_primary, version, provisional = name == primary, slot.version, slot.provisional
+            stale = [j for j, doc_id in enumerate(ids)
+                     if (x := served[doc_id].verdicts[k]) is None or x[3] != version or x[1] != provisional
+                     or x[2] != is_primary]
+            if stale:
+                out[name] = np.asarray(stale, dtype=np.intp)
+        return out
+
     def _assign_all(self, models: dict[str, ModelSlot], X: sp.csr_matrix,
-                    rows: Sequence[Row] | None = None, ids: Sequence[str] | None = None) -> dict[str, list]:
+                    rows: Sequence[Row] | None = None, ids: Sequence[str] | None = None,
+                    subsets: dict[str, np.ndarray] | None = None) -> dict[str, list]:
         """:meth:`_assign_with` of every algorithm that has a model in ``models`` on ``X``.
+
+        ``subsets``: only those algorithms, each on its rows of ``X`` (positions; its
+        verdicts then follow that order).
 
         ``rows`` / ``ids``: the row objects and document ids of ``X``; a document of a
         model's training snapshot (same row object) takes its scores from the model's
@@ -1436,23 +1467,33 @@ class Engine:
         thread assigns with the others (issue 16); a queued prediction the helper has not
         started when this thread is done is taken back and run here. The results are the same.
         """
-        algorithms = [a for a in self.config.algorithms if a in models]
+        algorithms = [a for a in self.config.algorithms if a in models and (subsets is None or a in subsets)]
+        Xs: dict[str, sp.csr_matrix] = {a: X for a in algorithms}
+        if subsets is not None:
+            for a in algorithms:
+                sub = subsets[a]
+                if sub.size != X.shape[0]:
+                    Xs[a] = X[sub]
         pos: dict[str, np.ndarray] = {}  # snapshot row per document, -1: predict
         if rows is not None and ids is not None and X.shape[0]:
             for a in algorithms:
                 sc = models[a].scores
                 if sc is not None:
-                    pos[a] = sc.positions(ids, rows)
-        todo = {a: (X if a not in pos else X[pos[a] < 0]) for a in algorithms}
+                    if Xs[a] is X:
+                        pos[a] = sc.positions(ids, rows)
+                    else:
+                        sub = subsets[a].tolist()  # type: ignore[index]
+                        pos[a] = sc.positions([ids[j] for j in sub], [rows[j] for j in sub])
+        todo = {a: (Xs[a] if a not in pos else Xs[a][pos[a] < 0]) for a in algorithms}
         heavy = [a for a in algorithms
                  if getattr(models[a].model, "predict_releases_gil", False) and todo[a].shape[0]]
         futures: dict[str, Future] = {a: _PREDICT_POOL.submit(models[a].model.predict_proba, todo[a]) for a in heavy}
-        out = {a: self._assign_with(models[a], X, *self._scores_of(models[a], todo[a], pos.get(a)))
+        out = {a: self._assign_with(models[a], Xs[a], *self._scores_of(models[a], todo[a], pos.get(a)))
                for a in algorithms if a not in futures}
         for a in reversed(list(futures)):  # what the helper has not started yet, this thread predicts itself
             f = futures[a]
-            out[a] = self._assign_with(models[a], X, *self._scores_of(models[a], todo[a], pos.get(a),
-                                                                      None if f.cancel() else f.result()))
+            out[a] = self._assign_with(models[a], Xs[a], *self._scores_of(models[a], todo[a], pos.get(a),
+                                                                          None if f.cancel() else f.result()))
         return out
 
     @staticmethod

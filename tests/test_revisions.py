@@ -497,3 +497,58 @@ def test_no_primary_probes_in_a_round_a_growth_refit_follows_at_once(r8):
     while eng.buffer:
         got += eng.process([]).assignments
     assert {a.model_version for a in got} == {2}, "the backlog waited for the growth round's models"
+
+
+def test_a_revision_pass_predicts_only_with_the_models_that_changed(r8):
+    """After one algorithm's swap the pass re-judges the window with that algorithm alone: the others' verdicts
+    are from their current models already (issue 16: the pass used to re-predict with every algorithm)."""
+    ds, order = r8
+    algs = ["constrained-kmeans", "seeded-kmeans"]
+    eng = Engine(cfg(algorithms=algs))
+    seed(eng, ds, by_class(ds, order[:300], 3))
+    eng.process(docs(ds, order[:300]))
+    eng.process(docs(ds, order[300:360]))  # judged by the v1 models, outside their training snapshot
+    rows_predicted = {a: 0 for a in algs}
+
+    def counting(name):
+        model = eng.models[name].model
+        real = model.predict_proba
+
+        def predict_proba(X):
+            rows_predicted[name] += X.shape[0]
+            return real(X)
+        model.predict_proba = predict_proba
+
+    release = threading.Event()
+    fit_one = eng._fit_one
+
+    def slow_second(name, snap, probe=False):
+        if name == "seeded-kmeans" and not probe:
+            release.wait(30)
+        return fit_one(name, snap, probe)
+
+    eng._fit_one = slow_second
+    eng._run_seed_checks = lambda force=False: None  # only the revision pass predicts here
+    counting("seeded-kmeans")
+    eng.config.background_refit = True
+    seed(eng, ds, by_class(ds, order[:360], 6))
+    eng.request_refit()
+    deadline = time.monotonic() + 30
+    while eng.models["constrained-kmeans"].version != 2 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert eng.models["seeded-kmeans"].version == 1
+    first_pass = [a for c in drain(eng) for a in c]
+    assert first_pass and {(a.algorithm, a.model_version) for a in first_pass} == {("constrained-kmeans", 2)}
+    assert rows_predicted["seeded-kmeans"] == 0, "seeded-kmeans' verdicts are its current model's: not predicted again"
+    release.set()
+    assert eng.wait_for_refit(60) and eng.models["seeded-kmeans"].version == 2
+    counting("constrained-kmeans")
+    second_pass = [a for c in drain(eng) for a in c]
+    assert second_pass and {(a.algorithm, a.model_version) for a in second_pass} == {("seeded-kmeans", 2)}
+    assert rows_predicted["constrained-kmeans"] == 0
+    # every non-seed verdict is what a full re-judgement with the current models gives
+    ids, rows = eng.window.ids(), eng.window.rows()
+    full = eng._assign_all(eng.models, rows_to_csr(rows, 2**16), rows, ids)
+    for k, name in enumerate(algs):
+        assert all(eng._served[d].verdicts[k][:4:3] == (v[3], 2) for d, v in zip(ids, full[name], strict=True)
+                   if d not in eng.seeds), name
