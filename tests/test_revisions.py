@@ -73,6 +73,20 @@ def drain(eng, limit=1000):
     return chunks
 
 
+def hold_back_fit(eng, algorithm):
+    """``algorithm``'s refits wait until the returned event is set (its probe fits do not)."""
+    release = threading.Event()
+    fit_one = eng._fit_one
+
+    def held(name, snap, probe=False):
+        if name == algorithm and not probe:
+            release.wait(30)
+        return fit_one(name, snap, probe)
+
+    eng._fit_one = held
+    return release
+
+
 def emitted(assignments):
     return {(a.id, a.algorithm): a for a in assignments}
 
@@ -346,15 +360,7 @@ def test_each_algorithm_model_is_published_as_soon_as_it_is_fitted(r8):
     seed(eng, ds, by_class(ds, order[:300], 3))
     eng.process(docs(ds, order[:300]))
     assert {s.version for s in eng.models.values()} == {1}
-    release = threading.Event()
-    fit_one = eng._fit_one
-
-    def slow_second(name, snap, probe=False):
-        if name == "seeded-kmeans" and not probe:
-            release.wait(30)
-        return fit_one(name, snap, probe)
-
-    eng._fit_one = slow_second
+    release = hold_back_fit(eng, "seeded-kmeans")
     eng.config.background_refit = True
     eng.request_refit()
     deadline = time.monotonic() + 30
@@ -519,15 +525,7 @@ def test_a_revision_pass_predicts_only_with_the_models_that_changed(r8):
             return real(X)
         model.predict_proba = predict_proba
 
-    release = threading.Event()
-    fit_one = eng._fit_one
-
-    def slow_second(name, snap, probe=False):
-        if name == "seeded-kmeans" and not probe:
-            release.wait(30)
-        return fit_one(name, snap, probe)
-
-    eng._fit_one = slow_second
+    release = hold_back_fit(eng, "seeded-kmeans")
     eng._run_seed_checks = lambda force=False: None  # only the revision pass predicts here
     counting("seeded-kmeans")
     eng.config.background_refit = True
