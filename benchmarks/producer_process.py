@@ -39,6 +39,9 @@ from kafka.admin import KafkaAdminClient, NewTopic
 from streamsemi.devtools.broker import EmbeddedBroker
 from streamsemi.service.producer import KeyPartitioner, OutputProducer, ProcessProducer
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from throughput import _environment, cpu_seconds  # noqa: E402 - this folder's throughput.py
+
 RESULTS = Path(__file__).parent / "results"
 VALUE = (b'{"id":"doc-0000001","algorithm":"semi-ldc","model_version":3,"revision":0,"label":"comp.graphics",'
          b'"score":0.812345,"labels":{"comp.graphics":0.812345,"comp.windows.x":0.101234},"cluster":"comp.graphics",'
@@ -46,12 +49,6 @@ VALUE = (b'{"id":"doc-0000001","algorithm":"semi-ldc","model_version":3,"revisio
          b'"primary":false,"provisional":false,"ts":1764260000.123,"worker":"w1234"}')
 HEADERS = [("model_version", b"3"), ("revision", b"0")]
 VARIANTS = {"kafka-python": (True, True), "wake per new batch": (True, False), "open-batch append": (False, False)}
-
-
-def _cpu_of(pid: int) -> float:
-    """User + system CPU seconds of a process (Linux ``/proc``)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _send_all(send: Any, topics: tuple[str, str], docs: int, per_doc: int, ship: Any = None, chunk: int = 500) -> None:
@@ -65,58 +62,51 @@ def _send_all(send: Any, topics: tuple[str, str], docs: int, per_doc: int, ship:
             ship()
 
 
+def measure(p: Any, topics: tuple[str, str], args: argparse.Namespace, broker_pid: int,
+            child_pid: int | None = None) -> dict[str, float]:
+    """Send ``args.docs`` x ``args.per_doc`` records through ``p`` and flush; CPU of this process, or of ``child_pid``."""
+    futures: list[Any] = []
+    ship = getattr(p, "ship", None)
+
+    def send(topic: str, value: bytes, key: bytes, headers: list) -> None:
+        futures.append(p.send(topic, value=value, key=key, headers=headers))
+
+    def cpu() -> float:
+        return time.process_time() if child_pid is None else cpu_seconds(child_pid)[0]
+
+    _send_all(send, topics, 200, args.per_doc, ship)  # metadata, connections
+    p.flush(timeout=60)
+    futures.clear()
+    b0, c0, m0, t0 = cpu_seconds(broker_pid)[0], cpu(), time.process_time(), time.perf_counter()
+    _send_all(send, topics, args.docs, args.per_doc, ship)
+    p.flush(timeout=120)
+    wall, used = time.perf_counter() - t0, cpu() - c0
+    main, broker = time.process_time() - m0, cpu_seconds(broker_pid)[0] - b0
+    if not all(f.is_done and not f.failed() for f in futures):
+        raise RuntimeError("a record was not acknowledged")
+    n = args.docs * args.per_doc
+    return {"records": n, "wall_s": round(wall, 3), "cpu_s": round(used, 3), "sender_cpu_s": round(main, 3),
+            "broker_cpu_s": round(broker, 3), "cpu_us_per_record": round(1e6 * used / n, 2),
+            "records_per_s": round(n / wall)}
+
+
 def run_in_process(conf: dict[str, Any], topics: tuple[str, str], args: argparse.Namespace, record_futures: bool,
                    wake_when_full: bool, broker_pid: int) -> dict[str, float]:
     p = OutputProducer(partitioner=KeyPartitioner(), **conf)
     p.record_futures, p.wake_when_full = record_futures, wake_when_full
-    futures: list[Any] = []
-
-    def send(topic: str, value: bytes, key: bytes, headers: list) -> None:
-        futures.append(p.send(topic, value=value, key=key, headers=headers))
-
     try:
-        _send_all(send, topics, 200, args.per_doc)  # metadata, connections
-        p.flush(timeout=60)
-        futures.clear()
-        b0, c0, t0 = _cpu_of(broker_pid), time.process_time(), time.perf_counter()
-        _send_all(send, topics, args.docs, args.per_doc)
-        p.flush(timeout=120)
-        wall, cpu, broker = time.perf_counter() - t0, time.process_time() - c0, _cpu_of(broker_pid) - b0
-        if not all(f.is_done and f.succeeded() for f in futures):
-            raise RuntimeError("a record was not acknowledged")
+        return measure(p, topics, args, broker_pid)
     finally:
         p.close(timeout=10)
-    n = args.docs * args.per_doc
-    return {"records": n, "wall_s": round(wall, 3), "cpu_s": round(cpu, 3), "broker_cpu_s": round(broker, 3),
-            "cpu_us_per_record": round(1e6 * cpu / n, 2), "records_per_s": round(n / wall)}
 
 
 def run_process(conf: dict[str, Any], topics: tuple[str, str], args: argparse.Namespace, broker_pid: int) -> dict[str, float]:
     p = ProcessProducer(conf)
-    futures: list[Any] = []
-
-    def send(topic: str, value: bytes, key: bytes, headers: list) -> None:
-        futures.append(p.send(topic, value=value, key=key, headers=headers))
-
     try:
-        _send_all(send, topics, 200, args.per_doc, p.ship)
-        p.flush(timeout=60)
-        futures.clear()
-        pid = p.pid
-        assert pid is not None
-        b0, c0, m0, t0 = _cpu_of(broker_pid), _cpu_of(pid), time.process_time(), time.perf_counter()
-        _send_all(send, topics, args.docs, args.per_doc, p.ship)
-        p.flush(timeout=120)
-        wall, cpu = time.perf_counter() - t0, _cpu_of(pid) - c0
-        main, broker = time.process_time() - m0, _cpu_of(broker_pid) - b0
-        if not all(f.is_done and not f.failed() for f in futures):
-            raise RuntimeError("a record was not acknowledged")
+        assert p.pid is not None
+        return measure(p, topics, args, broker_pid, child_pid=p.pid)
     finally:
         p.close(timeout=10)
-    n = args.docs * args.per_doc
-    return {"records": n, "wall_s": round(wall, 3), "cpu_s": round(cpu, 3), "sender_cpu_s": round(main, 3),
-            "broker_cpu_s": round(broker, 3), "cpu_us_per_record": round(1e6 * cpu / n, 2),
-            "records_per_s": round(n / wall)}
 
 
 def main() -> int:
@@ -152,7 +142,7 @@ def main() -> int:
                    "cpu_ratio_to_kafka_python": round(min(r["cpu_us_per_record"] for r in rs) / base, 2)}
             for name, rs in runs.items()}
     out = {"when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "command": " ".join(["python", *sys.argv]),
-           "args": vars(args), "load_average": list(os.getloadavg()), "variants": rows, "runs": runs}
+           "args": vars(args), "environment": _environment(), "load_average": list(os.getloadavg()), "variants": rows, "runs": runs}
     RESULTS.mkdir(exist_ok=True)
     stem = RESULTS / f"producer_process{'_' + args.tag if args.tag else ''}"
     stem.with_suffix(".json").write_text(json.dumps(out, indent=1) + "\n")
