@@ -162,6 +162,41 @@ def cpu_seconds(pid: int) -> tuple[float, float]:
     return one(pid), sum(one(k) for k in children(pid))
 
 
+def thread_times(pids: dict[str, int]) -> dict[str, tuple[float, float]]:
+    """Per thread of the named processes: ``(seconds on a CPU, seconds runnable but waiting for one)``.
+
+    From ``/proc/PID/task/TID/schedstat`` (nanoseconds on the CPU, nanoseconds on a run
+    queue). Keys are ``"<process>/<thread name>#<tid>"``; threads gone are absent. The wait
+    tells whether a thread was short of a core (the machine's two cores saturated) rather
+    than of work or of the GIL (a thread waiting for the GIL sleeps, it is not runnable).
+    """
+    out: dict[str, tuple[float, float]] = {}
+    for name, pid in pids.items():
+        try:
+            tasks = list(Path(f"/proc/{pid}/task").iterdir())
+        except OSError:
+            continue
+        for task in tasks:
+            try:
+                comm = (task / "comm").read_text().strip()
+                run_ns, wait_ns = (int(x) for x in (task / "schedstat").read_text().split()[:2])
+            except (OSError, ValueError):
+                continue
+            out[f"{name}/{comm}#{task.name}"] = (run_ns / 1e9, wait_ns / 1e9)
+    return out
+
+
+def thread_deltas(before: dict[str, tuple[float, float]],
+                  after: dict[str, tuple[float, float]]) -> list[dict[str, Any]]:
+    """:func:`thread_times` differences of the threads seen in ``after`` (busiest first; idle ones left out)."""
+    rows = []
+    for key, (run, wait) in after.items():
+        r0, w0 = before.get(key, (0.0, 0.0))
+        if run - r0 >= 0.01 or wait - w0 >= 0.01:
+            rows.append({"thread": key.rsplit("#", 1)[0], "cpu_s": round(run - r0, 2), "runqueue_wait_s": round(wait - w0, 2)})
+    return sorted(rows, key=lambda r: -r["cpu_s"])
+
+
 class Corpus:
     """20NG texts in a seeded order with their labels; ``messages(prefix, n)`` cycles them with unique ids."""
 
@@ -459,12 +494,20 @@ class Bench:
         full = OutputReader(settings, topics["assignments"], n_algs) if n_algs > 1 else None
         rss: list[int] = []
         cpu_log: list[tuple[float, tuple[float, float]]] = []  # (wall time, cpu_seconds) every 0.25 s
+        threads_log: list[tuple[float, dict[str, tuple[float, float]]]] = []  # (wall time, thread_times)
         stop = threading.Event()
+
+        def watched() -> dict[str, int]:
+            pids = {"worker": proc.pid, **{f"child{k}": c for k, c in enumerate(children(proc.pid))}}
+            if self.broker.proc is not None:
+                pids["broker"] = self.broker.proc.pid
+            return pids
 
         def sample() -> None:
             while not stop.is_set():
                 rss.append(rss_kib(proc.pid))
                 cpu_log.append((time.time(), cpu_seconds(proc.pid)))
+                threads_log.append((time.time(), thread_times(watched())))
                 stop.wait(0.25)
 
         sampler = threading.Thread(target=sample, daemon=True)
@@ -486,6 +529,7 @@ class Bench:
             events_before = len(worker_events(log_path))
             spy = start_profiler(proc.pid, self.work / f"profile-{name}.txt")
             cpu0 = cpu_seconds(proc.pid)
+            threads0 = thread_times(watched())
             if not self.args.live_readers:
                 for r in (reader, full):
                     if r is not None:
@@ -502,6 +546,7 @@ class Bench:
             done = full.first if full is not None else reader.first
             end_ms = max((done[k] for k in sent if k in done), default=int(time.time() * 1000))
             cpu1 = next((c for t, c in list(cpu_log) if t * 1000 >= end_ms), cpu_read)
+            threads1 = next((c for t, c in list(threads_log) if t * 1000 >= end_ms), None) or thread_times(watched())
             if complete:
                 out = rate_of(sent, reader.first)
             else:  # the worker did not keep up: the rate of what it served
@@ -537,6 +582,9 @@ class Bench:
                 # first-output record (children that ended meanwhile not counted)
                 "worker_cpu_s": round(cpu1[0] - cpu0[0], 2), "children_cpu_s": round(cpu1[1] - cpu0[1], 2),
                 "worker_cpu_ms_per_doc": round(1000 * (cpu1[0] - cpu0[0]) / max(1, len(sent)), 3),
+                # per thread of the worker, its children and the broker over the same span: CPU seconds and seconds
+                # runnable without a core (the sender and readers of this script are not listed)
+                "threads": thread_deltas(threads0, threads1),
             })
         finally:
             stop.set()
@@ -631,6 +679,12 @@ def markdown(result: dict[str, Any]) -> str:
                          f"{rows[key]['ratio']:.2f} | >= {target} | {_lat(w['latency_s']['p99'], w)} | {w['refit_rounds_during']} | "
                          f"{w['rss_max_mib']} | {w['send_docs_per_s']:,} | {w.get('worker_cpu_ms_per_doc', '?')} |")
         lines.append("")
+        for key in ("ck", "six"):
+            if key in rows and rows[key]["worker"].get("threads"):
+                w = rows[key]["worker"]
+                lines.append(f"Threads during the {key} phase ({w['seconds']} s), CPU s / run-queue wait s: "
+                             + ", ".join(f"{t['thread']} {t['cpu_s']}/{t['runqueue_wait_s']}" for t in w["threads"]) + ".")
+                lines.append("")
     for key in ("latency", "latency-ck"):
         if key not in rows:
             continue

@@ -308,8 +308,8 @@ class Assignment:
     provisional: bool = False
     stream: str | None = None  # per-stream models (streamsemi.service.streams): the document's stream
 
-    def to_message(self) -> dict[str, Any]:
-        """JSON body of the output record."""
+    def to_message(self, worker: str | None = None) -> dict[str, Any]:
+        """JSON body of the output record; ``worker``: the emitting worker's instance id (last field)."""
         out = {
             "id": self.id, "algorithm": self.algorithm, "model_version": self.model_version,
             "revision": self.revision, "label": self.label, "score": round(self.score, 6), "labels": self.labels,
@@ -320,6 +320,8 @@ class Assignment:
             out["fallback"] = True
         if self.stream is not None:
             out["stream"] = self.stream
+        if worker is not None:
+            out["worker"] = worker
         return out
 
 

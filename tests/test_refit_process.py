@@ -19,6 +19,7 @@ from streamsemi.core.features import TextFeaturizer
 from streamsemi.core.messages import Document
 from streamsemi.engine import Engine, EngineConfig, fit_estimator
 from streamsemi.service.fitter import (
+    FIT_PRIORITY,
     FitProcess,
     FitProcessClosed,
     FitProcessDied,
@@ -315,3 +316,29 @@ def test_a_revision_pass_with_a_time_budget_sizes_its_chunks_from_their_cost(r8)
     while eng.revisions_pending:
         eng.process([])
     assert eng.revisions_pending == 0
+
+
+def _scheduling(pid: int) -> tuple[int, int]:
+    """``(policy, nice)`` of a process, read from /proc/PID/stat (fields 41 and 19)."""
+    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return int(fields[38]), int(fields[16])
+
+
+@pytest.mark.skipif(not hasattr(os, "SCHED_IDLE"), reason="Linux scheduling policies")
+@pytest.mark.parametrize("priority, policy, nice", [("idle", "SCHED_IDLE", 10), ("low", "SCHED_OTHER", 10),
+                                                    ("normal", "SCHED_OTHER", 0)])
+def test_fit_priority_sets_the_fit_process_policy_and_nice(priority, policy, nice, r8):
+    """fit_priority=idle: the fit process runs under SCHED_IDLE (the polling thread never waits for a core behind it);
+    low: nice 10; normal: the worker's own priority. Each still fits."""
+    base = os.nice(0)
+    f = FitProcess(**FIT_PRIORITY[priority]).start()
+    try:
+        X, y, ids = _xy(*r8, n=200)
+        est = build_estimator(CK, None, 0, 0)
+        fitted = f(CK, est, X, y, ids)
+        assert fitted.predict(X[:5]).shape == (5,)
+        pol, ni = _scheduling(f.pid)
+        assert pol == getattr(os, policy)
+        assert ni == min(19, base + nice)
+    finally:
+        f.close()

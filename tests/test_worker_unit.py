@@ -329,3 +329,11 @@ def test_without_gc_pacing_the_loop_leaves_the_collector_alone(r8):
     w.consumer.feed(tp, [_doc(r8, i) for i in range(3)])
     w.step()
     assert gc.get_freeze_count() == 0
+
+
+@pytest.mark.parametrize("priority, idle, nice", [("idle", True, 10), ("low", False, 10), ("normal", False, 0)])
+def test_fit_priority_setting_reaches_the_fit_process(priority, idle, nice):
+    """The worker's fit process gets the priority of the fit_priority setting (default idle: SCHED_IDLE)."""
+    w = Worker(resolve({} if priority == "idle" else {"fit_priority": priority}))
+    assert (w.fitter.idle, w.fitter.nice) == (idle, nice)
+    assert Worker(resolve({"refit_process": "false"})).fitter is None

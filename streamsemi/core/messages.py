@@ -442,7 +442,11 @@ def encode_key(doc_id: Any) -> bytes:
     """The record key of an output (the document id as UTF-8); total: never raises."""
     if isinstance(doc_id, bytes):
         return doc_id
-    return _SURROGATE.sub("\ufffd", str(doc_id)).encode("utf-8")
+    text = str(doc_id)
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate (the only str UTF-8 refuses): replaced, as the regex finds them
+        return _SURROGATE.sub("\ufffd", text).encode("utf-8")
 
 
 def cluster_event_key(ev: dict[str, Any]) -> bytes:

@@ -299,6 +299,11 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("shutdown_grace_s", float, 30.0, "maximum time to finish the current batch on SIGTERM", _positive),
     Setting("refit_process", bool, True, "fit the models in a separate process (the polling thread never waits on "
             "a fit; docs/throughput.md)"),
+    Setting("fit_priority", str, "idle",
+            "CPU priority of the fit process (refit_process): idle (Linux SCHED_IDLE: it fits on the CPU the worker, "
+            "its producer process and the broker leave, so that fresh documents never wait for a core; on a "
+            "saturated machine refits wait), low (nice 10) or normal (docs/throughput.md)",
+            choices=("idle", "low", "normal")),
     Setting("producer_process", bool, True, "produce the outputs from a separate process (the polling thread hands "
             "them over in batches and does not wait for the broker; docs/throughput.md)"),
     Setting("gc_full_interval_s", float, 600.0,

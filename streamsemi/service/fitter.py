@@ -17,8 +17,8 @@ one long-lived *fit process* (multiprocessing, ``spawn`` context) through
 Nothing is pickled: each message is one ``send_bytes`` frame of a JSON header and raw
 numpy buffers of numeric / bool / fixed-width string dtypes, read back with
 ``np.frombuffer`` (:func:`pack` / :func:`unpack`). The fit process runs with one BLAS
-thread and a lower CPU priority (``nice``), so that on a small machine the polling
-thread keeps its core.
+thread and a lower CPU priority (``nice``, or the ``SCHED_IDLE`` policy: setting
+``fit_priority``), so that on a small machine the polling thread keeps its core.
 
 A fit process that dies (killed, out of memory) is reported (``fit_process_died``
 event, ``streamsemi_fit_process_deaths_total``) and started again at once; the fit it
@@ -148,9 +148,9 @@ def _fit_request(header: dict[str, Any], arrays: dict[str, np.ndarray]) -> tuple
     return reply, out
 
 
-def serve(conn: Any, nice: int = 0) -> None:
+def serve(conn: Any, nice: int = 0, idle: bool = False) -> None:
     """The fit process's loop: one request frame in, one reply frame out, until the pipe closes."""
-    lower_priority(nice)
+    lower_priority(nice, idle)
     try:
         from threadpoolctl import threadpool_limits
 
@@ -182,6 +182,11 @@ def _rss_bytes(pid: int) -> int | None:
         return None
 
 
+#: the fit process's CPU priority per value of the ``fit_priority`` setting (:class:`FitProcess` arguments)
+FIT_PRIORITY: dict[str, dict[str, Any]] = {"idle": {"nice": 10, "idle": True}, "low": {"nice": 10, "idle": False},
+                                           "normal": {"nice": 0, "idle": False}}
+
+
 class FitProcess:
     """A long-lived fit process and the :attr:`Engine.fitter` callable that uses it.
 
@@ -192,14 +197,20 @@ class FitProcess:
         and ``streamsemi_fit_process_resident_bytes`` are registered.
     nice : int
         Added to the fit process's nice value (lower CPU priority than the worker).
+    idle : bool
+        Run the fit process under Linux's ``SCHED_IDLE`` policy (:func:`lower_priority`):
+        it fits on whatever CPU the worker, its producer process and the broker leave,
+        and never keeps the polling thread waiting for a core (setting ``fit_priority``).
     context : str
         Multiprocessing start method (``spawn`` or ``forkserver``).
     """
 
-    def __init__(self, registry: CollectorRegistry | None = None, nice: int = 10, context: str = "spawn") -> None:
+    def __init__(self, registry: CollectorRegistry | None = None, nice: int = 10, context: str = "spawn",
+                 idle: bool = False) -> None:
         if context not in ("spawn", "forkserver"):
             raise ValueError(f"context must be 'spawn' or 'forkserver', got {context!r}")
         self.nice = int(nice)
+        self.idle = bool(idle)
         self._ctx = multiprocessing.get_context(context)
         self._lock = threading.Lock()
         self._proc: Any = None
@@ -227,7 +238,7 @@ class FitProcess:
 
     def _spawn(self) -> None:
         parent, child = self._ctx.Pipe(duplex=True)
-        proc = self._ctx.Process(target=serve, args=(child, self.nice), name="streamsemi-fit", daemon=True)
+        proc = self._ctx.Process(target=serve, args=(child, self.nice, self.idle), name="streamsemi-fit", daemon=True)
         proc.start()
         child.close()  # the worker keeps one end only: the fit process's death closes the pipe (EOF)
         self._proc, self._conn = proc, parent

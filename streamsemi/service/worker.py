@@ -59,7 +59,7 @@ from streamsemi.service import checkpoint, kafka_io
 from streamsemi.service.broker_reset import AssignmentWatchdog, BrokerResetGuard, rejoin_limit_s
 from streamsemi.service.config import Settings, instance_name
 from streamsemi.service.control_rejections import RejectedControl, fingerprint
-from streamsemi.service.fitter import FitProcess
+from streamsemi.service.fitter import FIT_PRIORITY, FitProcess
 from streamsemi.service.gcpacer import GcPacer
 from streamsemi.service.httpserver import StatusServer
 from streamsemi.service.inflight import InFlightMarker
@@ -144,7 +144,8 @@ class Worker:
         self.streams = StreamEngines.from_settings(settings, t, self.instance_id, settings.role)
         self.engine = self.streams or Engine(EngineConfig.from_settings(settings), self.telemetry)
         # fits run in a separate process (service/fitter.py): the polling thread never waits on a fit's GIL
-        self.fitter = FitProcess(t.registry) if settings.refit_process else None
+        self.fitter = (FitProcess(t.registry, **FIT_PRIORITY[settings.fit_priority]) if settings.refit_process
+                       else None)
         self.engine.fitter = self.fitter
         self.engine.revision_budget_s = REVISION_BUDGET_S  # a revision pass never holds fresh documents long
         self.engine.deferred_budget_s = DEFERRED_BUDGET_S
@@ -627,8 +628,9 @@ class Worker:
         s = self.settings
         now = time.time()
         heads: dict[tuple[int, int], list] = {}  # one headers list per (model version, revision): never modified
+        worker = self.instance_id
         for a in assignments:
-            key, value = encode_key(a.id), encode_json({**a.to_message(), "worker": self.instance_id})
+            key, value = encode_key(a.id), encode_json(a.to_message(worker))
             headers = heads.get((a.model_version, a.revision))
             if headers is None:
                 headers = heads[(a.model_version, a.revision)] = [("model_version", str(a.model_version).encode()),
