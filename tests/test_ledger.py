@@ -422,3 +422,42 @@ def test_resend_scans_only_when_the_producer_counts_a_new_failure_or_a_send_rais
     p.broken = None
     assert led.resend() == 1 and p.sent[-1][1] == b"x", "a send that raised is found without a producer count"
     assert led.resend() == 0
+
+
+class _ManyProducer(FakeProducer):
+    """A producer with ``send_many`` (as ProcessProducer): one call per group of outputs."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls = 0
+
+    def send_many(self, records):
+        self.calls += 1
+        if self.broken is not None:
+            raise self.broken
+        return [self.send(topic, key=key, value=value, headers=headers) for topic, key, value, headers in records]
+
+
+@pytest.mark.parametrize("many", [True, False])
+def test_send_many_tracks_every_output_as_send_does_and_a_failed_call_is_sent_again(many):
+    led = OutputLedger(_ManyProducer if many else FakeProducer)
+    led.open()
+    p = led.producer
+    c = FakeConsumer([TP0])
+    outs = [Output("out", b"k%d" % i, b"v" * i, [("model_version", b"1")]) for i in range(1, 4)]
+    led.send_many(outs)
+    assert [s[:3] for s in p.sent] == [("out", b"k1", b"v"), ("out", b"k2", b"vv"), ("out", b"k3", b"vvv")]
+    assert [o.future for o in outs] == [s[3] for s in p.sent] and led.unsettled == outs
+    assert led.unsettled_bytes == sum(o.nbytes for o in outs) and all(o.epoch == led.epoch for o in outs)
+    assert getattr(p, "calls", 1) == 1
+    led.advance([(TP0, 0)])
+    p.ack(2)
+    assert not led.commit_if_settled(c), "the third output is not acknowledged"
+    p.ack()
+    assert led.commit_if_settled(c) and c.commits == [{TP0: 1}]
+    p.broken = KafkaTimeoutError("no metadata")
+    more = [Output("out", b"x", b"1"), Output("out", b"y", b"2")]
+    led.send_many(more)
+    assert all(o.failed for o in more) and led.unsettled[-2:] == more
+    p.broken = None
+    assert led.resend() == 2 and [s[1] for s in p.sent[-2:]] == [b"x", b"y"]

@@ -318,3 +318,20 @@ def test_encode_json_takes_the_former_path_for_what_orjson_refuses():
     obj = {"np": np.float64(0.25), 7: "k", "big": 10**30, "f": 1e-05}
     assert encode_json(obj) == b'{"np":0.25,"7":"k","big":1000000000000000000000000000000,"f":1e-05}'
     assert encode_json({"f": 1e-05, "n": float("nan"), "e": "\u00e9"}) == '{"f":0.00001,"n":null,"e":"\u00e9"}'.encode()
+
+
+def test_encoded_json_holds_no_more_memory_than_its_length() -> None:
+    """orjson writes into a 4 KiB buffer its bytes keep: encode_json copies, so a kept output holds its length only
+    (the ledger's byte bound counts ``len(value)``; 20,000 unacknowledged outputs would hold 80 MB uncounted)."""
+    import tracemalloc
+
+    msgs = [{"id": f"d{i}", "labels": {"grain": 0.5, "wheat": 0.25}, "ts": 12.5} for i in range(2000)]
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        kept = [encode_json(m) for m in msgs]
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert kept[0] == b'{"id":"d0","labels":{"grain":0.5,"wheat":0.25},"ts":12.5}'
+    assert held <= sum(len(k) + 64 for k in kept), f"{held / len(kept):.0f} bytes held per message"

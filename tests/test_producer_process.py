@@ -295,3 +295,40 @@ def test_the_sender_is_woken_per_full_batch_only_when_asked(broker, monkeypatch)
         monkeypatch.undo()
     finally:
         p.close(timeout=5)
+
+
+def test_send_many_lands_records_as_send_does_and_adds_nothing_when_one_is_refused(broker):
+    """send_many (the worker's emission, issue 16): records in order, with their keys, values and headers,
+    batches shipped at their bound inside one call; a refused record leaves the batch as it was."""
+    t = _topic(broker)
+    p = kafka_io.make_process_producer(t.settings(broker.bootstrap), max_batch_records=64)
+    try:
+        h3, h4 = [("model_version", b"3"), ("revision", b"0")], [("model_version", b"4"), ("revision", b"1")]
+        recs = [(t.assignments, b"doc-%d" % (i % 70), b"%d" % i, h3 if i % 3 else h4) for i in range(300)]
+        recs.append((t.assignments, b"tomb", None, None))
+        with pytest.raises(TypeError, match="bytes"):
+            p.send_many([(t.assignments, b"x", b"fine", None), (t.assignments, b"y", "text", None)])
+        with pytest.raises(TypeError, match="headers"):
+            p.send_many([(t.assignments, b"x", b"fine", [("name", "not bytes")])])
+        assert p.unanswered == 0, "nothing of a refused call was added"
+        futures = p.send_many(recs)
+        assert len(futures) == len(recs)
+        assert wait_until(lambda: sum(f.succeeded() for f in futures) >= 256, 30, 0.1), \
+            "the batches filled inside the call went out without a flush"
+        p.flush(timeout=30)
+        assert all(f.succeeded() for f in futures) and p.unanswered == 0
+    finally:
+        p.close(timeout=5)
+    records = read_topic(broker.bootstrap, t.assignments, expect=len(recs))
+    assert len(records) == len(recs)
+    by_key: dict[bytes, list[int]] = {}
+    for r in sorted(records, key=lambda r: (r.partition, r.offset)):
+        if r.key == b"tomb":
+            assert r.value is None and list(r.headers) == []
+            continue
+        i = int(r.value)
+        assert list(r.headers) == (h3 if i % 3 else h4)
+        assert r.partition == (murmur2(r.key) & 0x7fffffff) % 5
+        by_key.setdefault(r.key, []).append(i)
+    assert sorted(i for v in by_key.values() for i in v) == list(range(300))
+    assert all(v == sorted(v) for v in by_key.values()), "per key, in send order"

@@ -117,6 +117,34 @@ class OutputLedger:
         self.unsettled_bytes += out.nbytes
         return out
 
+    def send_many(self, outs: list[Output]) -> None:
+        """:meth:`send` of every output in order, in one call of the producer's ``send_many`` when it has one.
+
+        When that call raises, every output of it gets the failure (sent again later, as
+        a failed :meth:`send`).
+        """
+        many = getattr(self.producer, "send_many", None)
+        if many is None:
+            for out in outs:
+                self.send(out)
+            return
+        epoch = self.epoch
+        for out in outs:
+            if out.epoch is None:
+                out.epoch = epoch
+        try:
+            futures = many([(out.topic, out.key, out.value, out.headers) for out in outs])
+        except Exception as exc:  # noqa: BLE001 - as in send: the resend path takes them
+            failed = Future().failure(exc)
+            for out in outs:
+                out.future = failed
+            self._send_errors += len(outs)
+        else:
+            for out, future in zip(outs, futures, strict=True):
+                out.future = future
+        self.unsettled.extend(outs)
+        self.unsettled_bytes += sum(out.nbytes for out in outs)
+
     def ship(self) -> None:
         """Hand the outputs sent so far to an asynchronous producer (no wait); nothing to do for a plain one."""
         ship = getattr(self.producer, "ship", None)

@@ -628,18 +628,21 @@ class Worker:
         s = self.settings
         now = time.time()
         heads: dict[tuple[int, int], list] = {}  # one headers list per (model version, revision): never modified
-        worker = self.instance_id
+        worker, assignments_topic, labels_topic = self.instance_id, s.assignments_topic, s.labels_topic
+        outs: list[Output] = []
+        latency = self.telemetry.latency
         for a in assignments:
             key, value = encode_key(a.id), encode_json(a.to_message(worker))
             headers = heads.get((a.model_version, a.revision))
             if headers is None:
                 headers = heads[(a.model_version, a.revision)] = [("model_version", str(a.model_version).encode()),
                                                                   ("revision", str(a.revision).encode())]
-            self.ledger.send(Output(s.assignments_topic, key, value, headers))
+            outs.append(Output(assignments_topic, key, value, headers))
             if a.primary:  # the labels topic: the latest primary assignment per document (compacted)
-                self.ledger.send(Output(s.labels_topic, key, value, headers))
-            if a.primary and a.document is not None:
-                self.telemetry.latency.observe(max(0.0, now - a.document.arrival))
+                outs.append(Output(labels_topic, key, value, headers))
+                if a.document is not None:
+                    latency.observe(max(0.0, now - a.document.arrival))
+        self.ledger.send_many(outs)  # in order, one call (issue 16)
         for value, rej in dead:
             self.telemetry.dead_letters.labels(rej.reason).inc()
             self.ledger.send(Output(s.deadletter_topic, None, encode_json(value), None))
