@@ -800,7 +800,9 @@ class ProcessProducer:
         kafka.errors.KafkaError
             The producer is closed.
         """
-        converted: dict[int, tuple[list | None, list[tuple[bytes, bytes]]]] = {}  # id(headers) -> (headers, UTF-8 pairs)
+        # per distinct headers list (a loop's records share a few): its pairs' lengths, parts and bytes, once
+        converted: dict[int, tuple[list, int, list[int], list[bytes], int]] = {}
+        empty: tuple[None, int, list[int], list[bytes], int] = (None, 0, [], [], 0)
         rows = []
         for topic, key, value, headers in records:
             if (key is not None and type(key) is not bytes) or (value is not None and type(value) is not bytes):
@@ -808,42 +810,40 @@ class ProcessProducer:
             if headers:
                 got = converted.get(id(headers))
                 if got is None or got[0] is not headers:
-                    got = converted[id(headers)] = (headers, self._heads(headers))
-                rows.append((topic, key, value, got[1]))
+                    heads = self._heads(headers)
+                    got = converted[id(headers)] = (
+                        headers, len(heads), [n for name, hv in heads for n in (len(name), len(hv))],
+                        [b for pair in heads for b in pair], sum(len(name) + len(hv) for name, hv in heads))
+                rows.append((topic, key, value, got))
             else:
-                rows.append((topic, key, value, None))
+                rows.append((topic, key, value, empty))
         futures = [_Sent() for _ in rows]
         with self._lock:
             if self._closed:
                 raise KafkaError("the producer is closed")
             topics, parts, lengths = self._topics, self._parts, self._lengths
-            for (topic, key, value, heads), future in zip(rows, futures, strict=True):
+            for (topic, key, value, (_, n_heads, head_lengths, head_parts, head_bytes)), future in zip(
+                    rows, futures, strict=True):
                 t = topics.get(topic)
                 if t is None:
                     t = topics[topic] = len(topics)
-                size = 0
+                size = head_bytes
                 if key is None:
                     klen = -1
                 else:
                     klen = len(key)
                     parts.append(key)
-                    size = klen
+                    size += klen
                 if value is None:
                     vlen = -1
                 else:
                     vlen = len(value)
                     parts.append(value)
                     size += vlen
-                if heads:
-                    lengths.extend((t, klen, vlen, len(heads)))
-                    for name, hv in heads:
-                        lengths.append(len(name))
-                        lengths.append(len(hv))
-                        parts.append(name)
-                        parts.append(hv)
-                        size += len(name) + len(hv)
-                else:
-                    lengths.extend((t, klen, vlen, 0))
+                lengths.extend((t, klen, vlen, n_heads))
+                if n_heads:
+                    lengths.extend(head_lengths)
+                    parts.extend(head_parts)
                 self._futures.append(future)
                 self._bytes += size
                 if len(self._futures) >= self.max_batch_records or self._bytes >= self.max_batch_bytes:
