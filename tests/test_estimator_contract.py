@@ -149,6 +149,11 @@ def test_bad_input_is_rejected_with_the_value_got(name, fitted):
             score(inf)
         with pytest.raises(DegenerateInputError, match=r"Negative values in data passed to X: .* got -1.0 at row 0, column 3"):
             score(sp.csr_matrix(neg))
+        # a CSR float64 matrix skips scikit-learn's check_array (issue 16): the same checks still hold
+        with pytest.raises(DegenerateInputError, match=r"X contains NaN or inf: .* got nan at row 1, column 2"):
+            score(sp.csr_matrix(nan))
+        with pytest.raises(ValueError, match=r"Found array with 0 sample\(s\)"):
+            score(sp.csr_matrix((0, 30)))
     fresh = make(name)
     with pytest.raises(DegenerateInputError, match=r"got nan at row 1, column 2"):
         fresh.fit(nan, targets(name, y))

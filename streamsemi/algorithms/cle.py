@@ -759,6 +759,10 @@ class CLE(DiscoveryMixin, ScoresClassifierMixin, TransformerMixin, StreamsemiEst
         ``n_neighbors`` most similar training documents (raw maps, then the same
         rescaling as in fit); no positive similarity -> the neutral raw value 0.
         """
+        return self._transform(X)
+
+    def _transform(self, X: Any) -> np.ndarray:
+        # transform without scikit-learn's set_output wrapper (its checks cost ~20 us per predict call)
         X = self._validate_counts(X, reset=False)
         Q = unit_rows(X, self.weighting, self.idf_)
         idx, sim = find_neighbors(Q, self.X_fit_, self.X_fit_T_, int(self.n_neighbors),
@@ -772,7 +776,7 @@ class CLE(DiscoveryMixin, ScoresClassifierMixin, TransformerMixin, StreamsemiEst
         return (Y - self.calib_offset_) / self.calib_scale_
 
     def _scores(self, X: Any) -> np.ndarray:
-        return self._scores_from_embedding(self.transform(X))
+        return self._scores_from_embedding(self._transform(X))
 
     def _softmax_temperature(self) -> float:
         # maximises the likelihood of the seed labels given the seeds' leave-one-out
