@@ -332,3 +332,19 @@ def test_send_many_lands_records_as_send_does_and_adds_nothing_when_one_is_refus
         by_key.setdefault(r.key, []).append(i)
     assert sorted(i for v in by_key.values() for i in v) == list(range(300))
     assert all(v == sorted(v) for v in by_key.values()), "per key, in send order"
+
+
+@pytest.mark.parametrize("nice", [None, 0, 3])
+def test_the_worker_starts_its_producer_process_with_the_producer_nice_setting(broker, nice):
+    """producer_nice (default 10): the polling thread preempts the producer process when both want a core."""
+    from streamsemi.service.worker import Worker
+
+    settings = Topics().settings(broker.bootstrap)
+    if nice is not None:
+        settings.values["producer_nice"] = nice
+    p = Worker(settings)._make_producer()
+    try:
+        fields = open(f"/proc/{p.pid}/stat").read().rsplit(")", 1)[1].split()
+        assert int(fields[16]) == min(19, os.nice(0) + (10 if nice is None else nice))
+    finally:
+        p.close(timeout=5)

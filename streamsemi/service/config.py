@@ -96,6 +96,10 @@ def _fraction(v: Any) -> str | None:
     return None if 0 < v <= 1 else "must be in (0, 1]"
 
 
+def _nice_increment(v: Any) -> str | None:
+    return None if 0 <= v <= 19 else "must be in 0..19"
+
+
 def _listen_port(v: Any) -> str | None:
     return None if 0 <= v <= 65535 else "must be a TCP port 1..65535 (or 0 for any free port)"
 
@@ -306,6 +310,9 @@ SETTINGS: tuple[Setting, ...] = (
             choices=("idle", "low", "normal")),
     Setting("producer_process", bool, True, "produce the outputs from a separate process (the polling thread hands "
             "them over in batches and does not wait for the broker; docs/throughput.md)"),
+    Setting("producer_nice", int, 10,
+            "added to the producer process's nice value (producer_process): the polling thread preempts it when "
+            "both want a core; it batches and is not latency-bound (docs/throughput.md)", _nice_increment),
     Setting("gc_full_interval_s", float, 600.0,
             "seconds between full collections of Python's garbage collector in the worker; between them the "
             "objects it tracks are frozen every second, so that it does not stop the loop for 0.1-0.25 s every "

@@ -259,7 +259,8 @@ class Worker:
         if self.settings.producer_process:
             # outputs produced by a separate process (service/producer.py, issue 16)
             t = self.telemetry
-            return kafka_io.make_process_producer(self.settings, on_start=lambda _pid: t.producer_process_starts.inc(),
+            return kafka_io.make_process_producer(self.settings, nice=self.settings.producer_nice,
+                                                  on_start=lambda _pid: t.producer_process_starts.inc(),
                                                   on_death=lambda _reason: t.producer_process_deaths.inc())
         return kafka_io.make_producer(self.settings, allow_auto_create_topics=False, max_block_ms=10000)
 
