@@ -744,47 +744,7 @@ class ProcessProducer:
         """
         if partition is not None or timestamp_ms is not None:
             raise TypeError("ProcessProducer uses the default partitioner and the append time")
-        if (key is not None and type(key) is not bytes) or (value is not None and type(value) is not bytes):
-            raise TypeError("key and value must be bytes or None")
-        if headers:
-            heads = self._heads(headers)
-        future = _Sent()
-        with self._lock:
-            if self._closed:
-                raise KafkaError("the producer is closed")
-            t = self._topics.get(topic)
-            if t is None:
-                t = self._topics[topic] = len(self._topics)
-            parts = self._parts
-            lengths = self._lengths
-            size = 0
-            if key is None:
-                klen = -1
-            else:
-                klen = len(key)
-                parts.append(key)
-                size = klen
-            if value is None:
-                vlen = -1
-            else:
-                vlen = len(value)
-                parts.append(value)
-                size += vlen
-            if headers:
-                lengths.extend((t, klen, vlen, len(heads)))
-                for name, hv in heads:
-                    lengths.append(len(name))
-                    lengths.append(len(hv))
-                    parts.append(name)
-                    parts.append(hv)
-                    size += len(name) + len(hv)
-            else:
-                lengths.extend((t, klen, vlen, 0))
-            self._futures.append(future)
-            self._bytes += size
-            if len(self._futures) >= self.max_batch_records or self._bytes >= self.max_batch_bytes:
-                self.ship()
-        return future
+        return self.send_many([(topic, key, value, headers)])[0]
 
     def send_many(self, records: Sequence[tuple[str, bytes | None, bytes | None, list | None]]) -> list[_Sent]:
         """:meth:`send` of each ``(topic, key, value, headers)`` in order, under one lock; their futures.
