@@ -86,6 +86,13 @@ BUFFER_BYTES_PER_DOC = 16 * 1024
 CONTROL_OP_BYTES = 512
 
 
+def without_text(doc: Document) -> Document:
+    """``dataclasses.replace(doc, text="", meta=None)`` without its per-call field introspection (issue 16:
+    one per fresh document); every other field of :class:`Document` is kept (a test compares the two)."""
+    return Document(id=doc.id, text="", ts=doc.ts, stream=doc.stream, meta=None, arrival=doc.arrival,
+                    source=doc.source)
+
+
 def _buffered_bytes(doc: Document, row: Row) -> int:
     """Accounted bytes of one buffered document (its row may outlive the window's copy)."""
     return str_bytes(doc.id) + row.nbytes + ENTRY_OVERHEAD_BYTES
@@ -897,7 +904,7 @@ class Engine:
         """Served by the primary alone: keep row and source until every algorithm has judged them."""
         heaps = self._partial_heaps
         for doc, row in items:
-            light = replace(doc, text="", meta=None)
+            light = without_text(doc)
             old = self.partial.pop(doc.id, None)
             if old is not None:
                 self.partial_bytes -= _buffered_bytes(*old)
@@ -950,7 +957,7 @@ class Engine:
     def _buffer(self, items: Sequence[tuple[Document, Row]]) -> None:
         """Hold documents until the first model: without their text and meta (the window keeps the text)."""
         for doc, row in items:
-            light = replace(doc, text="", meta=None)
+            light = without_text(doc)
             self.buffer.append((light, row))
             self.buffer_bytes += _buffered_bytes(light, row)
 

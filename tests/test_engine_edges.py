@@ -227,3 +227,17 @@ def test_unlabel_is_counted_as_a_control_operation() -> None:
     eng.unlabel("x")
     eng.unlabel("y")
     assert eng.telemetry.control.labels("unlabel")._value.get() == 2
+
+
+def test_without_text_is_replace_without_text_and_meta() -> None:
+    """The partial and buffered copies of a document keep every field but its text and meta."""
+    import dataclasses
+
+    from streamsemi.core.messages import Document
+    from streamsemi.engine import without_text
+
+    doc = Document(id="d1", text="some text", ts=12.5, stream="news", meta={"k": 1}, arrival=99.0,
+                   source=("docs", 3, 17))
+    assert without_text(doc) == dataclasses.replace(doc, text="", meta=None)
+    # a field added to Document must be copied by without_text too: every field set here differs from its default
+    assert {f.name for f in dataclasses.fields(Document)} == {"id", "text", "ts", "stream", "meta", "arrival", "source"}
