@@ -16,8 +16,6 @@ Writes ``benchmarks/results/encode_json[_TAG].json`` and ``.md``.
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import sys
 import time
 import tracemalloc
@@ -30,7 +28,7 @@ import orjson
 from streamsemi.core.messages import encode_json
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from throughput import _environment  # noqa: E402 - this folder's throughput.py
+from throughput import run_record, save  # noqa: E402 - this folder's throughput.py
 
 RESULTS = Path(__file__).parent / "results"
 
@@ -86,11 +84,7 @@ def main() -> int:
             rows[f"{size} / {w}"] = {"size": size, "way": w, "us_per_kept_message_min": min(runs[w]),
                                      "us_runs": runs[w], "bytes_held_per_message": round(held, 1),
                                      "encoded_length": round(length, 1)}
-    out = {"when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "command": " ".join(["python", *sys.argv]),
-           "args": vars(args), "environment": _environment(), "load_average": list(os.getloadavg()), "rows": rows}
-    RESULTS.mkdir(exist_ok=True)
-    stem = RESULTS / f"encode_json{'_' + args.tag if args.tag else ''}"
-    stem.with_suffix(".json").write_text(json.dumps(out, indent=1) + "\n")
+    out = run_record(args, rows=rows)
     lines = [f"# Keeping encoded outputs, {out['when']}", "", f"`{out['command']}`", "",
              f"{args.messages:,} distinct messages of each size, kept in a list; {args.repeats} interleaved runs, "
              "min; bytes held from tracemalloc.", "",
@@ -98,8 +92,7 @@ def main() -> int:
     for r in rows.values():
         lines.append(f"| {r['size']} | {r['way']} | {r['encoded_length']:g} | {r['us_per_kept_message_min']} | "
                      f"{r['bytes_held_per_message']:g} |")
-    stem.with_suffix(".md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    save("encode_json", args.tag, out, lines)
     return 0
 
 

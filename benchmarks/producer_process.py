@@ -27,8 +27,6 @@ Results: ``benchmarks/results/producer_process[_TAG].json`` and ``.md``.
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -40,7 +38,7 @@ from streamsemi.devtools.broker import EmbeddedBroker
 from streamsemi.service.producer import KeyPartitioner, OutputProducer, ProcessProducer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from throughput import _environment, cpu_seconds  # noqa: E402 - this folder's throughput.py
+from throughput import cpu_seconds, run_record, save  # noqa: E402 - this folder's throughput.py
 
 RESULTS = Path(__file__).parent / "results"
 VALUE = (b'{"id":"doc-0000001","algorithm":"semi-ldc","model_version":3,"revision":0,"label":"comp.graphics",'
@@ -141,11 +139,7 @@ def main() -> int:
                    "broker_cpu_us_per_record": round(1e6 * min(r["broker_cpu_s"] for r in rs) / rs[0]["records"], 2),
                    "cpu_ratio_to_kafka_python": round(min(r["cpu_us_per_record"] for r in rs) / base, 2)}
             for name, rs in runs.items()}
-    out = {"when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "command": " ".join(["python", *sys.argv]),
-           "args": vars(args), "environment": _environment(), "load_average": list(os.getloadavg()), "variants": rows, "runs": runs}
-    RESULTS.mkdir(exist_ok=True)
-    stem = RESULTS / f"producer_process{'_' + args.tag if args.tag else ''}"
-    stem.with_suffix(".json").write_text(json.dumps(out, indent=1) + "\n")
+    out = run_record(args, variants=rows, runs=runs)
     lines = [f"# Producer CPU per record, {out['when']}", "", f"`{out['command']}`", "",
              f"{args.docs:,} documents x {args.per_doc} records (~{len(VALUE)} bytes, 2 headers), "
              f"{args.partitions} partition(s), {args.repeats} interleaved runs; min over the runs.", "",
@@ -154,8 +148,7 @@ def main() -> int:
     for name, r in rows.items():
         lines.append(f"| {name} | {r['cpu_us_per_record_min']} ({', '.join(map(str, r['cpu_us_per_record_runs']))}) "
                      f"| {r['cpu_ratio_to_kafka_python']} | {r['records_per_s_max']:,} | {r['broker_cpu_us_per_record']} |")
-    stem.with_suffix(".md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    save("producer_process", args.tag, out, lines)
     return 0
 
 

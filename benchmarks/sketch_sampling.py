@@ -15,9 +15,7 @@ Writes ``benchmarks/results/sketch_sampling[_TAG].json`` and ``.md``.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -26,7 +24,8 @@ from streamsemi.core.datasets import load
 from streamsemi.core.messages import Document
 from streamsemi.engine import SKETCH_WARMUP, Engine, EngineConfig
 
-RESULTS = Path(__file__).parent / "results"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from throughput import run_record, save  # noqa: E402 - this folder's throughput.py
 
 
 def explanations(texts: list[str], labels: list[str | None], every: int) -> dict[str, list[str]]:
@@ -72,11 +71,7 @@ def main() -> int:
             rows[f"{k} / {group}"] = {"every": k, "group": group, "words_shared": shared, "words": words,
                                       "identical_lists": sum(base[c] == got[k].get(c) for c in names),
                                       "classes": len(names)}
-    out = {"when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "command": " ".join(["python", *sys.argv]),
-           "args": vars(args), "rows": rows, "explanations": {str(k): v for k, v in got.items()}}
-    RESULTS.mkdir(exist_ok=True)
-    stem = RESULTS / f"sketch_sampling{'_' + args.tag if args.tag else ''}"
-    stem.with_suffix(".json").write_text(json.dumps(out, indent=1) + "\n")
+    out = run_record(args, rows=rows, explanations={str(k): v for k, v in got.items()})
     lines = [f"# Word sketch sampling and explanations, {out['when']}", "", f"`{out['command']}`", "",
              f"20 Newsgroups, {len(texts):,} documents, 5% seeds, constrained k-means fitted once on the "
              f"10,000-document window; {len(late)} classes appear only after the first {len(early):,} documents "
@@ -86,8 +81,7 @@ def main() -> int:
     for r in rows.values():
         lines.append(f"| {r['every']} | {r['group']} ({r['classes']}) | {r['words_shared']}/{r['words']} | "
                      f"{r['identical_lists']}/{r['classes']} |")
-    stem.with_suffix(".md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    save("sketch_sampling", args.tag, out, lines)
     return 0
 
 

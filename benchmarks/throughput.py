@@ -791,6 +791,21 @@ def write(result: dict[str, Any], tag: str) -> None:
     (RESULTS / f"{stem}.md").write_text(markdown(result) + "\n")
 
 
+def run_record(args: argparse.Namespace, **fields: Any) -> dict[str, Any]:
+    """What a small benchmark's result file starts with (when, command, arguments, environment, load), then ``fields``."""
+    return {"when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "command": " ".join(["python", *sys.argv]),
+            "args": vars(args), "environment": _environment(), "load_average": list(os.getloadavg()), **fields}
+
+
+def save(name: str, tag: str, out: dict[str, Any], lines: list[str]) -> None:
+    """Write ``benchmarks/results/NAME[_TAG].json`` (``out``) and ``.md`` (``lines``), and print the lines."""
+    RESULTS.mkdir(exist_ok=True)
+    stem = RESULTS / f"{name}{'_' + tag if tag else ''}"
+    stem.with_suffix(".json").write_text(json.dumps(out, indent=1) + "\n")
+    stem.with_suffix(".md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
 def _environment() -> dict[str, Any]:
     def git(*a: str) -> str:
         try:

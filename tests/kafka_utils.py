@@ -273,3 +273,9 @@ def wait_until(predicate: Any, timeout: float, interval: float = 0.3) -> bool:
             return True
         time.sleep(interval)
     return False
+
+
+def scheduling(pid: int) -> tuple[int, int]:
+    """``(scheduling policy, nice value)`` of a process, read from /proc/PID/stat (fields 41 and 19)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return int(fields[38]), int(fields[16])

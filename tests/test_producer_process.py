@@ -19,6 +19,7 @@ from kafka_utils import (
     assigned_ids,
     producer,
     read_topic,
+    scheduling,
     send_json,
     wait_until,
 )
@@ -79,6 +80,22 @@ def _topic(broker, partitions=5) -> str:
     return t
 
 
+def _values_by_key(records, headers_of, partitions: int = 5) -> dict[bytes, list[int]]:
+    """The records' integer values per key, in partition order; every record is checked on the way: the partition
+    kafka-python's default partitioner gives its key, its headers (``headers_of(value)``); the tombstone (key
+    ``b"tomb"``) has neither value nor headers."""
+    by_key: dict[bytes, list[int]] = {}
+    for r in sorted(records, key=lambda r: (r.partition, r.offset)):
+        if r.key == b"tomb":
+            assert r.value is None and list(r.headers) == []
+            continue
+        i = int(r.value)
+        assert r.partition == (murmur2(r.key) & 0x7fffffff) % partitions, "kafka-python's default partitioner"
+        assert list(r.headers) == headers_of(i)
+        by_key.setdefault(r.key, []).append(i)
+    return by_key
+
+
 def test_records_land_where_kafka_producer_would_put_them_with_keys_values_headers_and_order(broker):
     t = _topic(broker)
     starts: list[int | None] = []
@@ -105,14 +122,7 @@ def test_records_land_where_kafka_producer_would_put_them_with_keys_values_heade
     assert p.pid is None
     records = read_topic(broker.bootstrap, t.assignments, expect=len(keys) + 1)
     assert len(records) == len(keys) + 1
-    by_key: dict[bytes, list[int]] = {}
-    for r in sorted(records, key=lambda r: (r.partition, r.offset)):
-        if r.key == b"tomb":
-            assert r.value is None
-            continue
-        assert r.partition == (murmur2(r.key) & 0x7fffffff) % 5, "kafka-python's default partitioner"
-        assert list(r.headers) == [("model_version", b"7")]
-        by_key.setdefault(r.key, []).append(int(r.value))
+    by_key = _values_by_key(records, lambda i: [("model_version", b"7")])
     assert all(v == sorted(v) and len(v) == 4 for v in by_key.values()), "per key, in send order"
 
 
@@ -266,11 +276,7 @@ def test_without_record_futures_records_join_the_open_batch_and_land_as_before(b
         p.close(timeout=5)
     records = read_topic(broker.bootstrap, t.assignments, expect=len(keys))
     assert len(records) == len(keys)
-    by_key: dict[bytes, list[int]] = {}
-    for r in sorted(records, key=lambda r: (r.partition, r.offset)):
-        assert r.partition == (murmur2(r.key) & 0x7fffffff) % 5
-        assert list(r.headers) == [("model_version", b"7"), ("revision", b"0")]
-        by_key.setdefault(r.key, []).append(int(r.value))
+    by_key = _values_by_key(records, lambda i: [("model_version", b"7"), ("revision", b"0")])
     assert all(v == sorted(v) and len(v) == 8 for v in by_key.values())
 
 
@@ -321,15 +327,7 @@ def test_send_many_lands_records_as_send_does_and_adds_nothing_when_one_is_refus
         p.close(timeout=5)
     records = read_topic(broker.bootstrap, t.assignments, expect=len(recs))
     assert len(records) == len(recs)
-    by_key: dict[bytes, list[int]] = {}
-    for r in sorted(records, key=lambda r: (r.partition, r.offset)):
-        if r.key == b"tomb":
-            assert r.value is None and list(r.headers) == []
-            continue
-        i = int(r.value)
-        assert list(r.headers) == (h3 if i % 3 else h4)
-        assert r.partition == (murmur2(r.key) & 0x7fffffff) % 5
-        by_key.setdefault(r.key, []).append(i)
+    by_key = _values_by_key(records, lambda i: h3 if i % 3 else h4)
     assert sorted(i for v in by_key.values() for i in v) == list(range(300))
     assert all(v == sorted(v) for v in by_key.values()), "per key, in send order"
 
@@ -344,7 +342,6 @@ def test_the_worker_starts_its_producer_process_with_the_producer_nice_setting(b
         settings.values["producer_nice"] = nice
     p = Worker(settings)._make_producer()
     try:
-        fields = open(f"/proc/{p.pid}/stat").read().rsplit(")", 1)[1].split()
-        assert int(fields[16]) == min(19, os.nice(0) + (10 if nice is None else nice))
+        assert scheduling(p.pid)[1] == min(19, os.nice(0) + (10 if nice is None else nice))
     finally:
         p.close(timeout=5)

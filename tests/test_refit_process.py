@@ -12,6 +12,7 @@ import time
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from kafka_utils import scheduling
 
 from streamsemi.algorithms import build_estimator
 from streamsemi.core.datasets import load
@@ -318,12 +319,6 @@ def test_a_revision_pass_with_a_time_budget_sizes_its_chunks_from_their_cost(r8)
     assert eng.revisions_pending == 0
 
 
-def _scheduling(pid: int) -> tuple[int, int]:
-    """``(policy, nice)`` of a process, read from /proc/PID/stat (fields 41 and 19)."""
-    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
-    return int(fields[38]), int(fields[16])
-
-
 @pytest.mark.skipif(not hasattr(os, "SCHED_IDLE"), reason="Linux scheduling policies")
 @pytest.mark.parametrize("priority, policy, nice", [("idle", "SCHED_IDLE", 10), ("low", "SCHED_OTHER", 10),
                                                     ("normal", "SCHED_OTHER", 0)])
@@ -337,7 +332,7 @@ def test_fit_priority_sets_the_fit_process_policy_and_nice(priority, policy, nic
         est = build_estimator(CK, None, 0, 0)
         fitted = f(CK, est, X, y, ids)
         assert fitted.predict(X[:5]).shape == (5,)
-        pol, ni = _scheduling(f.pid)
+        pol, ni = scheduling(f.pid)
         assert pol == getattr(os, policy)
         assert ni == min(19, base + nice)
     finally:
