@@ -359,6 +359,13 @@ def _snapshot_proba(slot: ModelSlot, X: sp.csr_matrix, rows: Any, snap: _Snapsho
     return sc.proba[rows]
 
 
+def _verdicts_of(slot: ModelSlot, is_primary: bool) -> dict[str, tuple[str, bool, bool, int]]:
+    """Per cluster name of ``slot``, the compact verdict :class:`_Served` keeps (one shared tuple per
+    cluster: a batch's documents no longer build their own, issue 16)."""
+    prov, version = slot.provisional, slot.version
+    return {c: (sys.intern(c), prov, is_primary, version) for c in map(str, slot.classes)}
+
+
 @dataclass
 class ResolvedSeed:
     """A label that was completed with its document's text (re-emitted on the control topic)."""
@@ -482,6 +489,19 @@ class _Snapshot:
 #: The process's one helper thread for :meth:`Engine._assign_all` (shared by every engine, e.g. per stream);
 #: an executor starts its thread at the first submit, so a process without such an estimator has none.
 _PREDICT_POOL = ThreadPoolExecutor(max_workers=1, thread_name_prefix="predict")
+HELPER_CHUNKS = 4        # a helper-thread prediction is queued in up to 4 chunks of rows ...
+HELPER_CHUNK_MIN = 64    # ... of at least 64 rows (a call's fixed cost: ~0.1 ms)
+
+
+def helper_chunks(n: int) -> list[slice]:
+    """The row chunks of an ``n``-row prediction queued for the helper thread (:meth:`Engine._assign_all`).
+
+    Up to ``HELPER_CHUNKS`` chunks of at least ``HELPER_CHUNK_MIN`` rows, in order; one
+    (``slice(0, n)``) for a small batch. The polling thread takes back the chunks the
+    helper has not started, from the last, and so waits for one chunk at most.
+    """
+    size = max(HELPER_CHUNK_MIN, -(-n // HELPER_CHUNKS))
+    return [slice(i, min(n, i + size)) for i in range(0, n, size)] or [slice(0, 0)]
 
 
 class Engine:
@@ -1065,12 +1085,13 @@ class Engine:
             slot = models[name]
             per_doc = verdicts[name]
             is_primary = name == primary
+            compact = _verdicts_of(slot, is_primary)
+            explain, version, fallback, provisional = slot.explain, slot.version, slot.fallback, slot.provisional
             for (doc, _), (label, score, labels, cluster, new) in zip(items, per_doc, strict=True):
-                out.append(Assignment(doc.id, name, slot.version, label, score, labels, cluster, new,
-                                      slot.explain.get(cluster, []), is_primary, now, slot.fallback, doc,
-                                      0, slot.provisional))
+                out.append(Assignment(doc.id, name, version, label, score, labels, cluster, new,
+                                      explain.get(cluster, []), is_primary, now, fallback, doc, 0, provisional))
                 if track:
-                    served[doc.id].verdicts[k] = (sys.intern(cluster), slot.provisional, is_primary, slot.version)
+                    served[doc.id].verdicts[k] = compact[cluster]
             # metrics once per batch (first-seen order, as class_label registers classes in that order)
             for (label, new), count in Counter((a, e) for a, _, _, _, e in per_doc).items():
                 self.telemetry.assignments.labels(name, self.telemetry.class_label(label, new)).inc(count)
@@ -1316,17 +1337,20 @@ class Engine:
         for name, per_doc in verdicts.items():
             k, slot = self._alg_index[name], models[name]
             is_primary = name == primary
-            counts: Counter = Counter()
+            compact = _verdicts_of(slot, is_primary)
+            explain, version, fallback, provisional = slot.explain, slot.version, slot.fallback, slot.provisional
+            first = len(out)
             for doc_id, entry, (label, score, labels, cluster, new) in zip(ids, entries, per_doc, strict=True):
-                if entry.verdicts[k] is not None:
+                verdicts_k = entry.verdicts
+                if verdicts_k[k] is not None:
                     continue
-                out.append(Assignment(doc_id, name, slot.version, label, score, labels, cluster, new,
-                                      slot.explain.get(cluster, []), is_primary, now, slot.fallback, None,
-                                      entry.revision, slot.provisional))
-                entry.verdicts[k] = (sys.intern(cluster), slot.provisional, is_primary, slot.version)
-                counts[(label, new)] += 1
-                if is_primary:
-                    revised.add(doc_id)
+                out.append(Assignment(doc_id, name, version, label, score, labels, cluster, new,
+                                      explain.get(cluster, []), is_primary, now, fallback, None,
+                                      entry.revision, provisional))
+                verdicts_k[k] = compact[cluster]
+            if is_primary:
+                revised.update(a.id for a in out[first:])
+            counts = Counter((a.label, a.new_cluster) for a in out[first:])
             for (label, new), count in counts.items():  # metrics once per chunk
                 self.telemetry.assignments.labels(name, self.telemetry.class_label(label, new)).inc(count)
             self.telemetry.assigned.labels(name).inc(sum(counts.values()))
@@ -1394,6 +1418,7 @@ class Engine:
                 continue  # no model yet (judged when its first model arrives: a new pass), or nothing stale
             slot = models[name]
             is_primary = name == primary
+            compact = _verdicts_of(slot, is_primary)
             judged = ids if subsets is None else [ids[j] for j in subsets[name]]
             for doc_id, (label, score, labels, cluster, new) in zip(judged, verdicts[name], strict=True):
                 entry = self._served[doc_id]
@@ -1402,7 +1427,7 @@ class Engine:
                     continue
                 if before is None:
                     firsts[(name, label, new)] += 1
-                verdict = (sys.intern(cluster), slot.provisional, is_primary, slot.version)
+                verdict = compact[cluster]
                 differs = (before is None or before[0] != cluster or before[1] != slot.provisional
                            or (is_primary and not before[2]))
                 if differs or cfg.revisions == "all":
@@ -1473,8 +1498,9 @@ class Engine:
         The ``predict_proba`` of estimators whose compiled kernel releases the GIL
         (class attribute ``predict_releases_gil``: D-LDA's fold-in, CLE's neighbour
         search) is queued for a helper thread, so that it uses the second core while this
-        thread assigns with the others (issue 16); a queued prediction the helper has not
-        started when this thread is done is taken back and run here. The results are the same.
+        thread assigns with the others (issue 16), in chunks of rows (:func:`helper_chunks`:
+        their predictions are row by row); a queued chunk the helper has not started when
+        this thread is done is taken back and run here. The results are the same.
         """
         algorithms = [a for a in self.config.algorithms if a in models and (subsets is None or a in subsets)]
         Xs: dict[str, sp.csr_matrix] = {a: X for a in algorithms}
@@ -1496,13 +1522,21 @@ class Engine:
         todo = {a: (Xs[a] if a not in pos else Xs[a][pos[a] < 0]) for a in algorithms}
         heavy = [a for a in algorithms
                  if getattr(models[a].model, "predict_releases_gil", False) and todo[a].shape[0]]
-        futures: dict[str, Future] = {a: _PREDICT_POOL.submit(models[a].model.predict_proba, todo[a]) for a in heavy}
+        futures: dict[str, list[tuple[slice, Future]]] = {
+            a: [(part, _PREDICT_POOL.submit(models[a].model.predict_proba, todo[a][part]))
+                for part in helper_chunks(todo[a].shape[0])] for a in heavy}
         out = {a: self._assign_with(models[a], Xs[a], *self._scores_of(models[a], todo[a], pos.get(a)))
                for a in algorithms if a not in futures}
-        for a in reversed(list(futures)):  # what the helper has not started yet, this thread predicts itself
-            f = futures[a]
-            out[a] = self._assign_with(models[a], Xs[a], *self._scores_of(models[a], todo[a], pos.get(a),
-                                                                          None if f.cancel() else f.result()))
+        # what the helper has not started yet (the end of its queue), this thread predicts itself: it waits
+        # for one chunk at most (issue 16: it waited for a whole prediction)
+        for a in reversed(list(futures)):
+            parts = futures[a]
+            probas: list[Any] = [None] * len(parts)
+            for j in range(len(parts) - 1, -1, -1):
+                part, f = parts[j]
+                probas[j] = models[a].model.predict_proba(todo[a][part]) if f.cancel() else f.result()
+            proba = probas[0] if len(probas) == 1 else np.vstack(probas)
+            out[a] = self._assign_with(models[a], Xs[a], *self._scores_of(models[a], todo[a], pos.get(a), proba))
         return out
 
     @staticmethod
@@ -1556,23 +1590,29 @@ class Engine:
         vals = np.take_along_axis(P, order, axis=1)
         keep = (vals >= LABEL_PROB_MIN) | (order == top[:, None])
         # the kept labels of a row are almost always a prefix of its sorted ones (the most probable
-        # first): those rows build their dict from slices in C; np.round(x, 6) is round(x, 6) but for
-        # a value within ~1e-16 of a rounding boundary
+        # first): the rows with fewer are cut to their kept labels first, then every dict is built
+        # by map() in C (issue 16: a Python loop per document was most of this method's time);
+        # np.round(x, 6) is round(x, 6) but for a value within ~1e-16 of a rounding boundary
         n_keep = keep.sum(axis=1)
-        prefix = (keep == (np.arange(keep.shape[1]) < n_keep[:, None])).all(axis=1)
-        names = np.asarray(classes, dtype=object)[order].tolist()
+        short = np.flatnonzero(n_keep < keep.shape[1])
+        prefix = (keep[short] == (np.arange(keep.shape[1]) < n_keep[short, None])).all(axis=1)
+        as_objects = np.asarray(classes, dtype=object)
+        names = as_objects[order].tolist()
         rounded = np.round(vals, 6).tolist()
-        new_class = [c in slot.new_clusters for c in classes]
-        out = []
-        for i, (k, sc, c, ok) in enumerate(zip(top.tolist(), scores, n_keep.tolist(), prefix.tolist(), strict=True)):
-            name = classes[k]
-            new = new_class[k]
+        for i, c, ok in zip(short.tolist(), n_keep[short].tolist(), prefix.tolist(), strict=True):
             if ok:
-                labels = dict(zip(names[i][:c], rounded[i][:c], strict=True))
+                names[i], rounded[i] = names[i][:c], rounded[i][:c]
             else:
-                labels = {lb: x for lb, x, m in zip(names[i], rounded[i], keep[i].tolist(), strict=True) if m}
-            out.append((None if new else name, sc, labels, name, new))
-        return out
+                m = keep[i].tolist()
+                names[i] = [x for x, b in zip(names[i], m, strict=True) if b]
+                rounded[i] = [x for x, b in zip(rounded[i], m, strict=True) if b]
+        labels = list(map(dict, map(zip, names, rounded)))
+        top_names = as_objects[top].tolist()
+        if slot.new_clusters:
+            news = [c in slot.new_clusters for c in top_names]
+            return list(zip([None if e else c for c, e in zip(top_names, news, strict=True)], scores, labels,
+                            top_names, news, strict=True))
+        return list(zip(top_names, scores, labels, top_names, [False] * n, strict=True))
 
     def _run_seed_checks(self, force: bool = False) -> None:
         """Prequential seed accuracy: does the model in use agree with labels it was not fitted on?

@@ -106,12 +106,14 @@ def test_gil_releasing_predictions_run_on_the_helper_thread_with_the_same_verdic
     from streamsemi.algorithms.constrained_kmeans import ConstrainedKMeans
 
     threads: dict[str, set[str]] = {}
+    rows_predicted: dict[str, int] = {}
     helper_started = threading.Event()
     for cls in (DLDA, CLE):
         original = cls.predict_proba
 
         def spy(self, X, _original=original, _name=cls.__name__):
             threads.setdefault(_name, set()).add(threading.current_thread().name)
+            rows_predicted[_name] = rows_predicted.get(_name, 0) + X.shape[0]
             if threading.current_thread().name.startswith("predict"):
                 helper_started.set()
             return _original(self, X)
@@ -130,7 +132,7 @@ def test_gil_releasing_predictions_run_on_the_helper_thread_with_the_same_verdic
     parallel = eng._assign_all(eng.models, X)
     assert set(threads) == {"DLDA", "CLE"}
     assert any(name.startswith("predict") for names in threads.values() for name in names), "the helper thread"
-    assert all(len(names) == 1 for names in threads.values()), "each prediction runs once"
+    assert rows_predicted == {"DLDA": X.shape[0], "CLE": X.shape[0]}, "each row is predicted once"
     sequential = {a: Engine._assign_with(slot, X) for a, slot in eng.models.items()}
     assert parallel.keys() == sequential.keys()
     for a in parallel:  # the same verdicts; D-LDA's fastmath sums may differ in the last bits between threads
@@ -286,3 +288,69 @@ def test_documents_consumer_asks_the_broker_to_hold_an_empty_fetch_for_fetch_max
             assert consumer.config["fetch_max_wait_ms"] == wait
         finally:
             consumer.close()
+
+
+@pytest.mark.parametrize("n", [0, 1, 63, 64, 65, 255, 256, 257, 1000])
+def test_helper_chunks_cover_the_rows_in_order_in_few_chunks(n) -> None:
+    """The helper thread's chunks of an ``n``-row prediction: consecutive, covering every row once, at most
+    ``HELPER_CHUNKS`` of them, each of at least ``HELPER_CHUNK_MIN`` rows but the last."""
+    import itertools
+
+    from streamsemi.engine import HELPER_CHUNK_MIN, HELPER_CHUNKS, helper_chunks
+
+    parts = helper_chunks(n)
+    assert parts[0].start == 0 and parts[-1].stop == n
+    assert all(a.stop == b.start for a, b in itertools.pairwise(parts))
+    assert 1 <= len(parts) <= HELPER_CHUNKS
+    assert all(p.stop - p.start >= HELPER_CHUNK_MIN for p in parts[:-1])
+    if n >= HELPER_CHUNKS * HELPER_CHUNK_MIN:
+        assert len(parts) == HELPER_CHUNKS
+
+
+def test_the_polling_thread_takes_back_unstarted_chunks_and_the_verdicts_equal_one_prediction(monkeypatch) -> None:
+    """While the helper thread is held in its first chunk, the polling thread predicts the other chunks
+    itself (from the last) and waits for that one only; the verdicts equal one prediction of all rows."""
+    import threading
+
+    import scipy.sparse as sp
+
+    from streamsemi.engine import Engine, ModelSlot, helper_chunks
+
+    rng = np.random.default_rng(3)
+    W = rng.random((6, 4))
+    calls: list[tuple[str, int, int]] = []
+    release, helper_in = threading.Event(), threading.Event()
+
+    class Heavy:
+        predict_releases_gil = True
+
+        def predict_proba(self, X):
+            name = threading.current_thread().name
+            if name.startswith("predict"):
+                helper_in.set()
+                release.wait(30)  # the helper stays in its first chunk until the polling thread is done
+            else:
+                helper_in.wait(30)  # (the helper has taken its first chunk before this thread takes any back)
+            calls.append((name, X.shape[0], int(X[0, 0]) if X.shape[0] else -1))
+            P = np.exp(X @ W)
+            return P / P.sum(axis=1, keepdims=True)
+
+    n = 300
+    X = sp.csr_matrix(np.hstack([np.arange(n)[:, None], rng.random((n, 5))]))
+    slot = ModelSlot(Heavy(), 1, 0.0, np.array(["a", "b", "c", "d"]), frozenset(), False, {})
+    eng = Engine.__new__(Engine)
+    eng.config = type("C", (), {"algorithms": ["heavy"]})()
+    timer = threading.Timer(0.5, release.set)
+    timer.start()
+    try:
+        got = eng._assign_all({"heavy": slot}, X)["heavy"]
+    finally:
+        release.set()
+        timer.cancel()
+    parts = helper_chunks(n)
+    helper = [c for c in calls if c[0].startswith("predict")]
+    mine = [c for c in calls if not c[0].startswith("predict")]
+    assert len(helper) == 1 and helper[0][1:] == (parts[0].stop, 0), "the helper predicted its first chunk only"
+    assert [c[2] for c in mine] == [p.start for p in reversed(parts[1:])], "the rest here, from the last"
+    assert sum(c[1] for c in calls) == n
+    assert got == Engine._assign_with(slot, X)
