@@ -282,6 +282,8 @@ _PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(
 _BATCH_HEAD = struct.Struct("<QIII")  # batch id, records, topic-table bytes, length-table bytes
 MAX_ERROR_CHARS = 500
 START_TIMEOUT_S = 60.0
+#: requested send buffer of the worker's end of the pipe (Linux doubles it, within net.core.wmem_max)
+PIPE_BUFFER_BYTES = 4 << 20
 
 
 def encode_batch(batch_id: int, topics: list[str], lengths: array, parts: list[bytes], n: int) -> bytes:
@@ -499,6 +501,9 @@ class _Child:
         # `python -m streamsemi.service.producer FD`, not multiprocessing: a spawned child would import the
         # worker's main script again (the `streamsemi` console script imports the whole CLI: +150 MB, +1.5 s)
         ours, theirs = socket.socketpair()
+        # room for a whole batch in the kernel: a send no longer waits for the (niced) process to read
+        # (issue 16: 4% of the polling thread waited there); the kernel caps it at net.core.wmem_max
+        ours.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, PIPE_BUFFER_BYTES)
         env = dict(os.environ)  # the package where the worker found it, also when it is not installed
         env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_ROOT, env.get("PYTHONPATH", "")) if p)
         try:
