@@ -337,3 +337,18 @@ def test_fit_priority_setting_reaches_the_fit_process(priority, idle, nice):
     w = Worker(resolve({} if priority == "idle" else {"fit_priority": priority}))
     assert (w.fitter.idle, w.fitter.nice) == (idle, nice)
     assert Worker(resolve({"refit_process": "false"})).fitter is None
+
+
+def test_every_fresh_document_served_adds_one_latency_observation(r8):
+    """The latency histogram counts one observation per fresh document's primary verdict (observed per
+    batch, issue 16), none for a seed's or a revision's record; their sum is the documents' waits."""
+    w, tp = _worker(r8)
+    w.consumer.feed(tp, [_doc(r8, i) for i in range(12)])
+    w.step()
+    w.consumer.feed(tp, [_doc(r8, i) for i in range(12, 15)])
+    w.step()
+    get = w.telemetry.registry.get_sample_value
+    assert _assigned(w) >= {f"d{i}" for i in range(15)}
+    assert get("streamsemi_document_latency_seconds_count") == 15
+    assert get("streamsemi_document_latency_seconds_bucket", {"le": "+Inf"}) == 15
+    assert 0.0 <= get("streamsemi_document_latency_seconds_sum") < 15 * 60

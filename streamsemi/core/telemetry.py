@@ -9,13 +9,37 @@ from __future__ import annotations
 
 import platform
 import threading
+from collections.abc import Sequence
 
+import numpy as np
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
 
 from streamsemi import __version__
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 REFIT_BUCKETS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600, 1200)
+
+
+def observe_many(histogram: Histogram, values: Sequence[float]) -> None:
+    """``histogram.observe(v)`` for every ``v`` of ``values``, with one increment per bucket.
+
+    The worker observes a latency per fresh document (issue 16: per document it was 1% of
+    the polling thread). Uses prometheus_client's ``Histogram`` internals (``_upper_bounds``,
+    ``_buckets``, ``_sum``; a bucket counts the values up to its bound, as ``observe``);
+    without them (another version), or for a few values, it calls ``observe``.
+    """
+    bounds, buckets, total = (getattr(histogram, a, None) for a in ("_upper_bounds", "_buckets", "_sum"))
+    if bounds is None or buckets is None or total is None or len(values) < 8:
+        for v in values:
+            histogram.observe(v)
+        return
+    v = np.asarray(values, dtype=np.float64)
+    total.inc(float(v.sum()))
+    # observe: the first bucket whose bound is >= the value (a NaN falls in none)
+    counts = np.bincount(np.searchsorted(np.asarray(bounds, dtype=np.float64), v[~np.isnan(v)], side="left"),
+                         minlength=len(bounds))[:len(bounds)]
+    for i in np.flatnonzero(counts).tolist():
+        buckets[i].inc(int(counts[i]))
 
 
 class Telemetry:

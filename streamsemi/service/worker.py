@@ -53,7 +53,7 @@ from streamsemi.core.messages import (
     parse_document,
     resolved_seed_op,
 )
-from streamsemi.core.telemetry import Telemetry
+from streamsemi.core.telemetry import Telemetry, observe_many
 from streamsemi.engine import Assignment, Engine, EngineConfig
 from streamsemi.service import checkpoint, kafka_io
 from streamsemi.service.broker_reset import AssignmentWatchdog, BrokerResetGuard, rejoin_limit_s
@@ -631,7 +631,7 @@ class Worker:
         heads: dict[tuple[int, int], list] = {}  # one headers list per (model version, revision): never modified
         worker, assignments_topic, labels_topic = self.instance_id, s.assignments_topic, s.labels_topic
         outs: list[Output] = []
-        latency = self.telemetry.latency
+        arrivals: list[float] = []
         for a in assignments:
             key, value = encode_key(a.id), encode_json(a.to_message(worker))
             headers = heads.get((a.model_version, a.revision))
@@ -642,8 +642,10 @@ class Worker:
             if a.primary:  # the labels topic: the latest primary assignment per document (compacted)
                 outs.append(Output(labels_topic, key, value, headers))
                 if a.document is not None:
-                    latency.observe(max(0.0, now - a.document.arrival))
+                    arrivals.append(a.document.arrival)
         self.ledger.send_many(outs)  # in order, one call (issue 16)
+        if arrivals:
+            observe_many(self.telemetry.latency, [max(0.0, now - t) for t in arrivals])
         for value, rej in dead:
             self.telemetry.dead_letters.labels(rej.reason).inc()
             self.ledger.send(Output(s.deadletter_topic, None, encode_json(value), None))
