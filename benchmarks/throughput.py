@@ -604,7 +604,7 @@ class Bench:
 
 
 def start_profiler(pid: int, path: Path) -> subprocess.Popen | None:
-    """With ``THROUGHPUT_PROFILE=1`` (or ``gil``): py-spy (``pip install py-spy``, not a dependency) samples ``pid`` to ``path``.
+    """With ``THROUGHPUT_PROFILE=1`` (or ``gil``, or ``idle``): py-spy (``pip install py-spy``, not a dependency) samples ``pid`` to ``path``.
 
     Raw collapsed stacks of every thread (``--threads --gil --idle`` are not set: only
     threads running Python count); read them with ``python benchmarks/throughput.py
@@ -617,6 +617,8 @@ def start_profiler(pid: int, path: Path) -> subprocess.Popen | None:
     cmd = [str(spy), "record", "--pid", str(pid), "--format", "raw", "--rate", "200", "--nonblocking", "--nolineno", "-o", str(path)]
     if os.environ["THROUGHPUT_PROFILE"] == "gil":
         cmd.append("--gil")  # only the thread holding the GIL: where the polling thread's time goes
+    elif os.environ["THROUGHPUT_PROFILE"] == "idle":
+        cmd += ["--idle", "--threads"]  # every thread, waiting too (stacks start with the thread id): where it waits
     print(f"profiling the worker: {path}", flush=True)
     return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
