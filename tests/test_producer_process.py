@@ -345,3 +345,38 @@ def test_the_worker_starts_its_producer_process_with_the_producer_nice_setting(b
         assert scheduling(p.pid)[1] == min(19, os.nice(0) + (10 if nice is None else nice))
     finally:
         p.close(timeout=5)
+
+
+def test_a_batch_of_the_largest_size_fits_in_the_pipe_without_the_process_reading(broker):
+    """The worker's end of the pipe holds a whole batch (``max_batch_bytes``) in the kernel: ``ship`` does not
+    wait for the (niced, busy) producer process to read it. The test stops the process (SIGSTOP) and ships."""
+    import socket
+    import threading
+
+    from streamsemi.service.producer import PIPE_BUFFER_BYTES
+
+    wmem_max = int(open("/proc/sys/net/core/wmem_max").read())
+    if wmem_max < PIPE_BUFFER_BYTES:
+        pytest.skip(f"net.core.wmem_max is {wmem_max} here: the kernel caps the buffer below a batch")
+    t = _topic(broker)
+    p = kafka_io.make_process_producer(t.settings(broker.bootstrap), max_batch_records=100_000,
+                                       max_batch_bytes=PIPE_BUFFER_BYTES)
+    try:
+        sock = socket.socket(fileno=os.dup(p._child.conn.fileno()))
+        try:
+            assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF) >= PIPE_BUFFER_BYTES
+        finally:
+            sock.close()
+        os.kill(p.pid, signal.SIGSTOP)
+        try:
+            value = b"v" * 1000
+            futures = [p.send(t.assignments, key=b"k%d" % i, value=value) for i in range(3_500)]  # ~3.5 MB
+            shipped = threading.Event()
+            threading.Thread(target=lambda: (p.ship(), shipped.set()), daemon=True).start()
+            assert shipped.wait(10), "ship() waited for the stopped process to read the batch"
+        finally:
+            os.kill(p.pid, signal.SIGCONT)
+        p.flush(timeout=30)
+        assert all(f.succeeded() for f in futures)
+    finally:
+        p.close(timeout=5)
