@@ -461,3 +461,95 @@ def test_send_many_tracks_every_output_as_send_does_and_a_failed_call_is_sent_ag
     assert all(o.failed for o in more) and led.unsettled[-2:] == more
     p.broken = None
     assert led.resend() == 2 and [s[1] for s in p.sent[-2:]] == [b"x", b"y"]
+
+
+# ---------------------------------------------------------------- asynchronous commits (issue 16)
+class AsyncCommitConsumer(FakeConsumer):
+    """A consumer with ``commit_async``: the test runs the callbacks (kafka-python runs them in ``poll``)."""
+
+    def __init__(self, tps) -> None:
+        super().__init__(tps)
+        self.async_commits: list[tuple[dict, object]] = []
+
+    def commit_async(self, offsets, callback=None):
+        self.async_commits.append(({tp: om.offset for tp, om in offsets.items()}, (offsets, callback)))
+
+    def answer(self, i: int, response: object = None) -> None:
+        offsets, callback = self.async_commits[i][1]
+        callback(offsets, response)
+
+
+def test_per_loop_commits_do_not_wait_and_a_confirmed_offset_is_not_sent_again():
+    led, (p,) = _async_ledger()
+    c = AsyncCommitConsumer([TP0])
+    led.send(Output("out", b"a", b"1"))
+    led.advance([(TP0, 4)])
+    p.sent[0][3].success(None)
+    assert led.commit_acknowledged(c, wait=False)
+    assert c.commits == [] and [o for o, _ in c.async_commits] == [{TP0: 5}], "sent without waiting"
+    assert led.committed == {}, "not confirmed yet"
+    led.commit_acknowledged(c, wait=False)
+    assert len(c.async_commits) == 1, "an offset waiting for confirmation is not sent again"
+    c.answer(0)
+    assert led.committed == {TP0: 5} and led.take_commit_errors() == []
+    led.commit_acknowledged(c, wait=False)
+    assert len(c.async_commits) == 1 and c.commits == []
+    led.send(Output("out", b"b", b"2"))
+    led.advance([(TP0, 9)])
+    p.sent[1][3].success(None)
+    led.commit_acknowledged(c, wait=False)
+    assert [o for o, _ in c.async_commits] == [{TP0: 5}, {TP0: 10}]
+
+
+def test_a_failed_asynchronous_commit_is_reported_and_committed_again():
+    from kafka.errors import CommitFailedError
+
+    led, (p,) = _async_ledger()
+    c = AsyncCommitConsumer([TP0, TP1])
+    led.send(Output("out", b"a", b"1"))
+    led.advance([(TP0, 4), (TP1, 1)])
+    p.sent[0][3].success(None)
+    led.commit_acknowledged(c, wait=False)
+    c.answer(0, CommitFailedError("rebalanced"))
+    errors = led.take_commit_errors()
+    assert len(errors) == 1 and "rebalanced" in str(errors[0]) and led.take_commit_errors() == []
+    assert led.committed == {}
+    led.commit_acknowledged(c, wait=False)
+    assert [o for o, _ in c.async_commits] == [{TP0: 5, TP1: 2}] * 2, "the same offsets, sent again"
+    c.answer(1)
+    assert led.committed == {TP0: 5, TP1: 2}
+
+
+def test_a_waiting_commit_sends_what_an_asynchronous_commit_has_not_confirmed():
+    """Revocation, checkpoint and shutdown commits wait: what only an unconfirmed asynchronous commit covered is
+    committed again (it may never be confirmed: the consumer closes), what is confirmed is not."""
+    led, (p,) = _async_ledger()
+    c = AsyncCommitConsumer([TP0, TP1])
+    led.send(Output("out", b"a", b"1"))
+    led.advance([(TP0, 4), (TP1, 7)])
+    p.sent[0][3].success(None)
+    led.commit_acknowledged(c, wait=False)
+    c.answer(0)
+    led.send(Output("out", b"b", b"2"))
+    led.advance([(TP0, 6)])
+    p.sent[1][3].success(None)
+    led.commit_acknowledged(c, wait=False)       # {TP0: 7} sent, never confirmed
+    assert [o for o, _ in c.async_commits][-1] == {TP0: 7}
+    assert led.commit_if_settled(c)
+    assert c.commits == [{TP0: 7}], "the unconfirmed offset, synchronously; TP1's confirmed one is not sent again"
+    assert led.committed == {TP0: 7, TP1: 8}
+    c.answer(1)                                   # the late confirmation changes nothing
+    assert led.committed == {TP0: 7, TP1: 8}
+    led.forget([TP1])
+    c.answer(0)                                   # a confirmation after a revocation does not bring TP1 back
+    assert TP1 not in led.committed
+
+
+def test_a_consumer_without_commit_async_commits_and_waits():
+    led, (p,) = _async_ledger()
+    c = FakeConsumer([TP0])
+    led.send(Output("out", b"a", b"1"))
+    led.advance([(TP0, 2)])
+    p.sent[0][3].success(None)
+    assert led.commit_acknowledged(c, wait=False)
+    assert c.commits == [{TP0: 3}] and led.committed == {TP0: 3}

@@ -352,3 +352,32 @@ def test_every_fresh_document_served_adds_one_latency_observation(r8):
     assert get("streamsemi_document_latency_seconds_count") == 15
     assert get("streamsemi_document_latency_seconds_bucket", {"le": "+Inf"}) == 15
     assert 0.0 <= get("streamsemi_document_latency_seconds_sum") < 15 * 60
+
+
+def test_with_the_producer_process_per_loop_commits_do_not_wait_and_a_failed_one_is_reported_and_sent_again(r8, caplog):
+    """The loop's commits go through ``commit_async`` when the consumer has it (the commit no longer waits a
+    broker round trip per loop); a failure, read in a later loop, is counted, logged and committed again;
+    the shutdown commit waits and covers what was never confirmed."""
+    import logging
+
+    from kafka.errors import CommitFailedError
+
+    w, tp = _worker(r8)
+    w.ledger.producer = p = _ShippingProducer()
+    sent: list[tuple[dict, object]] = []
+    w.consumer.commit_async = lambda offsets, callback=None: sent.append((offsets, callback))
+    w.consumer.feed(tp, [_doc(r8, i) for i in range(4)])
+    w.step()
+    p.ack()
+    w.step()
+    assert w.consumer.commits == [] and [{t: om.offset for t, om in o.items()} for o, _ in sent] == [{tp: 4}]
+    offsets, callback = sent[0]
+    callback(offsets, CommitFailedError("group rebalanced"))  # kafka-python runs it in a later poll
+    with caplog.at_level(logging.WARNING, logger="streamsemi.service.worker"):
+        w.step()
+    assert w.telemetry.registry.get_sample_value("streamsemi_broker_errors_total", {"kind": "commit"}) == 1
+    assert any(r.getMessage() == "commit_failed" and "group rebalanced" in r.fields["error"] and r.fields["waited"] is False
+               for r in caplog.records)
+    assert [{t: om.offset for t, om in o.items()} for o, _ in sent] == [{tp: 4}, {tp: 4}], "sent again"
+    w.shutdown()
+    assert w.consumer.commits == [{tp: 4}], "the shutdown commit waits: the second one was never confirmed"

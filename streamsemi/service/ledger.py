@@ -12,7 +12,10 @@ With a producer that does not wait (:class:`~streamsemi.service.producer.Process
 ``asynchronous``), the worker does not flush at every poll: :meth:`ship` hands the
 outputs over, and :meth:`commit_acknowledged` commits the offsets of the last
 :meth:`advance` whose outputs, and all outputs sent before them, are acknowledged
-(``marks``: the offsets after each advance, with the epoch of its outputs).
+(``marks``: the offsets after each advance, with the epoch of its outputs). Those
+per-loop commits do not wait for the broker (``wait=False``: the consumer's
+``commit_async``, issue 16); every other commit (a revocation, a checkpoint, the
+shutdown) waits, and first commits again what an asynchronous commit has not confirmed.
 """
 
 from __future__ import annotations
@@ -78,6 +81,8 @@ class OutputLedger:
 
     #: advances remembered for :meth:`commit_acknowledged` (the oldest are dropped: fewer commit points, never unsafe)
     MAX_MARKS = 10_000
+    #: failed asynchronous commits kept until :meth:`take_commit_errors` (the oldest are dropped)
+    MAX_COMMIT_ERRORS = 100
 
     def __init__(self, producer_factory: Callable[[], Any], on_resend: Callable[[int], None] | None = None) -> None:
         self.producer_factory = producer_factory
@@ -93,6 +98,9 @@ class OutputLedger:
         self._reordered = False
         self._send_errors = 0       # sends that raised since the last scan for failed outputs
         self._failures_seen = 0     # the producer's ``failures`` count at that scan
+        # asynchronous commits sent and not confirmed yet (``committed`` holds confirmed ones only)
+        self._committing: dict[TopicPartition, int] = {}
+        self._commit_errors: deque[BaseException] = deque(maxlen=self.MAX_COMMIT_ERRORS)
 
     @property
     def asynchronous(self) -> bool:
@@ -252,18 +260,53 @@ class OutputLedger:
 
     def commit(self, consumer: Any, held: Mapping[TopicPartition, int] | None = None,
                only: set[TopicPartition] | None = None,
-               upto: Mapping[TopicPartition, int] | None = None) -> dict[TopicPartition, int]:
+               upto: Mapping[TopicPartition, int] | None = None, *, wait: bool = True) -> dict[TopicPartition, int]:
         """Commit the safe offsets that changed (of ``only`` when given; ``upto`` instead of ``next_offset``).
 
-        Returns what was committed. Does not look at acknowledgements: use
+        ``wait=False``: with the consumer's ``commit_async`` (when it has one), the commit
+        does not wait for the broker; its outcome is read when the consumer runs the
+        callback (in its ``poll``, on this thread): a confirmed offset joins ``committed``,
+        a failed commit is kept for :meth:`take_commit_errors` and its offsets are committed
+        again by the next call. An offset waiting for confirmation is not sent again by
+        another ``wait=False`` call; a waiting commit sends what is not confirmed.
+
+        Returns what was committed (or sent). Does not look at acknowledgements: use
         :meth:`commit_if_settled` or :meth:`commit_acknowledged`.
         """
+        asynchronous = not wait and hasattr(consumer, "commit_async")
+        known = {**self.committed, **self._committing} if asynchronous else self.committed
         todo = {tp: off for tp, off in self.safe_offsets(held, upto).items()
-                if (only is None or tp in only) and self.committed.get(tp) != off}
-        if todo:
-            consumer.commit({tp: OffsetAndMetadata(off, "", -1) for tp, off in todo.items()})
-            self.committed.update(todo)
+                if (only is None or tp in only) and known.get(tp) != off}
+        if not todo:
+            return todo
+        offsets = {tp: OffsetAndMetadata(off, "", -1) for tp, off in todo.items()}
+        if asynchronous:
+            self._committing.update(todo)
+            consumer.commit_async(offsets, callback=self._async_committed)
+            return todo
+        consumer.commit(offsets)
+        self.committed.update(todo)
+        for tp, off in todo.items():  # what waited for confirmation is covered now
+            if self._committing.get(tp, off + 1) <= off:
+                del self._committing[tp]
         return todo
+
+    def _async_committed(self, offsets: Mapping[TopicPartition, Any], response: Any) -> None:
+        """``commit_async``'s callback (run by the consumer on the polling thread)."""
+        failed = isinstance(response, BaseException)
+        for tp, om in offsets.items():
+            if self._committing.get(tp) == om.offset:
+                del self._committing[tp]
+            if not failed and tp in self.next_offset and om.offset > self.committed.get(tp, -1):
+                self.committed[tp] = om.offset  # (a revoked partition, forgotten meanwhile, stays forgotten)
+        if failed:
+            self._commit_errors.append(response)
+
+    def take_commit_errors(self) -> list[BaseException]:
+        """The failures of asynchronous commits since the last call (their offsets are committed again)."""
+        out = list(self._commit_errors)
+        self._commit_errors.clear()
+        return out
 
     def commit_if_settled(self, consumer: Any, held: Mapping[TopicPartition, int] | None = None,
                           only: set[TopicPartition] | None = None) -> bool:
@@ -274,8 +317,11 @@ class OutputLedger:
         self.marks.clear()
         return True
 
-    def commit_acknowledged(self, consumer: Any, held: Mapping[TopicPartition, int] | None = None) -> bool:
+    def commit_acknowledged(self, consumer: Any, held: Mapping[TopicPartition, int] | None = None, *,
+                            wait: bool = True) -> bool:
         """Commit the offsets of the last advance whose outputs and every earlier output are acknowledged.
+
+        ``wait``: as :meth:`commit` (the worker's per-loop commits do not wait).
 
         Outputs keep the epoch of their first send (:meth:`send`), and each :meth:`advance`
         closes an epoch with the offsets it reached: the offsets of the newest mark older
@@ -284,7 +330,7 @@ class OutputLedger:
         acknowledged (then ``next_offset`` itself is committed, as :meth:`commit_if_settled`).
         """
         if self.settle():
-            self.commit(consumer, held)
+            self.commit(consumer, held, wait=wait)
             self.marks.clear()
             return True
         # in send order the epochs never decrease, and the head is not acknowledged (settle): the head's epoch is
@@ -296,7 +342,7 @@ class OutputLedger:
         while self.marks and self.marks[0][0] < oldest:
             best = self.marks.popleft()[1]
         if best is not None:
-            self.commit(consumer, held, upto=best)
+            self.commit(consumer, held, upto=best, wait=wait)
         return False
 
     def forget(self, tps: Iterable[TopicPartition] | None = None) -> None:
@@ -304,12 +350,14 @@ class OutputLedger:
         if tps is None:
             self.next_offset.clear()
             self.committed.clear()
+            self._committing.clear()
             self.marks.clear()
             return
         tps = set(tps)
         for tp in tps:
             self.next_offset.pop(tp, None)
             self.committed.pop(tp, None)
+            self._committing.pop(tp, None)
         for _, offsets in self.marks:  # a revoked partition's offsets are never committed from an old mark
             for tp in tps:
                 offsets.pop(tp, None)

@@ -555,7 +555,11 @@ class Worker:
                 now = time.monotonic()
                 if (now - self.rejections_saved < interval
                         and not (self.checkpointer and now - self.last_checkpoint >= interval)):
-                    if self.ledger.commit_acknowledged(self.consumer, self._held()):
+                    settled = self.ledger.commit_acknowledged(self.consumer, self._held(), wait=False)
+                    for exc in self.ledger.take_commit_errors():  # an earlier loop's commit: sent again meanwhile
+                        self.broker_error("commit")
+                        event(log, "commit_failed", logging.WARNING, error=_error(exc), waited=False)
+                    if settled:
                         self.rejections.settle()
                     return
                 self.ledger.flush(FLUSH_TIMEOUT_S)
