@@ -479,12 +479,17 @@ class AsyncCommitConsumer(FakeConsumer):
         callback(offsets, response)
 
 
+def _acknowledged_advance(led, producer, positions) -> None:
+    """One output sent for the records at ``positions``, the advance past them, the output acknowledged."""
+    led.send(Output("out", b"k", b"v"))
+    led.advance(positions)
+    producer.sent[-1][3].success(None)
+
+
 def test_per_loop_commits_do_not_wait_and_a_confirmed_offset_is_not_sent_again():
     led, (p,) = _async_ledger()
     c = AsyncCommitConsumer([TP0])
-    led.send(Output("out", b"a", b"1"))
-    led.advance([(TP0, 4)])
-    p.sent[0][3].success(None)
+    _acknowledged_advance(led, p, [(TP0, 4)])
     assert led.commit_acknowledged(c, wait=False)
     assert c.commits == [] and [o for o, _ in c.async_commits] == [{TP0: 5}], "sent without waiting"
     assert led.committed == {}, "not confirmed yet"
@@ -494,9 +499,7 @@ def test_per_loop_commits_do_not_wait_and_a_confirmed_offset_is_not_sent_again()
     assert led.committed == {TP0: 5} and led.take_commit_errors() == []
     led.commit_acknowledged(c, wait=False)
     assert len(c.async_commits) == 1 and c.commits == []
-    led.send(Output("out", b"b", b"2"))
-    led.advance([(TP0, 9)])
-    p.sent[1][3].success(None)
+    _acknowledged_advance(led, p, [(TP0, 9)])
     led.commit_acknowledged(c, wait=False)
     assert [o for o, _ in c.async_commits] == [{TP0: 5}, {TP0: 10}]
 
@@ -506,9 +509,7 @@ def test_a_failed_asynchronous_commit_is_reported_and_committed_again():
 
     led, (p,) = _async_ledger()
     c = AsyncCommitConsumer([TP0, TP1])
-    led.send(Output("out", b"a", b"1"))
-    led.advance([(TP0, 4), (TP1, 1)])
-    p.sent[0][3].success(None)
+    _acknowledged_advance(led, p, [(TP0, 4), (TP1, 1)])
     led.commit_acknowledged(c, wait=False)
     c.answer(0, CommitFailedError("rebalanced"))
     errors = led.take_commit_errors()
@@ -525,14 +526,10 @@ def test_a_waiting_commit_sends_what_an_asynchronous_commit_has_not_confirmed():
     committed again (it may never be confirmed: the consumer closes), what is confirmed is not."""
     led, (p,) = _async_ledger()
     c = AsyncCommitConsumer([TP0, TP1])
-    led.send(Output("out", b"a", b"1"))
-    led.advance([(TP0, 4), (TP1, 7)])
-    p.sent[0][3].success(None)
+    _acknowledged_advance(led, p, [(TP0, 4), (TP1, 7)])
     led.commit_acknowledged(c, wait=False)
     c.answer(0)
-    led.send(Output("out", b"b", b"2"))
-    led.advance([(TP0, 6)])
-    p.sent[1][3].success(None)
+    _acknowledged_advance(led, p, [(TP0, 6)])
     led.commit_acknowledged(c, wait=False)       # {TP0: 7} sent, never confirmed
     assert [o for o, _ in c.async_commits][-1] == {TP0: 7}
     assert led.commit_if_settled(c)
@@ -548,8 +545,6 @@ def test_a_waiting_commit_sends_what_an_asynchronous_commit_has_not_confirmed():
 def test_a_consumer_without_commit_async_commits_and_waits():
     led, (p,) = _async_ledger()
     c = FakeConsumer([TP0])
-    led.send(Output("out", b"a", b"1"))
-    led.advance([(TP0, 2)])
-    p.sent[0][3].success(None)
+    _acknowledged_advance(led, p, [(TP0, 2)])
     assert led.commit_acknowledged(c, wait=False)
     assert c.commits == [{TP0: 3}] and led.committed == {TP0: 3}
