@@ -28,7 +28,7 @@ import orjson
 from streamsemi.core.messages import encode_json
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from throughput import run_record, save  # noqa: E402 - this folder's throughput.py
+from throughput import run_record, save, table  # noqa: E402 - this folder's throughput.py
 
 RESULTS = Path(__file__).parent / "results"
 
@@ -87,11 +87,10 @@ def main() -> int:
     out = run_record(args, rows=rows)
     lines = [f"# Keeping encoded outputs, {out['when']}", "", f"`{out['command']}`", "",
              f"{args.messages:,} distinct messages of each size, kept in a list; {args.repeats} interleaved runs, "
-             "min; bytes held from tracemalloc.", "",
-             "| message | way | bytes | us per kept message | bytes held per message |", "|---|---|---|---|---|"]
-    for r in rows.values():
-        lines.append(f"| {r['size']} | {r['way']} | {r['encoded_length']:g} | {r['us_per_kept_message_min']} | "
-                     f"{r['bytes_held_per_message']:g} |")
+             "min; bytes held from tracemalloc.", ""]
+    lines += table(["message", "way", "bytes", "us per kept message", "bytes held per message"],
+                   ([r["size"], r["way"], f"{r['encoded_length']:g}", r["us_per_kept_message_min"],
+                     f"{r['bytes_held_per_message']:g}"] for r in rows.values()))
     save("encode_json", args.tag, out, lines)
     return 0
 

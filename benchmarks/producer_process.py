@@ -38,7 +38,7 @@ from streamsemi.devtools.broker import EmbeddedBroker
 from streamsemi.service.producer import KeyPartitioner, OutputProducer, ProcessProducer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from throughput import cpu_seconds, run_record, save  # noqa: E402 - this folder's throughput.py
+from throughput import cpu_seconds, run_record, save, table  # noqa: E402 - this folder's throughput.py
 
 RESULTS = Path(__file__).parent / "results"
 VALUE = (b'{"id":"doc-0000001","algorithm":"semi-ldc","model_version":3,"revision":0,"label":"comp.graphics",'
@@ -142,12 +142,11 @@ def main() -> int:
     out = run_record(args, variants=rows, runs=runs)
     lines = [f"# Producer CPU per record, {out['when']}", "", f"`{out['command']}`", "",
              f"{args.docs:,} documents x {args.per_doc} records (~{len(VALUE)} bytes, 2 headers), "
-             f"{args.partitions} partition(s), {args.repeats} interleaved runs; min over the runs.", "",
-             "| way | CPU us / record | ratio to kafka-python | records/s (max) | broker CPU us / record |",
-             "|---|---|---|---|---|"]
-    for name, r in rows.items():
-        lines.append(f"| {name} | {r['cpu_us_per_record_min']} ({', '.join(map(str, r['cpu_us_per_record_runs']))}) "
-                     f"| {r['cpu_ratio_to_kafka_python']} | {r['records_per_s_max']:,} | {r['broker_cpu_us_per_record']} |")
+             f"{args.partitions} partition(s), {args.repeats} interleaved runs; min over the runs.", ""]
+    lines += table(["way", "CPU us / record", "ratio to kafka-python", "records/s (max)", "broker CPU us / record"],
+                   ([name, f"{r['cpu_us_per_record_min']} ({', '.join(map(str, r['cpu_us_per_record_runs']))})",
+                     r["cpu_ratio_to_kafka_python"], f"{r['records_per_s_max']:,}", r["broker_cpu_us_per_record"]]
+                    for name, r in rows.items()))
     save("producer_process", args.tag, out, lines)
     return 0
 

@@ -25,7 +25,7 @@ from streamsemi.core.messages import Document
 from streamsemi.engine import SKETCH_WARMUP, Engine, EngineConfig
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from throughput import run_record, save  # noqa: E402 - this folder's throughput.py
+from throughput import run_record, save, table  # noqa: E402 - this folder's throughput.py
 
 
 def explanations(texts: list[str], labels: list[str | None], every: int) -> dict[str, list[str]]:
@@ -76,11 +76,10 @@ def main() -> int:
              f"20 Newsgroups, {len(texts):,} documents, 5% seeds, constrained k-means fitted once on the "
              f"10,000-document window; {len(late)} classes appear only after the first {len(early):,} documents "
              f"(the sketch counts every document of its first {SKETCH_WARMUP:,}). Compared with a sketch of every "
-             "document:", "", "| every k-th document | classes | explanation words shared | identical word lists |",
-             "|---|---|---|---|"]
-    for r in rows.values():
-        lines.append(f"| {r['every']} | {r['group']} ({r['classes']}) | {r['words_shared']}/{r['words']} | "
-                     f"{r['identical_lists']}/{r['classes']} |")
+             "document:", ""]
+    lines += table(["every k-th document", "classes", "explanation words shared", "identical word lists"],
+                   ([r["every"], f"{r['group']} ({r['classes']})", f"{r['words_shared']}/{r['words']}",
+                     f"{r['identical_lists']}/{r['classes']}"] for r in rows.values()))
     save("sketch_sampling", args.tag, out, lines)
     return 0
 

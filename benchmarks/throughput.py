@@ -70,6 +70,7 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -797,6 +798,12 @@ def run_record(args: argparse.Namespace, **fields: Any) -> dict[str, Any]:
     """What a small benchmark's result file starts with (when, command, arguments, environment, load), then ``fields``."""
     return {"when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "command": " ".join(["python", *sys.argv]),
             "args": vars(args), "environment": _environment(), "load_average": list(os.getloadavg()), **fields}
+
+
+def table(header: list[str], rows: Iterable[Sequence[Any]]) -> list[str]:
+    """Markdown table lines: ``header``, the separator, then one line per row (each cell as ``str``)."""
+    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header),
+            *("| " + " | ".join(map(str, row)) + " |" for row in rows)]
 
 
 def save(name: str, tag: str, out: dict[str, Any], lines: list[str]) -> None:
