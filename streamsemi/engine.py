@@ -51,6 +51,7 @@ from collections import Counter, OrderedDict, deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
+from itertools import islice, repeat
 from typing import Any
 
 import numpy as np
@@ -484,6 +485,89 @@ class _Snapshot:
         if self._index is None:
             self._index = {d: i for i, d in enumerate(self.doc_ids)}
         return self._index
+
+
+class _Verdicts:
+    """One model's verdicts on the rows of ``X``: each row's cluster at once, the rest on demand.
+
+    ``clusters`` (the most probable class of every row, as str) and ``news`` (whether it
+    is a new cluster) are computed for every row, vectorised; :meth:`build` makes the full
+    verdicts ``(label, score, labels, cluster, new_cluster)`` of some rows or all. A
+    revision chunk builds only the verdicts that changed (issue 16: building the label
+    dicts of every re-assigned row was most of a chunk's own work, and most verdicts do
+    not change).
+    """
+
+    __slots__ = ("slot", "X", "P", "indicator", "top", "classes", "clusters", "news")
+
+    def __init__(self, slot: ModelSlot, X: sp.csr_matrix, proba: Any = None,
+                 indicator: np.ndarray | None = None) -> None:
+        self.slot, self.X, self.indicator = slot, X, indicator
+        self.P = np.asarray(slot.model.predict_proba(X) if proba is None else proba, dtype=np.float64)
+        self.classes = np.asarray([str(c) for c in slot.classes], dtype=object)
+        self.top = self.P.argmax(axis=1) if self.P.shape[0] else np.zeros(0, dtype=np.intp)
+        self.clusters: list[str] = self.classes[self.top].tolist()
+        self.news: list[bool] = ([c in slot.new_clusters for c in self.clusters] if slot.new_clusters
+                                 else [False] * len(self.clusters))
+
+    def build(self, positions: np.ndarray | None = None) -> list[tuple[str | None, float, dict[str, float], str, bool]]:
+        """The full verdicts of the rows ``positions`` (in that order; every row when None)."""
+        slot, P, top = self.slot, self.P, self.top
+        clusters, news = self.clusters, self.news
+        if positions is not None:
+            positions = np.asarray(positions, dtype=np.intp)
+            P, top = P[positions], top[positions]
+            idx = positions.tolist()
+            clusters, news = [clusters[i] for i in idx], [news[i] for i in idx]
+        n = P.shape[0]
+        if n == 0:
+            return []
+        scores = P[np.arange(n), top].tolist()
+        labels = (self._multilabel_dicts(P, top, positions) if slot.multilabel
+                  else _label_dicts(P, top, self.classes))
+        if slot.new_clusters:
+            return list(zip([None if e else c for c, e in zip(clusters, news, strict=True)], scores, labels,
+                            clusters, news, strict=True))
+        return list(zip(clusters, scores, labels, clusters, news, strict=True))
+
+    def _multilabel_dicts(self, P: np.ndarray, top: np.ndarray, positions: np.ndarray | None) -> list[dict[str, float]]:
+        """Per row, its chosen labels (the estimator's indicator; the most probable one when it chose
+        none) with their probabilities, in class order; built by ``map()`` over one flat list."""
+        if self.indicator is None:
+            self.indicator = predict_indicator(self.slot.model, self.X, self.P)
+        chosen = np.array(self.indicator if positions is None else np.asarray(self.indicator)[positions], dtype=bool)
+        empty = ~chosen.any(axis=1)
+        chosen[empty, top[empty]] = True  # no label chosen: the most probable one
+        rows, cols = np.nonzero(chosen)  # row-major: each row's labels in class order
+        counts = np.bincount(rows, minlength=P.shape[0]).tolist()
+        names = iter(self.classes[cols].tolist())
+        values = iter(np.round(P[rows, cols], 6).tolist())
+        return list(map(dict, map(zip, map(islice, repeat(names), counts), map(islice, repeat(values), counts))))
+
+
+def _label_dicts(P: np.ndarray, top: np.ndarray, classes: np.ndarray) -> list[dict[str, float]]:
+    """Single-label verdicts' label dicts: each row's ``LABELS_IN_OUTPUT`` most probable classes with at
+    least ``LABEL_PROB_MIN`` (and the most probable one), most probable first, rounded to 6 digits."""
+    order = np.argsort(-P, axis=1)[:, :LABELS_IN_OUTPUT]
+    vals = np.take_along_axis(P, order, axis=1)
+    keep = (vals >= LABEL_PROB_MIN) | (order == top[:, None])
+    # the kept labels of a row are almost always a prefix of its sorted ones (the most probable
+    # first): the rows with fewer are cut to their kept labels first, then every dict is built
+    # by map() in C (issue 16: a Python loop per document was most of this function's time);
+    # np.round(x, 6) is round(x, 6) but for a value within ~1e-16 of a rounding boundary
+    n_keep = keep.sum(axis=1)
+    short = np.flatnonzero(n_keep < keep.shape[1])
+    prefix = (keep[short] == (np.arange(keep.shape[1]) < n_keep[short, None])).all(axis=1)
+    names = classes[order].tolist()
+    rounded = np.round(vals, 6).tolist()
+    for i, c, ok in zip(short.tolist(), n_keep[short].tolist(), prefix.tolist(), strict=True):
+        if ok:
+            names[i], rounded[i] = names[i][:c], rounded[i][:c]
+        else:
+            m = keep[i].tolist()
+            names[i] = [x for x, b in zip(names[i], m, strict=True) if b]
+            rounded[i] = [x for x, b in zip(rounded[i], m, strict=True) if b]
+    return list(map(dict, map(zip, names, rounded)))
 
 
 #: The process's one helper thread for :meth:`Engine._assign_all` (shared by every engine, e.g. per stream);
@@ -1412,29 +1496,37 @@ class Engine:
         changed: dict[str, list[Assignment]] = {}
         firsts: Counter = Counter()  # (algorithm, class label) of first verdicts (the primary served alone before)
         subsets = None if cfg.revisions == "all" else self._stale_rows(models, ids)
-        verdicts = self._assign_all(models, X, rows, ids, subsets)
+        lazy = self._assign_all(models, X, rows, ids, subsets, lazy=True)
+        every = cfg.revisions == "all"
         for k, name in enumerate(cfg.algorithms):
-            if name not in verdicts:
+            if name not in lazy:
                 continue  # no model yet (judged when its first model arrives: a new pass), or nothing stale
             slot = models[name]
             is_primary = name == primary
             compact = _verdicts_of(slot, is_primary)
             judged = ids if subsets is None else [ids[j] for j in subsets[name]]
-            for doc_id, (label, score, labels, cluster, new) in zip(judged, verdicts[name], strict=True):
+            parts = lazy[name]
+            emit: list[int] = []  # positions in judged whose verdict is emitted (built in full below)
+            for j, (doc_id, cluster, new) in enumerate(zip(judged, parts.clusters, parts.news, strict=True)):
                 entry = self._served[doc_id]
                 before = entry.verdicts[k]
                 if before is not None and doc_id in self.seeds:
                     continue
                 if before is None:
-                    firsts[(name, label, new)] += 1
-                verdict = compact[cluster]
-                differs = (before is None or before[0] != cluster or before[1] != slot.provisional
-                           or (is_primary and not before[2]))
-                if differs or cfg.revisions == "all":
-                    changed.setdefault(doc_id, []).append(Assignment(
-                        doc_id, name, slot.version, label, score, labels, cluster, new, slot.explain.get(cluster, []),
-                        is_primary, now, slot.fallback, None, 0, slot.provisional))
-                entry.verdicts[k] = verdict
+                    firsts[(name, None if new else cluster, new)] += 1
+                if (every or before is None or before[0] != cluster or before[1] != slot.provisional
+                        or (is_primary and not before[2])):
+                    emit.append(j)
+                entry.verdicts[k] = compact[cluster]
+            if not emit:
+                continue
+            explain, version, fallback, provisional = slot.explain, slot.version, slot.fallback, slot.provisional
+            for j, (label, score, labels, cluster, new) in zip(emit, parts.build(np.asarray(emit, dtype=np.intp)),
+                                                                strict=True):
+                doc_id = judged[j]
+                changed.setdefault(doc_id, []).append(Assignment(
+                    doc_id, name, version, label, score, labels, cluster, new, explain.get(cluster, []),
+                    is_primary, now, fallback, None, 0, provisional))
         out: list[Assignment] = []
         for doc_id, revised in changed.items():
             entry = self._served[doc_id]
@@ -1485,11 +1577,12 @@ class Engine:
 
     def _assign_all(self, models: dict[str, ModelSlot], X: sp.csr_matrix,
                     rows: Sequence[Row] | None = None, ids: Sequence[str] | None = None,
-                    subsets: dict[str, np.ndarray] | None = None) -> dict[str, list]:
+                    subsets: dict[str, np.ndarray] | None = None, *, lazy: bool = False) -> dict[str, Any]:
         """:meth:`_assign_with` of every algorithm that has a model in ``models`` on ``X``.
 
         ``subsets``: only those algorithms, each on its rows of ``X`` (positions; its
-        verdicts then follow that order).
+        verdicts then follow that order). ``lazy``: each algorithm's :class:`_Verdicts`
+        (clusters of every row, full verdicts on demand) instead of its list of verdicts.
 
         ``rows`` / ``ids``: the row objects and document ids of ``X``; a document of a
         model's training snapshot (same row object) takes its scores from the model's
@@ -1525,8 +1618,11 @@ class Engine:
         futures: dict[str, list[tuple[slice, Future]]] = {
             a: [(part, _PREDICT_POOL.submit(models[a].model.predict_proba, todo[a][part]))
                 for part in helper_chunks(todo[a].shape[0])] for a in heavy}
-        out = {a: self._assign_with(models[a], Xs[a], *self._scores_of(models[a], todo[a], pos.get(a)))
-               for a in algorithms if a not in futures}
+        def verdicts(a: str, proba: Any = None) -> Any:
+            v = _Verdicts(models[a], Xs[a], *self._scores_of(models[a], todo[a], pos.get(a), proba))
+            return v if lazy else v.build()
+
+        out = {a: verdicts(a) for a in algorithms if a not in futures}
         # what the helper has not started yet (the end of its queue), this thread predicts itself: it waits
         # for one chunk at most (issue 16: it waited for a whole prediction)
         for a in reversed(list(futures)):
@@ -1536,7 +1632,7 @@ class Engine:
                 part, f = parts[j]
                 probas[j] = models[a].model.predict_proba(todo[a][part]) if f.cancel() else f.result()
             proba = probas[0] if len(probas) == 1 else np.vstack(probas)
-            out[a] = self._assign_with(models[a], Xs[a], *self._scores_of(models[a], todo[a], pos.get(a), proba))
+            out[a] = verdicts(a, proba)
         return out
 
     @staticmethod
@@ -1566,53 +1662,12 @@ class Engine:
     @staticmethod
     def _assign_with(slot: ModelSlot, X: sp.csr_matrix, proba: Any = None,
                      indicator: np.ndarray | None = None) -> list[tuple[str | None, float, dict[str, float], str, bool]]:
-        # vectorised over the batch (argmax, row-wise argsort, masks); the per-document loop only builds the
-        # small label dicts, from Python floats (round() as before: the messages are unchanged).
-        # proba: slot.model.predict_proba(X) when already computed (_assign_all); indicator: its predict(X) (multi-label)
-        P = np.asarray(slot.model.predict_proba(X) if proba is None else proba, dtype=np.float64)
-        classes = [str(c) for c in slot.classes]
-        n = P.shape[0]
-        if n == 0:
-            return []
-        top = P.argmax(axis=1)
-        scores = P[np.arange(n), top].tolist()
-        if slot.multilabel:
-            chosen = (predict_indicator(slot.model, X, P) if indicator is None
-                      else np.array(indicator, dtype=bool))  # a copy
-            empty = ~chosen.any(axis=1)
-            chosen[empty, top[empty]] = True  # no label chosen: the most probable one
-            rows, cols = np.nonzero(chosen)
-            per_row = np.split(cols, np.searchsorted(rows, np.arange(1, n)))
-            return [(classes[k], sc, {classes[j]: round(x, 6) for j, x in zip(js.tolist(), P[i, js].tolist(), strict=True)},
-                     classes[k], False)
-                    for i, (k, sc, js) in enumerate(zip(top.tolist(), scores, per_row, strict=True))]
-        order = np.argsort(-P, axis=1)[:, :LABELS_IN_OUTPUT]
-        vals = np.take_along_axis(P, order, axis=1)
-        keep = (vals >= LABEL_PROB_MIN) | (order == top[:, None])
-        # the kept labels of a row are almost always a prefix of its sorted ones (the most probable
-        # first): the rows with fewer are cut to their kept labels first, then every dict is built
-        # by map() in C (issue 16: a Python loop per document was most of this method's time);
-        # np.round(x, 6) is round(x, 6) but for a value within ~1e-16 of a rounding boundary
-        n_keep = keep.sum(axis=1)
-        short = np.flatnonzero(n_keep < keep.shape[1])
-        prefix = (keep[short] == (np.arange(keep.shape[1]) < n_keep[short, None])).all(axis=1)
-        as_objects = np.asarray(classes, dtype=object)
-        names = as_objects[order].tolist()
-        rounded = np.round(vals, 6).tolist()
-        for i, c, ok in zip(short.tolist(), n_keep[short].tolist(), prefix.tolist(), strict=True):
-            if ok:
-                names[i], rounded[i] = names[i][:c], rounded[i][:c]
-            else:
-                m = keep[i].tolist()
-                names[i] = [x for x, b in zip(names[i], m, strict=True) if b]
-                rounded[i] = [x for x, b in zip(rounded[i], m, strict=True) if b]
-        labels = list(map(dict, map(zip, names, rounded)))
-        top_names = as_objects[top].tolist()
-        if slot.new_clusters:
-            news = [c in slot.new_clusters for c in top_names]
-            return list(zip([None if e else c for c, e in zip(top_names, news, strict=True)], scores, labels,
-                            top_names, news, strict=True))
-        return list(zip(top_names, scores, labels, top_names, [False] * n, strict=True))
+        """Every row's verdict ``(label, score, labels, cluster, new_cluster)`` (:class:`_Verdicts`).
+
+        ``proba``: ``slot.model.predict_proba(X)`` when already computed (:meth:`_assign_all`);
+        ``indicator``: its ``predict(X)`` (multi-label).
+        """
+        return _Verdicts(slot, X, proba, indicator).build()
 
     def _run_seed_checks(self, force: bool = False) -> None:
         """Prequential seed accuracy: does the model in use agree with labels it was not fitted on?

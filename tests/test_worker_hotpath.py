@@ -275,6 +275,48 @@ def test_label_dicts_are_the_ones_built_per_document(n_classes) -> None:
     assert len(got[0][2]) == min(n_classes, 10)
 
 
+@pytest.mark.parametrize("n_classes", [2, 7, 20])
+def test_multilabel_label_dicts_are_the_ones_built_per_document(n_classes) -> None:
+    """Multi-label verdicts (pseudo-LSC): each row's dict holds its chosen labels in class order with
+    round(p, 6), the most probable label when none is chosen; the flat map() build equals a dict per row."""
+    from streamsemi.engine import Engine, ModelSlot
+
+    rng = np.random.default_rng(n_classes)
+    P = rng.dirichlet(np.full(n_classes, 0.3), size=300)
+    ind = P >= rng.uniform(0.05, 0.5, size=(300, 1))
+    ind[:20] = False  # rows with no label chosen
+    ind[20, :] = True  # every label chosen
+    classes = [f"c{i}" for i in range(n_classes)]
+    slot = ModelSlot(model=None, version=1, fitted_at=0.0, classes=np.array(classes), new_clusters=frozenset(),
+                     multilabel=True, explain={})
+    got = Engine._assign_with(slot, None, P, ind)
+    for (label, score, labels, cluster, new), p, chosen in zip(got, P, ind, strict=True):
+        k = int(p.argmax())
+        js = np.flatnonzero(chosen).tolist() or [k]
+        assert labels == {classes[j]: round(float(p[j]), 6) for j in js} and list(labels) == [classes[j] for j in js]
+        assert (label, cluster, new, score) == (classes[k], classes[k], False, p[k])
+
+
+@pytest.mark.parametrize("multilabel", [False, True])
+def test_verdicts_built_for_some_rows_equal_those_rows_of_the_full_build(multilabel) -> None:
+    """A revision chunk builds the full verdicts of the rows that changed only (``_Verdicts.build(positions)``):
+    the same verdicts as building every row and picking those; clusters and new flags come for every row."""
+    from streamsemi.engine import ModelSlot, _Verdicts
+
+    rng = np.random.default_rng(3)
+    P = rng.dirichlet(np.full(6, 0.4), size=120)
+    ind = P >= 0.2 if multilabel else None
+    classes = np.array(["a", "b", "c", "d", "new-0", "new-1"])
+    slot = ModelSlot(model=None, version=1, fitted_at=0.0, classes=classes, new_clusters=frozenset({"new-0", "new-1"}),
+                     multilabel=multilabel, explain={})
+    full = _Verdicts(slot, None, P, ind).build()
+    lazy = _Verdicts(slot, None, P, ind)
+    assert lazy.clusters == [v[3] for v in full] and lazy.news == [v[4] for v in full]
+    assert any(lazy.news) and not all(lazy.news)
+    for positions in ([], [0], [119, 3, 50, 3], list(range(0, 120, 7))):
+        assert lazy.build(np.asarray(positions, dtype=np.intp)) == [full[j] for j in positions]
+
+
 def test_documents_consumer_asks_the_broker_to_hold_an_empty_fetch_for_fetch_max_wait_ms(broker) -> None:
     """The embedded broker answers a fetch at the log end only after ``fetch_max_wait_ms``, even when
     records arrive meanwhile (benchmarks/fetch_wait.py): the documents consumer takes the setting
