@@ -71,6 +71,72 @@ def test_frames_round_trip_arrays_without_pickle():
         unpack(bytes(frame[:-8]))
 
 
+def test_frames_go_through_the_pipe_from_and_into_the_arrays_own_memory():
+    """send_frame writes the arrays as they are (no joined copy); recv_frame reads the frame into one
+    buffer whose aligned, writable views are the arrays; a pipe closed mid-frame is EOFError, an
+    announced length beyond MAX_FRAME_BYTES is OSError (never allocated)."""
+    import socket
+
+    import streamsemi.service.fitter as fitter_mod
+
+    rng = np.random.default_rng(0)
+    arrays = {"big": rng.random((1000, 700)), "i": np.arange(7, dtype=np.int8), "s": np.array(["ab", "c"]),
+              "empty": np.zeros((0, 3)), "f32": np.arange(5, dtype=np.float32), "strided": np.arange(20.0)[::2]}
+    ours, theirs = socket.socketpair()
+    try:
+        parts = fitter_mod.frame_parts({"k": "v"}, arrays)
+        assert any(isinstance(p, np.ndarray) and np.shares_memory(p, arrays["big"]) for p in parts), "not copied"
+        writer = threading.Thread(target=fitter_mod.send_frame, args=(theirs, parts))
+        writer.start()
+        header, back = fitter_mod.recv_frame(ours)
+        writer.join(10)
+        assert header == {"k": "v"}
+        buffer = back["big"].base
+        while buffer is not None and getattr(buffer, "base", None) is not None:
+            buffer = buffer.base
+        for k, a in arrays.items():
+            assert back[k].dtype == a.dtype and back[k].shape == a.shape and np.array_equal(back[k], a)
+            assert back[k].flags.writeable and back[k].flags.aligned
+            if back[k].size:
+                assert (back[k].ctypes.data - back["big"].ctypes.data) % fitter_mod.ALIGN == 0
+        assert np.shares_memory(back["big"], np.frombuffer(memoryview(buffer), dtype=np.uint8)), "views of one buffer"
+        back["big"][0, 0] = -1.0  # the receiver may update them in place
+        # the same frame by pack/unpack (copies)
+        h2, b2 = unpack(pack({"k": "v"}, arrays))
+        assert h2 == header and all(np.array_equal(b2[k], arrays[k]) for k in arrays)
+
+        theirs.sendall(fitter_mod._LENGTH.pack(1000) + b"x" * 10)
+        theirs.shutdown(socket.SHUT_WR)
+        with pytest.raises(EOFError):
+            fitter_mod.recv_frame(ours)
+    finally:
+        ours.close()
+        theirs.close()
+    ours, theirs = socket.socketpair()
+    try:
+        theirs.sendall(fitter_mod._LENGTH.pack(fitter_mod.MAX_FRAME_BYTES + 1))
+        with pytest.raises(OSError, match="more than"):
+            fitter_mod.recv_frame(ours)
+    finally:
+        ours.close()
+        theirs.close()
+
+
+def test_a_malformed_request_is_a_fit_error_and_the_process_serves_on(r8, fitter):
+    """A frame the fit process cannot parse gets an error reply (the pipe stays in step): the next fit works."""
+    import streamsemi.service.fitter as fitter_mod
+
+    ds, order = r8
+    X, y, ids = _xy(ds, order, n=120)
+    with fitter._lock:
+        fitter_mod.send_frame(fitter._conn, [fitter_mod._HEADER.pack(5) + b"{nope"])
+        reply, arrays = fitter_mod.recv_frame(fitter._conn)
+    assert "error" in reply and "JSONDecodeError" in reply["error"] and arrays == {}
+    pid = fitter.pid
+    model = fitter(CK, build_estimator(CK, None, 0, 0), X, y, ids)
+    assert model.predict(X).shape == (X.shape[0],) and fitter.pid == pid
+
+
 @pytest.mark.parametrize("name", [CK, "d-lda"])
 def test_the_fit_process_fits_the_same_model_as_in_process(r8, fitter, name):
     ds, order = r8
@@ -181,7 +247,7 @@ def _long_fit_running(fitter, X, y, ids) -> tuple[threading.Thread, dict]:
     t = threading.Thread(target=fit)
     t.start()
     time.sleep(0.5)
-    assert t.is_alive(), "the fit is still running"
+    assert t.is_alive(), f"the fit is still running: {result}"
     return t, result
 
 
@@ -202,9 +268,11 @@ def test_kill_9_during_a_fit_fails_that_fit_only(r8):
         fitter.close()
 
 
-def test_close_during_a_fit_ends_that_fit_with_remote_fit_error(r8):
+def test_close_during_a_fit_ends_that_fit_with_remote_fit_error(r8, monkeypatch):
     """A shutdown during a fit: the fit fails with RemoteFitError (it closed the pipe under the
     fit's read before, which raised TypeError), the process is gone, later fits are refused."""
+    import streamsemi.service.fitter as fitter_mod
+
     ds, order = r8
     X, y, ids = _xy(ds, order, n=400)
     fitter = FitProcess(nice=0).start()
@@ -214,20 +282,27 @@ def test_close_during_a_fit_ends_that_fit_with_remote_fit_error(r8):
         def __init__(self, conn) -> None:
             self.conn, self.busy, self.closed_under_fit = conn, False, False
 
-        def send_bytes(self, data) -> None:
-            self.busy = True
-            self.conn.send_bytes(data)
-
-        def recv_bytes(self) -> bytes:
-            try:
-                return self.conn.recv_bytes()
-            finally:
-                self.busy = False
+        def fileno(self) -> int:
+            return self.conn.fileno()
 
         def close(self) -> None:
             self.closed_under_fit |= self.busy
             self.conn.close()
 
+    send, recv = fitter_mod.send_frame, fitter_mod.recv_frame
+
+    def sending(conn, parts) -> None:
+        conn.busy = True
+        send(conn, parts)
+
+    def receiving(conn):
+        try:
+            return recv(conn)
+        finally:
+            conn.busy = False
+
+    monkeypatch.setattr(fitter_mod, "send_frame", sending)
+    monkeypatch.setattr(fitter_mod, "recv_frame", receiving)
     pipe = fitter._conn = Watched(fitter._conn)
     t, result = _long_fit_running(fitter, X, y, ids)
     proc = fitter._proc

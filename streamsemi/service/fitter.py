@@ -14,9 +14,10 @@ one long-lived *fit process* (multiprocessing, ``spawn`` context) through
   :func:`~streamsemi.service.checkpoint.restore_estimator` (classes only from the
   algorithm registry).
 
-Nothing is pickled: each message is one ``send_bytes`` frame of a JSON header and raw
-numpy buffers of numeric / bool / fixed-width string dtypes, read back with
-``np.frombuffer`` (:func:`pack` / :func:`unpack`). The fit process runs with one BLAS
+Nothing is pickled: each message is one frame of a JSON header and raw numpy buffers of
+numeric / bool / fixed-width string dtypes (:func:`frame_parts` / :func:`unpack`), written
+from the arrays' own memory and read into one buffer whose views are the arrays
+(:func:`send_frame` / :func:`recv_frame`: the kernel copies with the GIL released). The fit process runs with one BLAS
 thread and a lower CPU priority (``nice``, or the ``SCHED_IDLE`` policy: setting
 ``fit_priority``), so that on a small machine the polling thread keeps its core.
 
@@ -33,6 +34,7 @@ import json
 import logging
 import multiprocessing
 import os
+import socket
 import struct
 import threading
 import time
@@ -50,6 +52,11 @@ from streamsemi.service.processes import lower_priority
 log = logging.getLogger("streamsemi.service.fitter")
 
 _HEADER = struct.Struct("<Q")
+_LENGTH = struct.Struct("<Q")  # a frame on the pipe: its length, then the frame
+ALIGN = 64  # arrays start at multiples of this in a frame (aligned views for numpy and numba)
+MAX_FRAME_BYTES = 1 << 36
+#: requested socket buffers of the pipe, both ends (the kernel caps them at net.core.[rw]mem_max)
+PIPE_BUFFER_BYTES = 4 << 20
 _ARRAY_KINDS = "biufcUS"
 MAX_ERROR_CHARS = 2000
 SCORES_PROBA = "scores.proba"          # reply arrays of a request with "scores" (the estimator's are a0, a1, ...)
@@ -73,8 +80,13 @@ class FitProcessClosed(RemoteFitError):
 
 
 # ---------------------------------------------------------------- framing (no pickle)
-def pack(header: dict[str, Any], arrays: dict[str, np.ndarray]) -> bytes:
-    """One frame: 8-byte header length, the JSON header (with an array table), the raw array buffers.
+def _aligned(n: int) -> int:
+    return -(-n // ALIGN) * ALIGN
+
+
+def frame_parts(header: dict[str, Any], arrays: dict[str, np.ndarray]) -> list[Any]:
+    """One frame as buffers, without copying the arrays: the 8-byte header length, the JSON header
+    (with an array table), then each array's raw bytes at an offset aligned to ``ALIGN`` bytes.
 
     Raises
     ------
@@ -82,39 +94,124 @@ def pack(header: dict[str, Any], arrays: dict[str, np.ndarray]) -> bytes:
         An array of a dtype that is not numeric, bool or fixed-width string.
     """
     table = []
-    blobs = []
+    blobs: list[np.ndarray] = []
     offset = 0
     for name, a in arrays.items():
         a = np.ascontiguousarray(a)
         if a.dtype.kind not in _ARRAY_KINDS or a.dtype.fields is not None:
             raise TypeError(f"array {name!r} of dtype {a.dtype} cannot be sent")
+        offset = _aligned(offset)
         table.append([name, a.dtype.str, list(a.shape), offset, a.nbytes])
-        blobs.append(a.tobytes())
+        blobs.append(a)
         offset += a.nbytes
     head = json.dumps({**header, "arrays": table}, ensure_ascii=False, separators=(",", ":"),
                       allow_nan=False).encode("utf-8")
-    return b"".join([_HEADER.pack(len(head)), head, *blobs])
+    base = _aligned(_HEADER.size + len(head))
+    parts: list[Any] = [_HEADER.pack(len(head)) + head + bytes(base - _HEADER.size - len(head))]
+    at = 0
+    for (_, _, _, off, nbytes), a in zip(table, blobs, strict=True):
+        if off > at:
+            parts.append(bytes(off - at))
+        if nbytes:
+            parts.append(a.reshape(-1).view(np.uint8))
+        at = off + nbytes
+    return parts
 
 
-def unpack(data: bytes) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-    """Inverse of :func:`pack` (the arrays are copies); ValueError on a malformed frame."""
-    view = memoryview(data)
+def pack(header: dict[str, Any], arrays: dict[str, np.ndarray]) -> bytes:
+    """:func:`frame_parts` joined into one bytes object (a copy)."""
+    return b"".join(bytes(p) if isinstance(p, np.ndarray) else p for p in frame_parts(header, arrays))
+
+
+def unpack(data: Any, *, copy: bool = True) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """Inverse of :func:`pack`; ValueError on a malformed frame.
+
+    ``copy``: the arrays are copies (the receiver owns writable arrays and the frame can
+    go); without, they are views of ``data`` (:func:`recv_frame`'s own writable buffer),
+    which they keep alive.
+    """
+    view = memoryview(data).cast("B")
     if len(view) < _HEADER.size:
         raise ValueError("truncated frame")
     (n,) = _HEADER.unpack_from(view)
+    if _HEADER.size + n > len(view):
+        raise ValueError("truncated frame")
     header = json.loads(bytes(view[_HEADER.size:_HEADER.size + n]))
-    base = _HEADER.size + n
+    base = _aligned(_HEADER.size + n)
     arrays: dict[str, np.ndarray] = {}
     for name, dtype, shape, offset, nbytes in header.pop("arrays"):
         dt = np.dtype(str(dtype))
         if dt.kind not in _ARRAY_KINDS or dt.fields is not None:
             raise ValueError(f"array {name!r}: dtype {dt} not allowed")
-        if base + offset + nbytes > len(view) or int(np.prod(shape, dtype=np.int64)) * dt.itemsize != nbytes:
+        if (offset < 0 or base + offset + nbytes > len(view)
+                or int(np.prod(shape, dtype=np.int64)) * dt.itemsize != nbytes):
             raise ValueError(f"array {name!r}: size does not match the frame")
-        # a copy: the receiver owns writable arrays (estimators may update them in place) and the frame can go
-        arrays[str(name)] = np.frombuffer(view, dtype=dt, count=nbytes // dt.itemsize if dt.itemsize else 0,
-                                          offset=base + offset).reshape(shape).copy()
+        a = np.frombuffer(view, dtype=dt, count=nbytes // dt.itemsize if dt.itemsize else 0,
+                          offset=base + offset).reshape(shape)
+        arrays[str(name)] = a.copy() if copy else a
     return header, arrays
+
+
+def _write_all(fd: int, buf: Any) -> None:
+    mv = memoryview(buf).cast("B")
+    while mv:
+        n = os.write(fd, mv)  # the GIL is released while the kernel copies
+        mv = mv[n:]
+
+
+def send_frame(conn: Any, parts: list[Any]) -> None:
+    """Write one frame (:func:`frame_parts`) to the socket of ``conn`` (its ``fileno()``): its length, then its parts.
+
+    The arrays go from their own memory to the kernel (no joined copy, issue 16): packing
+    a 40-55 MB model reply, and the worker's 11 MB snapshot per algorithm, held the GIL
+    the polling thread needs for the copies and their fresh pages.
+    """
+    fd = conn.fileno()
+    _write_all(fd, _LENGTH.pack(sum(memoryview(p).nbytes for p in parts)))
+    for p in parts:
+        _write_all(fd, p)
+
+
+def _read_into(fd: int, mv: memoryview) -> None:
+    while mv:
+        n = os.readv(fd, [mv])  # the GIL is released while the kernel copies (and faults the pages in)
+        if n == 0:
+            raise EOFError("the pipe closed during a frame")
+        mv = mv[n:]
+
+
+def recv_frame(conn: Any) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """Read one :func:`send_frame` frame from ``conn``; the arrays are views of its buffer.
+
+    The frame is read straight into a new numpy buffer (the kernel writes it with the
+    GIL released; no Python-side copies). EOFError when the pipe is closed before or
+    during a frame, OSError for a length beyond ``MAX_FRAME_BYTES``, ValueError for a
+    malformed frame.
+    """
+    fd = conn.fileno()
+    head = bytearray(_LENGTH.size)
+    _read_into(fd, memoryview(head))
+    (total,) = _LENGTH.unpack(head)
+    if total > MAX_FRAME_BYTES:
+        raise OSError(f"frame of {total} bytes announced (more than {MAX_FRAME_BYTES})")
+    buf = np.empty(total, dtype=np.uint8)
+    _read_into(fd, memoryview(buf))
+    return unpack(buf, copy=False)
+
+
+def _widen(conn: Any) -> None:
+    """Ask for ``PIPE_BUFFER_BYTES`` send and receive buffers on the socket of ``conn`` (fewer wake-ups per frame)."""
+    try:
+        sock = socket.socket(fileno=os.dup(conn.fileno()))
+    except OSError:
+        return
+    try:
+        for opt in (socket.SO_SNDBUF, socket.SO_RCVBUF):
+            sock.setsockopt(socket.SOL_SOCKET, opt, PIPE_BUFFER_BYTES)
+    except OSError:
+        pass  # not a socket: the default buffers
+    finally:
+        sock.close()
 
 
 def _csr_arrays(X: sp.csr_matrix) -> dict[str, np.ndarray]:
@@ -157,21 +254,32 @@ def serve(conn: Any, nice: int = 0, idle: bool = False) -> None:
         threadpool_limits(1)  # one core for fits, the other one for the polling thread
     except ImportError:  # pragma: no cover - threadpoolctl comes with scikit-learn
         pass
+    _widen(conn)
     while True:
         try:
-            data = conn.recv_bytes()
+            request = recv_frame(conn)
         except (EOFError, OSError):
             return
+        except ValueError as exc:  # a malformed frame (not from this package's worker)
+            request, error = None, exc
+        reply: tuple[dict[str, Any], dict[str, np.ndarray]]
         try:
-            reply = _fit_request(*unpack(data))
+            if request is None:
+                raise error
+            reply = _fit_request(*request)
         except Exception as exc:  # noqa: BLE001 - reported to the worker as this fit's failure
             reply = ({"error": f"{type(exc).__name__}: {exc}"[:MAX_ERROR_CHARS]}, {})
+        del request
         try:
-            conn.send_bytes(pack(*reply))
+            parts = frame_parts(*reply)  # what the safe encoding refuses fails here, before a byte is sent
         except (TypeError, ValueError) as exc:  # a fitted model the safe encoding refuses
-            conn.send_bytes(pack({"error": f"{type(exc).__name__}: {exc}"[:MAX_ERROR_CHARS]}, {}))
+            parts = frame_parts({"error": f"{type(exc).__name__}: {exc}"[:MAX_ERROR_CHARS]}, {})
+        del reply
+        try:
+            send_frame(conn, parts)
         except (EOFError, OSError):
             return
+        del parts
 
 
 def _rss_bytes(pid: int) -> int | None:
@@ -240,6 +348,7 @@ class FitProcess:
         parent, child = self._ctx.Pipe(duplex=True)
         proc = self._ctx.Process(target=serve, args=(child, self.nice, self.idle), name="streamsemi-fit", daemon=True)
         proc.start()
+        _widen(parent)
         child.close()  # the worker keeps one end only: the fit process's death closes the pipe (EOF)
         self._proc, self._conn = proc, parent
         self.starts.inc()
@@ -280,14 +389,14 @@ class FitProcess:
         """
         X = sp.csr_matrix(X)
         header: dict[str, Any] = {"registry": name, "shape": [int(s) for s in X.shape],
-                                  "y": [list(v) if isinstance(v, (list, tuple)) else v for v in y],
+                                  "y": list(y),  # tuples of labels go as JSON arrays
                                   "doc_ids": [str(d) for d in doc_ids], "scores": bool(scores),
                                   "multilabel": bool(multilabel)}
         arrays = _csr_arrays(X)
         header["estimator"], arrays = estimator_state(est, arrays)
         if warm_start_from is not None:
             header["warm"], arrays = estimator_state(warm_start_from, arrays)
-        frame = pack(header, arrays)
+        parts = frame_parts(header, arrays)  # what the safe encoding refuses fails here (TypeError), not on the pipe
         del arrays
         with self._lock:
             if self._closed:
@@ -297,10 +406,10 @@ class FitProcess:
                     raise self._died(name, RuntimeError("not running before the fit"))
                 self._spawn()
             try:
-                self._conn.send_bytes(frame)
-                del frame
-                data = self._conn.recv_bytes()
-            except (EOFError, OSError) as exc:
+                send_frame(self._conn, parts)
+                del parts
+                reply, out = recv_frame(self._conn)
+            except (EOFError, OSError, ValueError) as exc:
                 if self._closed:
                     raise FitProcessClosed("the fit process was closed during the fit") from exc
                 raise self._died(name, exc) from exc
@@ -308,7 +417,6 @@ class FitProcess:
         rss = _rss_bytes(pid)
         if rss is not None:
             self.rss.set(rss)
-        reply, out = unpack(data)
         if "error" in reply:
             raise RemoteFitError(str(reply["error"]))
         proba, indicator = out.pop(SCORES_PROBA, None), out.pop(SCORES_INDICATOR, None)
