@@ -163,7 +163,7 @@ def send_frame(conn: Any, parts: list[Any]) -> None:
     """Write one frame (:func:`frame_parts`) to the socket of ``conn`` (its ``fileno()``): its length, then its parts.
 
     The arrays go from their own memory to the kernel (no joined copy, issue 16): packing
-    a 40-55 MB model reply, and the worker's 11 MB snapshot per algorithm, held the GIL
+    a 16-56 MB model reply, and the worker's 11 MB snapshot per algorithm, held the GIL
     the polling thread needs for the copies and their fresh pages.
     """
     fd = conn.fileno()
