@@ -25,7 +25,7 @@ from streamsemi.service.fitter import (
     FitProcessClosed,
     FitProcessDied,
     RemoteFitError,
-    pack,
+    frame_parts,
     unpack,
 )
 
@@ -52,6 +52,11 @@ def _xy(ds, order, n=400, every=8):
     X = X[keep]
     y = [ds.labels[order[k]] if j % every == 0 else None for j, k in enumerate(keep)]
     return X, y, [f"r{order[k]}" for k in keep]
+
+
+def pack(header, arrays) -> bytearray:
+    """One frame as the fit process's pipe carries it (without the length): the parts joined, writable."""
+    return bytearray(b"".join(bytes(p) for p in frame_parts(header, arrays)))
 
 
 def test_frames_round_trip_arrays_without_pickle():
@@ -101,7 +106,7 @@ def test_frames_go_through_the_pipe_from_and_into_the_arrays_own_memory():
                 assert (back[k].ctypes.data - back["big"].ctypes.data) % fitter_mod.ALIGN == 0
         assert np.shares_memory(back["big"], np.frombuffer(memoryview(buffer), dtype=np.uint8)), "views of one buffer"
         back["big"][0, 0] = -1.0  # the receiver may update them in place
-        # the same frame by pack/unpack (copies)
+        # the same frame joined in memory
         h2, b2 = unpack(pack({"k": "v"}, arrays))
         assert h2 == header and all(np.array_equal(b2[k], arrays[k]) for k in arrays)
 

@@ -118,17 +118,11 @@ def frame_parts(header: dict[str, Any], arrays: dict[str, np.ndarray]) -> list[A
     return parts
 
 
-def pack(header: dict[str, Any], arrays: dict[str, np.ndarray]) -> bytes:
-    """:func:`frame_parts` joined into one bytes object (a copy)."""
-    return b"".join(bytes(p) if isinstance(p, np.ndarray) else p for p in frame_parts(header, arrays))
+def unpack(data: Any) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """The header and arrays of one frame (:func:`frame_parts` joined); ValueError when it is malformed.
 
-
-def unpack(data: Any, *, copy: bool = True) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-    """Inverse of :func:`pack`; ValueError on a malformed frame.
-
-    ``copy``: the arrays are copies (the receiver owns writable arrays and the frame can
-    go); without, they are views of ``data`` (:func:`recv_frame`'s own writable buffer),
-    which they keep alive.
+    The arrays are views of ``data``, which they keep alive (writable when ``data`` is:
+    :func:`recv_frame`'s own buffer; estimators may update them in place).
     """
     view = memoryview(data).cast("B")
     if len(view) < _HEADER.size:
@@ -148,7 +142,7 @@ def unpack(data: Any, *, copy: bool = True) -> tuple[dict[str, Any], dict[str, n
             raise ValueError(f"array {name!r}: size does not match the frame")
         a = np.frombuffer(view, dtype=dt, count=nbytes // dt.itemsize if dt.itemsize else 0,
                           offset=base + offset).reshape(shape)
-        arrays[str(name)] = a.copy() if copy else a
+        arrays[str(name)] = a
     return header, arrays
 
 
@@ -196,7 +190,7 @@ def recv_frame(conn: Any) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         raise OSError(f"frame of {total} bytes announced (more than {MAX_FRAME_BYTES})")
     buf = np.empty(total, dtype=np.uint8)
     _read_into(fd, memoryview(buf))
-    return unpack(buf, copy=False)
+    return unpack(buf)
 
 
 def _widen(conn: Any) -> None:
@@ -237,7 +231,7 @@ def _fit_request(header: dict[str, Any], arrays: dict[str, np.ndarray]) -> tuple
         try:
             P, indicator = score_rows(est, X, bool(header.get("multilabel")))
         except Exception as exc:  # noqa: BLE001 - the model is fine; the worker scores what it needs itself
-            reply["scores_error"] = f"{type(exc).__name__}: {exc}"[:MAX_ERROR_CHARS]
+            reply["scores_error"] = _error_text(exc)
         else:
             out[SCORES_PROBA] = P
             if indicator is not None:
@@ -261,25 +255,32 @@ def serve(conn: Any, nice: int = 0, idle: bool = False) -> None:
         except (EOFError, OSError):
             return
         except ValueError as exc:  # a malformed frame (not from this package's worker)
-            request, error = None, exc
-        reply: tuple[dict[str, Any], dict[str, np.ndarray]]
-        try:
-            if request is None:
-                raise error
-            reply = _fit_request(*request)
-        except Exception as exc:  # noqa: BLE001 - reported to the worker as this fit's failure
-            reply = ({"error": f"{type(exc).__name__}: {exc}"[:MAX_ERROR_CHARS]}, {})
-        del request
+            reply = _error_reply(exc)
+        else:
+            try:
+                reply = _fit_request(*request)
+            except Exception as exc:  # noqa: BLE001 - reported to the worker as this fit's failure
+                reply = _error_reply(exc)
+            del request
         try:
             parts = frame_parts(*reply)  # what the safe encoding refuses fails here, before a byte is sent
         except (TypeError, ValueError) as exc:  # a fitted model the safe encoding refuses
-            parts = frame_parts({"error": f"{type(exc).__name__}: {exc}"[:MAX_ERROR_CHARS]}, {})
+            parts = frame_parts(*_error_reply(exc))
         del reply
         try:
             send_frame(conn, parts)
         except (EOFError, OSError):
             return
         del parts
+
+
+def _error_reply(exc: BaseException) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """A fit's failure as the reply frame's content: ``{"error": "Type: message"}`` (bounded), no arrays."""
+    return {"error": _error_text(exc)}, {}
+
+
+def _error_text(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"[:MAX_ERROR_CHARS]
 
 
 def _rss_bytes(pid: int) -> int | None:
