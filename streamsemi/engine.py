@@ -66,7 +66,7 @@ from streamsemi.core.clusters import Membership, Transition, cluster_number, mat
 from streamsemi.core.explain import distinctive_scores, explain_classes
 from streamsemi.core.features import TextFeaturizer
 from streamsemi.core.logs import event
-from streamsemi.core.messages import Document, Rejected
+from streamsemi.core.messages import Document, Rejected, assignment_message
 from streamsemi.core.store import (
     ENTRY_OVERHEAD_BYTES,
     PendingLabel,
@@ -318,19 +318,9 @@ class Assignment:
 
     def to_message(self, worker: str | None = None) -> dict[str, Any]:
         """JSON body of the output record; ``worker``: the emitting worker's instance id (last field)."""
-        out = {
-            "id": self.id, "algorithm": self.algorithm, "model_version": self.model_version,
-            "revision": self.revision, "label": self.label, "score": round(self.score, 6), "labels": self.labels,
-            "cluster": self.cluster, "new_cluster": self.new_cluster, "explain": self.explain,
-            "primary": self.primary, "provisional": self.provisional, "ts": self.ts,
-        }
-        if self.fallback:
-            out["fallback"] = True
-        if self.stream is not None:
-            out["stream"] = self.stream
-        if worker is not None:
-            out["worker"] = worker
-        return out
+        return assignment_message(self.id, self.algorithm, self.model_version, self.revision, self.label, self.score,
+                                  self.labels, self.cluster, self.new_cluster, self.explain, self.primary,
+                                  self.provisional, self.ts, self.fallback, self.stream, worker)
 
 
 @dataclass
@@ -395,6 +385,42 @@ class ProcessResult:
     assignments: list[Assignment]
     rejected: list[tuple[Document, Rejected]]
     revisions: list[Assignment] = field(default_factory=list)
+    blocks: list[VerdictBlock] = field(default_factory=list)
+
+
+@dataclass
+class VerdictBlock:
+    """One algorithm's first verdicts on several documents, emitted as one block (issue 16).
+
+    With :attr:`Engine.verdict_blocks` the other algorithms' deferred first verdicts come
+    as blocks instead of :class:`Assignment` objects: the worker hands a block to the
+    producer process (:func:`streamsemi.core.messages.encode_verdict_block`), which builds
+    the records, the same bytes as :meth:`Assignment.to_message` and ``encode_json``.
+    ``spec`` is the block without the worker id (``w``); :meth:`assignments` makes the
+    equivalent assignments (emitted one by one when a block cannot travel as one).
+    """
+
+    spec: dict[str, Any]
+    count: int
+
+    @property
+    def algorithm(self) -> str:
+        return self.spec["a"]
+
+    def assignments(self) -> list[Assignment]:
+        """The block's verdicts as :class:`Assignment` objects, in order."""
+        sp_ = self.spec
+        names, values, counts = sp_["ln"], sp_["lv"], sp_.get("lc")
+        if counts is not None:
+            flat_n, flat_v = iter(names), iter(values)
+            names = [list(islice(flat_n, c)) for c in counts]
+            values = [list(islice(flat_v, c)) for c in counts]
+        explain = sp_["ex"]
+        return [Assignment(doc_id, sp_["a"], sp_["v"], None if new else cluster, score, dict(zip(ln, lv, strict=True)), cluster,
+                           new, explain.get(cluster, []), sp_["p"], sp_["ts"], sp_["fb"], None, rev, sp_["pr"],
+                           sp_["st"])
+                for doc_id, rev, cluster, new, score, ln, lv in zip(
+                    sp_["ids"], sp_["rev"], sp_["cl"], sp_["new"], sp_["sc"], names, values, strict=True)]
 
 
 class _Served:
@@ -533,6 +559,14 @@ class _Verdicts:
     def _multilabel_dicts(self, P: np.ndarray, top: np.ndarray, positions: np.ndarray | None) -> list[dict[str, float]]:
         """Per row, its chosen labels (the estimator's indicator; the most probable one when it chose
         none) with their probabilities, in class order; built by ``map()`` over one flat list."""
+        flat_names, flat_values, counts = self._multilabel_lists(P, top, positions)
+        names, values = iter(flat_names), iter(flat_values)
+        return list(map(dict, map(zip, map(islice, repeat(names), counts), map(islice, repeat(values), counts))))
+
+    def _multilabel_lists(self, P: np.ndarray, top: np.ndarray,
+                          positions: np.ndarray | None) -> tuple[list[str], list[float], list[int]]:
+        """:meth:`_multilabel_dicts` flat: every row's label names, then their rounded probabilities, and the
+        number of labels per row."""
         if self.indicator is None:
             self.indicator = predict_indicator(self.slot.model, self.X, self.P)
         chosen = np.array(self.indicator if positions is None else np.asarray(self.indicator)[positions], dtype=bool)
@@ -540,14 +574,36 @@ class _Verdicts:
         chosen[empty, top[empty]] = True  # no label chosen: the most probable one
         rows, cols = np.nonzero(chosen)  # row-major: each row's labels in class order
         counts = np.bincount(rows, minlength=P.shape[0]).tolist()
-        names = iter(self.classes[cols].tolist())
-        values = iter(np.round(P[rows, cols], 6).tolist())
-        return list(map(dict, map(zip, map(islice, repeat(names), counts), map(islice, repeat(values), counts))))
+        return self.classes[cols].tolist(), np.round(P[rows, cols], 6).tolist(), counts
+
+    def block_spec(self, positions: np.ndarray) -> dict[str, Any]:
+        """The per-document part of a verdict block (:func:`streamsemi.core.messages.encode_verdict_block`) of
+        the rows ``positions``: clusters, new-cluster flags, unrounded scores, label lists, explanations."""
+        slot, P, top = self.slot, self.P, self.top
+        positions = np.asarray(positions, dtype=np.intp)
+        idx = positions.tolist()
+        P, top = P[positions], top[positions]
+        clusters = [self.clusters[i] for i in idx]
+        spec: dict[str, Any] = {"cl": clusters, "new": [self.news[i] for i in idx],
+                                "sc": P[np.arange(P.shape[0]), top].tolist()}
+        if slot.multilabel:
+            spec["ln"], spec["lv"], spec["lc"] = self._multilabel_lists(P, top, positions)
+        else:
+            spec["ln"], spec["lv"] = _label_lists(P, top, self.classes)
+        explain = slot.explain
+        spec["ex"] = {c: explain[c] for c in set(clusters) if c in explain}
+        return spec
 
 
 def _label_dicts(P: np.ndarray, top: np.ndarray, classes: np.ndarray) -> list[dict[str, float]]:
     """Single-label verdicts' label dicts: each row's ``LABELS_IN_OUTPUT`` most probable classes with at
     least ``LABEL_PROB_MIN`` (and the most probable one), most probable first, rounded to 6 digits."""
+    return list(map(dict, map(zip, *_label_lists(P, top, classes))))
+
+
+def _label_lists(P: np.ndarray, top: np.ndarray, classes: np.ndarray) -> tuple[list[list[str]], list[list[float]]]:
+    """:func:`_label_dicts` as two lists per row, the names and their rounded probabilities (a verdict block's
+    ``ln`` / ``lv``: the producer process makes the dicts)."""
     order = np.argsort(-P, axis=1)[:, :LABELS_IN_OUTPUT]
     vals = np.take_along_axis(P, order, axis=1)
     keep = (vals >= LABEL_PROB_MIN) | (order == top[:, None])
@@ -567,7 +623,7 @@ def _label_dicts(P: np.ndarray, top: np.ndarray, classes: np.ndarray) -> list[di
             m = keep[i].tolist()
             names[i] = [x for x, b in zip(names[i], m, strict=True) if b]
             rounded[i] = [x for x, b in zip(rounded[i], m, strict=True) if b]
-    return list(map(dict, map(zip, names, rounded)))
+    return names, rounded
 
 
 #: The process's one helper thread for :meth:`Engine._assign_all` (shared by every engine, e.g. per stream);
@@ -648,6 +704,10 @@ class Engine:
         self._revision_records = 0.0  # output records per document of the last revision chunk
         self._deferred_cost: float | None = None  # seconds per document of the last deferred first verdicts
         self._deferred_records = 0.0  # ... and their records per document
+        # the other algorithms' deferred first verdicts as VerdictBlock objects in ProcessResult.blocks instead of
+        # assignments (the worker with a producer process, issue 16); False: every verdict an Assignment
+        self.verdict_blocks = False
+        self._blocks_out: list[VerdictBlock] = []
         self._record_emit_cost = 0.0  # the caller's seconds to emit one output record (note_emit)
         # documents the primary served alone, waiting for the other algorithms' first verdicts (arrival order)
         self._deferred: deque[str] = deque()
@@ -945,7 +1005,7 @@ class Engine:
             return ProcessResult(assignments, rejected, [])
         later = self.background()
         assignments.extend(later.assignments)
-        return ProcessResult(assignments, rejected, later.revisions)
+        return ProcessResult(assignments, rejected, later.revisions, later.blocks)
 
     def background(self) -> ProcessResult:
         """The work that follows the fresh documents: deferred first verdicts, then a revision chunk.
@@ -956,7 +1016,7 @@ class Engine:
         :attr:`revision_budget_s`, at least a quarter of it). Neither can raise: a failure
         is logged and never touches fresh documents.
         """
-        completions, spent = self._complete_deferred()
+        completions, blocks, spent = self._complete_deferred()
         budget = self.revision_budget_s
         try:
             # the revision chunk: what the deferred first verdicts left of the budget, at least a quarter of it
@@ -967,7 +1027,7 @@ class Engine:
             self._pass_ids.clear()
             self.telemetry.revisions_pending.set(0)
             revisions = []
-        return ProcessResult(completions, [], revisions)
+        return ProcessResult(completions, [], revisions, blocks)
 
     def flush(self, limit: int | None = None, *, defer: bool = False) -> list[Assignment]:
         """Assign buffered documents (oldest first, at most ``limit``) once the models serve (:attr:`serving`).
@@ -1355,7 +1415,7 @@ class Engine:
         if records > 0:
             self._record_emit_cost = max(0.0, seconds) / records
 
-    def _complete_deferred(self) -> tuple[list[Assignment], float]:
+    def _complete_deferred(self) -> tuple[list[Assignment], list[VerdictBlock], float]:
         """The other algorithms' first verdicts on documents the primary served alone (``first_verdicts``).
 
         Oldest first, as many as :meth:`_deferred_limit` allows. Each verdict carries the
@@ -1367,11 +1427,12 @@ class Engine:
         """
         dq = self._deferred
         if not dq:
-            return [], 0.0
+            return [], [], 0.0
         ids = self._take_deferred(self._deferred_limit())
         if not ids:
-            return [], 0.0
+            return [], [], 0.0
         t0 = time.perf_counter()
+        self._blocks_out = []  # what _judge_deferred emits as blocks (kept when it fails midway: those are judged)
         try:
             out = self._judge_deferred(ids)
         except Exception as exc:  # noqa: BLE001 - the primary's labels are out: never lose the documents' commits
@@ -1385,10 +1446,12 @@ class Engine:
                     event(log, "first_verdict_failed", logging.WARNING, id=doc_id, error=f"{type(one).__name__}: {one}")
                     self.telemetry.first_verdicts_failed.inc()
                     self._release_partial(doc_id)
+        blocks, self._blocks_out = self._blocks_out, []
+        records = len(out) + sum(b.count for b in blocks)
         seconds = time.perf_counter() - t0
         self._deferred_cost = seconds / len(ids)
-        self._deferred_records = len(out) / len(ids)
-        return out, seconds + len(out) * self._record_emit_cost
+        self._deferred_records = records / len(ids)
+        return out, blocks, seconds + records * self._record_emit_cost
 
     def _take_deferred(self, limit: int) -> list[str]:
         """Up to ``limit`` documents of the deferred queue that still wait for a verdict (oldest first)."""
@@ -1414,15 +1477,33 @@ class Engine:
         entries = [served[i] for i in ids]
         missing = {a: models[a] for k, a in enumerate(cfg.algorithms)
                    if a in models and any(e.verdicts[k] is None for e in entries)}
-        verdicts = self._assign_all(missing, rows_to_csr(rows, cfg.n_features), rows, ids) if missing else {}
+        blocks = self.verdict_blocks
+        lazy = self._assign_all(missing, rows_to_csr(rows, cfg.n_features), rows, ids, lazy=True) if missing else {}
         now = self.clock()
         out: list[Assignment] = []
         revised: set[str] = set()
-        for name, per_doc in verdicts.items():
+        for name, v in lazy.items():
             k, slot = self._alg_index[name], models[name]
             is_primary = name == primary
             compact = _verdicts_of(slot, is_primary)
             explain, version, fallback, provisional = slot.explain, slot.version, slot.fallback, slot.provisional
+            if blocks and not is_primary:  # issue 16: one block per algorithm, records built by the producer process
+                todo = [j for j, entry in enumerate(entries) if entry.verdicts[k] is None]
+                if not todo:
+                    continue
+                spec = {"a": name, "v": version, "p": False, "pr": provisional, "ts": now, "fb": fallback,
+                        "st": None, "ids": [ids[j] for j in todo], "rev": [entries[j].revision for j in todo]}
+                spec.update(v.block_spec(np.asarray(todo, dtype=np.intp)))
+                for j, cluster in zip(todo, spec["cl"], strict=True):
+                    entries[j].verdicts[k] = compact[cluster]
+                self._blocks_out.append(VerdictBlock(spec, len(todo)))
+                counts = Counter(zip(spec["cl"], spec["new"], strict=True))
+                for (cluster, new), count in counts.items():  # metrics once per chunk
+                    self.telemetry.assignments.labels(name, self.telemetry.class_label(None if new else cluster,
+                                                                                       new)).inc(count)
+                self.telemetry.assigned.labels(name).inc(len(todo))
+                continue
+            per_doc = v.build()
             first = len(out)
             for doc_id, entry, (label, score, labels, cluster, new) in zip(ids, entries, per_doc, strict=True):
                 verdicts_k = entry.verdicts

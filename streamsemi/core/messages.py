@@ -15,6 +15,7 @@ import re
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from itertools import islice
 from typing import Any
 
 import orjson
@@ -473,3 +474,121 @@ def resolved_seed_op(seed: Any) -> dict[str, Any] | None:
     if seed.stream is not None:
         op["stream"] = seed.stream
     return op
+
+
+def assignment_message(doc_id: str, algorithm: str, model_version: int, revision: int, label: str | None,
+                       score: float, labels: dict[str, float], cluster: str, new_cluster: bool, explain: list[str],
+                       primary: bool, provisional: bool, ts: float, fallback: bool = False,
+                       stream: str | None = None, worker: str | None = None) -> dict[str, Any]:
+    """The JSON body of an assignment record (``docs/schemas/assignment.schema.json``), fields in wire order.
+
+    The one definition of the message: :meth:`streamsemi.engine.Assignment.to_message` and
+    :func:`expand_verdict_block` (the producer process) both build it here, so a verdict
+    encoded in either place is the same bytes. ``score`` is rounded to 6 digits here.
+    """
+    out = {
+        "id": doc_id, "algorithm": algorithm, "model_version": model_version, "revision": revision,
+        "label": label, "score": round(score, 6) if isinstance(score, (int, float)) else score, "labels": labels,
+        "cluster": cluster, "new_cluster": new_cluster, "explain": explain, "primary": primary,
+        "provisional": provisional, "ts": ts,
+    }
+    if fallback:
+        out["fallback"] = True
+    if stream is not None:
+        out["stream"] = stream
+    if worker is not None:
+        out["worker"] = worker
+    return out
+
+
+class VerdictBlockError(ValueError):
+    """The verdicts cannot travel as a block (a value orjson refuses or would change); emit them one by one."""
+
+
+def encode_verdict_block(spec: dict[str, Any]) -> bytes:
+    """One algorithm's verdicts on many documents as one compact JSON value (issue 16).
+
+    ``spec`` holds what every record shares (``a`` algorithm, ``v`` model version, ``p``
+    primary, ``pr`` provisional, ``ts``, ``fb`` fallback, ``st`` stream, ``w`` worker id)
+    and per document, in order: ``ids``, ``rev`` (revision), ``cl`` (cluster), ``new``
+    (new-cluster flag), ``sc`` (score, unrounded), the label dicts as ``ln`` / ``lv``
+    (names and rounded probabilities, a list per document, or flat with ``lc`` counts per
+    document) and ``ex`` (the explanation of each cluster present). The producer process
+    builds the records from it (:func:`expand_verdict_block`): the polling thread no longer
+    builds a dict and a JSON text per record.
+
+    Raises
+    ------
+    VerdictBlockError
+        A value orjson refuses (a lone surrogate, an integer beyond 64 bits) or one that
+        would not come back equal (a non-finite float is written as ``null``).
+    """
+    try:
+        data = bytes(memoryview(orjson.dumps(spec)))
+    except (TypeError, RecursionError) as exc:
+        raise VerdictBlockError(str(exc)) from None
+    if b"null" in data and _nonfinite(spec):
+        raise VerdictBlockError("a non-finite float")
+    return data
+
+
+def _nonfinite(spec: dict[str, Any]) -> bool:
+    values = [spec.get("ts")] + list(spec.get("sc", ()))
+    lv = spec.get("lv", ())
+    values += [x for row in lv for x in row] if lv and isinstance(lv[0], list) else list(lv)
+    return any(type(x) is float and not math.isfinite(x) for x in values)
+
+
+def _header_value(n: Any) -> bytes:
+    return str(n).encode()
+
+
+def expand_verdict_block(data: bytes) -> list[tuple[bytes, bytes, list[tuple[str, bytes]]]]:
+    """The records of a verdict block (:func:`encode_verdict_block`): ``(key, value, headers)`` per document, in order.
+
+    Each value is ``encode_json(assignment_message(...))`` of the document's verdict, the
+    same bytes the worker would have built; the headers are ``model_version`` and
+    ``revision``, as the worker's own records carry. Total for a block that
+    :func:`encode_verdict_block` made.
+
+    Raises
+    ------
+    ValueError
+        ``data`` is not a verdict block (not JSON, or its per-document lists differ in length).
+    """
+    try:
+        spec = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise ValueError(f"not a verdict block: {exc}") from None
+    if not isinstance(spec, dict):
+        raise ValueError("not a verdict block: not an object")
+    try:
+        ids, revs, clusters, news, scores = spec["ids"], spec["rev"], spec["cl"], spec["new"], spec["sc"]
+        names, values = spec["ln"], spec["lv"]
+        algorithm, version, primary, provisional, ts = spec["a"], spec["v"], spec["p"], spec["pr"], spec["ts"]
+    except (KeyError, TypeError) as exc:
+        raise ValueError(f"not a verdict block: missing {exc}") from None
+    n = len(ids)
+    counts = spec.get("lc")
+    if counts is not None:  # flat label lists: cut per document
+        if len(counts) != n or sum(counts) != len(names) or len(names) != len(values):
+            raise ValueError("not a verdict block: label counts do not match")
+        flat_n, flat_v = iter(names), iter(values)
+        names = [list(islice(flat_n, c)) for c in counts]
+        values = [list(islice(flat_v, c)) for c in counts]
+    if not all(len(x) == n for x in (revs, clusters, news, scores, names, values)):
+        raise ValueError("not a verdict block: per-document lists differ in length")
+    explain = spec.get("ex") or {}
+    fallback, stream, worker = bool(spec.get("fb")), spec.get("st"), spec.get("w")
+    version_head = ("model_version", _header_value(version))
+    heads: dict[Any, list[tuple[str, bytes]]] = {}
+    out = []
+    for doc_id, rev, cluster, new, score, ln, lv in zip(ids, revs, clusters, news, scores, names, values, strict=True):
+        headers = heads.get(rev)
+        if headers is None:
+            headers = heads[rev] = [version_head, ("revision", _header_value(rev))]
+        msg = assignment_message(doc_id, algorithm, version, rev, None if new else cluster, score, dict(zip(ln, lv, strict=True)),
+                                 cluster, new, explain.get(cluster, []), primary, provisional, ts, fallback,
+                                 stream, worker)
+        out.append((encode_key(doc_id), encode_json(msg), headers))
+    return out

@@ -35,15 +35,23 @@ log = logging.getLogger("streamsemi.service.ledger")
 
 
 class Output:
-    """One output record and the future of its last send."""
+    """One output record and the future of its last send.
 
-    __slots__ = ("topic", "key", "value", "headers", "future", "epoch", "nbytes")
+    Or a block of records that the producer builds (``records`` > 1, issue 16: a verdict
+    block, ``key`` :data:`~streamsemi.service.producer.BLOCK`, ``nbytes`` its estimated size):
+    acknowledged when all of them are, sent again whole when one failed.
+    """
 
-    def __init__(self, topic: str, key: bytes | None, value: bytes, headers: list | None = None) -> None:
+    __slots__ = ("topic", "key", "value", "headers", "future", "epoch", "nbytes", "records")
+
+    def __init__(self, topic: str, key: Any, value: bytes, headers: list | None = None, *,
+                 records: int = 1, nbytes: int | None = None) -> None:
         self.topic, self.key, self.value, self.headers = topic, key, value, headers
         self.future: Any = None
         self.epoch: int | None = None  # the ledger's epoch at the first send (kept when sent again)
-        self.nbytes = (len(value) if value else 0) + (len(key) if key else 0)  # key and value bytes
+        self.records = records
+        # key and value bytes
+        self.nbytes = (len(value) if value else 0) + (len(key) if type(key) is bytes else 0) if nbytes is None else nbytes
 
     @property
     def acknowledged(self) -> bool:
@@ -77,6 +85,8 @@ class OutputLedger:
         Outputs sent and not acknowledged yet (their send may have failed).
     unsettled_bytes : int
         Key and value bytes of ``unsettled`` (as of the last :meth:`send` / :meth:`settle`).
+    unsettled_records : int
+        Records of ``unsettled`` (a block counts its records).
     """
 
     #: advances remembered for :meth:`commit_acknowledged` (the oldest are dropped: fewer commit points, never unsafe)
@@ -92,6 +102,7 @@ class OutputLedger:
         self.committed: dict[TopicPartition, int] = {}
         self.unsettled: list[Output] = []
         self.unsettled_bytes = 0
+        self.unsettled_records = 0
         self.epoch = 0
         self.marks: deque[tuple[int, dict[TopicPartition, int]]] = deque()
         # outputs were sent again since ``unsettled`` was last empty: their epochs are out of send order
@@ -123,6 +134,7 @@ class OutputLedger:
             self._send_errors += 1
         self.unsettled.append(out)
         self.unsettled_bytes += out.nbytes
+        self.unsettled_records += out.records
         return out
 
     def send_many(self, outs: list[Output]) -> None:
@@ -152,6 +164,7 @@ class OutputLedger:
                 out.future = future
         self.unsettled.extend(outs)
         self.unsettled_bytes += sum(out.nbytes for out in outs)
+        self.unsettled_records += sum(out.records for out in outs)
 
     def ship(self) -> None:
         """Hand the outputs sent so far to an asynchronous producer (no wait); nothing to do for a plain one."""
@@ -172,13 +185,15 @@ class OutputLedger:
         or sent again (:meth:`resend`), so ``unsettled`` can over-count, never under-count.
         """
         u = self.unsettled
-        i, freed, n = 0, 0, len(u)
+        i, freed, records, n = 0, 0, 0, len(u)
         while i < n and u[i].acknowledged:
             freed += u[i].nbytes
+            records += u[i].records
             i += 1
         if i:
             del u[:i]
             self.unsettled_bytes -= freed
+            self.unsettled_records -= records
         if not u:
             self._reordered = False
         return not u
@@ -207,10 +222,11 @@ class OutputLedger:
         keep = set(map(id, failed))
         self.unsettled = [o for o in self.unsettled if id(o) not in keep]
         self.unsettled_bytes -= sum(o.nbytes for o in failed)
+        self.unsettled_records -= sum(o.records for o in failed)
         self._reordered = True
-        event(log, "outputs_resent", logging.WARNING, records=len(failed),
+        event(log, "outputs_resent", logging.WARNING, records=sum(o.records for o in failed),
               error=str(next((o.future.exception for o in failed if o.future is not None), None)))
-        self._resent(len(failed))
+        self._resent(sum(o.records for o in failed))
         for o in failed:
             self.send(o)
         return len(failed)
@@ -225,11 +241,12 @@ class OutputLedger:
         pending = [o for o in self.unsettled if not o.acknowledged]
         self.unsettled = []
         self.unsettled_bytes = 0
+        self.unsettled_records = 0
         self._reordered = bool(pending)
         self._failures_seen, self._send_errors = 0, 0
         for o in pending:
             self.send(o)
-        self._resent(len(pending))
+        self._resent(sum(o.records for o in pending))
         return len(pending)
 
     def _resent(self, n: int) -> None:

@@ -13,9 +13,13 @@
 
 Nothing is pickled: a batch is one ``send_bytes`` frame (over a socket pair) of a JSON topic table, an int32
 length table and the raw key, value and header bytes (:func:`encode_batch` /
-:func:`decode_batch`); replies are JSON. This module imports kafka-python and the
-standard library only, so the producer process stays small (~30 MB: it does not import
-numpy, scikit-learn or the engine).
+:func:`decode_batch`); replies are JSON. A record sent with the key :data:`BLOCK` is a
+verdict block (:func:`streamsemi.core.messages.encode_verdict_block`): the process builds
+its records (:func:`~streamsemi.core.messages.expand_verdict_block`) and answers for the
+block as one record, failed when any of its records failed. This module imports
+kafka-python, orjson (through ``streamsemi.core.messages``) and the standard library only,
+so the producer process stays small (~30 MB: it does not import numpy, scikit-learn or the
+engine).
 
 A producer process that dies is reported (``producer_process_died``) and the records it
 had not acknowledged fail (the output ledger sends them again: at-least-once); the next
@@ -48,6 +52,7 @@ from kafka.producer.record_accumulator import RecordAccumulator
 
 from streamsemi.core import logs
 from streamsemi.core.logs import event
+from streamsemi.core.messages import expand_verdict_block
 from streamsemi.service.processes import lower_priority
 
 log = logging.getLogger("streamsemi.service.producer")
@@ -278,6 +283,18 @@ class ProducerStartError(KafkaError):
 
 
 _CONFIG, _BATCH, _QUIT = b"c", b"b", b"q"
+
+
+class _BlockKey:
+    """The type of :data:`BLOCK`."""
+
+    def __repr__(self) -> str:
+        return "BLOCK"
+
+
+#: the key of a record that is a verdict block: its value is the block, the process builds the records (issue 16)
+BLOCK: Any = _BlockKey()
+_BLOCK_KLEN = -2  # a block's key length in the frame's length table
 _PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 _BATCH_HEAD = struct.Struct("<QIII")  # batch id, records, topic-table bytes, length-table bytes
 MAX_ERROR_CHARS = 500
@@ -290,7 +307,8 @@ def encode_batch(batch_id: int, topics: list[str], lengths: array, parts: list[b
     """One batch frame: ``b"b"``, the head, the JSON topic table, the int32 length table, the raw bytes.
 
     ``lengths`` holds per record ``topic index, key length, value length, header count``
-    (-1 for a None key or value), then per header ``name length, value length``;
+    (-1 for a None key or value, -2 as the key length of a verdict block), then per header
+    ``name length, value length``;
     ``parts`` the key, the value, then each header's UTF-8 name and value, in that order;
     ``n`` the number of records.
     """
@@ -337,6 +355,8 @@ def decode_batch(data: bytes) -> tuple[int, list[tuple[str, bytes | None, bytes 
         if klen >= 0:
             key = data[pos:pos + klen]
             pos += klen
+        elif klen == _BLOCK_KLEN:
+            key = BLOCK
         if vlen >= 0:
             value = data[pos:pos + vlen]
             pos += vlen
@@ -373,6 +393,19 @@ def decode_batch(data: bytes) -> tuple[int, list[tuple[str, bytes | None, bytes 
 
 def _error_text(exc: BaseException | None) -> str:
     return (f"{type(exc).__name__}: {exc}" if exc is not None else "unknown error")[:MAX_ERROR_CHARS]
+
+
+def _failure(f: Any, flush_timeout: float) -> str | None:
+    """Why a sent record (a future, the exception its send raised, or a block's list of futures) failed; None: it did not."""
+    if isinstance(f, list):
+        return next((e for e in (_failure(x, flush_timeout) for x in f) if e is not None), None)
+    if isinstance(f, BaseException):
+        return _error_text(f)
+    if not f.is_done:
+        return f"KafkaTimeoutError: not acknowledged within {flush_timeout:g} s"
+    if f.failed():
+        return _error_text(f.exception)
+    return None
 
 
 def serve(conn: Any, nice: int = 0) -> None:
@@ -442,7 +475,11 @@ def serve(conn: Any, nice: int = 0) -> None:
             futures: list[Any] = []
             for topic, key, value, headers in records:
                 try:
-                    futures.append(producer.send(topic, key=key, value=value, headers=headers))
+                    if key is BLOCK:  # a verdict block: its records, answered as one
+                        futures.append([producer.send(topic, key=k, value=v, headers=h)
+                                        for k, v, h in expand_verdict_block(value or b"")])
+                    else:
+                        futures.append(producer.send(topic, key=key, value=value, headers=headers))
                 except Exception as exc:  # noqa: BLE001 - this record fails; the worker sends it again
                     futures.append(exc)
             sent.append((batch_id, futures))
@@ -460,12 +497,9 @@ def serve(conn: Any, nice: int = 0) -> None:
             for batch_id, futures in sent:
                 failed = []
                 for i, f in enumerate(futures):
-                    if isinstance(f, BaseException):
-                        failed.append([i, _error_text(f)])
-                    elif not f.is_done:
-                        failed.append([i, f"KafkaTimeoutError: not acknowledged within {flush_timeout:g} s"])
-                    elif f.failed():
-                        failed.append([i, _error_text(f.exception)])
+                    error = _failure(f, flush_timeout)
+                    if error is not None:
+                        failed.append([i, error])
                 reply.append({"id": batch_id, "failed": failed})
             try:
                 conn.send_bytes(json.dumps(reply).encode())
@@ -770,7 +804,8 @@ class ProcessProducer:
         empty: tuple[None, int, list[int], list[bytes], int] = (None, 0, [], [], 0)
         rows = []
         for topic, key, value, headers in records:
-            if (key is not None and type(key) is not bytes) or (value is not None and type(value) is not bytes):
+            if ((key is not None and type(key) is not bytes and key is not BLOCK)
+                    or (value is not None and type(value) is not bytes)):
                 raise TypeError("key and value must be bytes or None")
             if headers:
                 got = converted.get(id(headers))
@@ -795,6 +830,8 @@ class ProcessProducer:
                 size = head_bytes
                 if key is None:
                     klen = -1
+                elif key is BLOCK:
+                    klen = _BLOCK_KLEN
                 else:
                     klen = len(key)
                     parts.append(key)

@@ -45,16 +45,18 @@ from streamsemi.core.messages import (
     Document,
     Limits,
     Rejected,
+    VerdictBlockError,
     cluster_event_key,
     dead_letter,
     encode_json,
     encode_key,
+    encode_verdict_block,
     parse_control,
     parse_document,
     resolved_seed_op,
 )
 from streamsemi.core.telemetry import Telemetry, observe_many
-from streamsemi.engine import Assignment, Engine, EngineConfig
+from streamsemi.engine import Assignment, Engine, EngineConfig, VerdictBlock
 from streamsemi.service import checkpoint, kafka_io
 from streamsemi.service.broker_reset import AssignmentWatchdog, BrokerResetGuard, rejoin_limit_s
 from streamsemi.service.config import Settings, instance_name
@@ -72,6 +74,7 @@ from streamsemi.service.kafka_io import (
     make_reader,
 )
 from streamsemi.service.ledger import Output, OutputLedger
+from streamsemi.service.producer import BLOCK
 from streamsemi.service.streams import StreamEngines, StreamsCheckpointer
 
 log = logging.getLogger("streamsemi.service.worker")
@@ -80,6 +83,9 @@ FLUSH_TIMEOUT_S = 10.0
 REVISION_BUDGET_S = 0.1  # seconds of revision work per loop (Engine.revision_budget_s)
 REVISION_BUDGET_BUSY_S = 0.02  # ... while documents wait on the broker: fresh documents first (issue 16)
 DEFERRED_BUDGET_S = 0.1  # seconds of the other algorithms' first verdicts per loop (Engine.deferred_budget_s)
+# what a record of a verdict block adds to the block's own bytes (field names, shared values, headers): its
+# output's byte count for max_unacked_bytes is estimated as the block's bytes + this per record
+BLOCK_RECORD_BYTES = 250
 MAX_ERROR_CHARS = 500
 
 Position = tuple[TopicPartition, int]
@@ -149,6 +155,10 @@ class Worker:
         self.engine.fitter = self.fitter
         self.engine.revision_budget_s = REVISION_BUDGET_S  # a revision pass never holds fresh documents long
         self.engine.deferred_budget_s = DEFERRED_BUDGET_S
+        if settings.producer_process and isinstance(self.engine, Engine):
+            # the other algorithms' first verdicts go to the producer process as blocks (issue 16): it builds
+            # their records, the polling thread does not
+            self.engine.verdict_blocks = True
         self.stop_event = threading.Event()
         self.consumer: Any = None
         self.control: ControlReader | None = None
@@ -290,7 +300,7 @@ class Worker:
                 self.ledger.resend()
                 self.ledger.flush(max(1.0, grace * 0.5))
             if self.consumer is not None and not self.ledger.commit_if_settled(self.consumer, self._held()):
-                event(log, "shutdown_outputs_unacknowledged", logging.WARNING, records=len(self.ledger.unsettled),
+                event(log, "shutdown_outputs_unacknowledged", logging.WARNING, records=self.ledger.unsettled_records,
                       action="not committing; their documents are processed again at the next start")
             elif self.consumer is not None:
                 self.rejections.settle()
@@ -516,12 +526,37 @@ class Worker:
         except Exception as exc:  # noqa: BLE001 - Engine.background catches its own failures; this is a last guard
             event(log, "background_failed", logging.WARNING, error=_error(exc))
             return
-        if result is None or not (result.assignments or result.revisions):
+        blocks = getattr(result, "blocks", None) or []
+        if result is None or not (result.assignments or result.revisions or blocks):
             return
         t_emit = time.perf_counter()
         self._emit(result.assignments, [])
+        self._emit_blocks(blocks)
         self._emit(result.revisions, [])
-        self.engine.note_emit(time.perf_counter() - t_emit, len(result.assignments) + len(result.revisions))
+        self.engine.note_emit(time.perf_counter() - t_emit, len(result.assignments) + len(result.revisions)
+                              + sum(b.count for b in blocks))
+
+    def _emit_blocks(self, blocks: list[VerdictBlock]) -> None:
+        """Verdict blocks to the assignments topic: one output each, whose records the producer process builds
+        (the same bytes as :meth:`_emit`'s); one record at a time through :meth:`_emit` when the producer is
+        not a process or a block cannot travel as one (:class:`VerdictBlockError`)."""
+        if not blocks:
+            return
+        if not self.ledger.asynchronous:
+            self._emit([a for b in blocks for a in b.assignments()], [])
+            return
+        topic, outs = self.settings.assignments_topic, []
+        for block in blocks:
+            block.spec["w"] = self.instance_id
+            try:
+                data = encode_verdict_block(block.spec)
+            except VerdictBlockError:
+                self._emit(block.assignments(), [])
+                continue
+            outs.append(Output(topic, BLOCK, data, None, records=block.count,
+                               nbytes=len(data) + block.count * BLOCK_RECORD_BYTES))
+        if outs:
+            self.ledger.send_many(outs)
 
     def _dead_letter_poison(self, tp: TopicPartition, r: Any) -> None:
         """A record that killed the process every time it was processed alone: dead-letter it, unprocessed."""
@@ -734,7 +769,7 @@ class Worker:
     def _update_flow_control(self) -> None:
         parts = self.consumer.assignment()
         ledger, s = self.ledger, self.settings
-        unacked = (len(ledger.unsettled) > s.max_unacked_outputs or ledger.unsettled_bytes > s.max_unacked_bytes
+        unacked = (ledger.unsettled_records > s.max_unacked_outputs or ledger.unsettled_bytes > s.max_unacked_bytes
                    if ledger.asynchronous else bool(ledger.unsettled))
         full = self.engine.buffer_full
         reason = ("no model yet" if full and len(self.engine.buffer) else "first verdicts pending" if full
@@ -744,7 +779,7 @@ class Worker:
             self.consumer.pause(*parts)
             self.paused = True
             event(log, "consumption_paused", buffered=len(self.engine.buffer),
-                  unacknowledged=len(self.ledger.unsettled), reason=reason)
+                  unacknowledged=self.ledger.unsettled_records, reason=reason)
         elif self.paused and reason is None:
             self.consumer.resume(*self.consumer.paused())
             self.paused = False
