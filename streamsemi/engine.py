@@ -380,6 +380,9 @@ class ProcessResult:
     rejected : list of (Document, Rejected)
     revisions : list of Assignment
         Revised assignments of earlier documents (one chunk of a revision pass).
+    blocks : list of VerdictBlock
+        With :attr:`Engine.verdict_blocks`: the other algorithms' deferred first verdicts,
+        one block per algorithm (not in ``assignments``).
     """
 
     assignments: list[Assignment]
