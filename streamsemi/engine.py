@@ -421,7 +421,7 @@ class VerdictBlock:
         explain = sp_["ex"]
         return [Assignment(doc_id, sp_["a"], sp_["v"], None if new else cluster, score, dict(zip(ln, lv, strict=True)), cluster,
                            new, explain.get(cluster, []), sp_["p"], sp_["ts"], sp_["fb"], None, rev, sp_["pr"],
-                           sp_["st"])
+                           sp_.get("st"))
                 for doc_id, rev, cluster, new, score, ln, lv in zip(
                     sp_["ids"], sp_["rev"], sp_["cl"], sp_["new"], sp_["sc"], names, values, strict=True)]
 
@@ -1495,7 +1495,7 @@ class Engine:
                 if not todo:
                     continue
                 spec = {"a": name, "v": version, "p": False, "pr": provisional, "ts": now, "fb": fallback,
-                        "st": None, "ids": [ids[j] for j in todo], "rev": [entries[j].revision for j in todo]}
+                        "ids": [ids[j] for j in todo], "rev": [entries[j].revision for j in todo]}
                 spec.update(v.block_spec(np.asarray(todo, dtype=np.intp)))
                 for j, cluster in zip(todo, spec["cl"], strict=True):
                     entries[j].verdicts[k] = compact[cluster]

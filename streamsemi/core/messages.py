@@ -509,7 +509,8 @@ def encode_verdict_block(spec: dict[str, Any]) -> bytes:
     """One algorithm's verdicts on many documents as one compact JSON value (issue 16).
 
     ``spec`` holds what every record shares (``a`` algorithm, ``v`` model version, ``p``
-    primary, ``pr`` provisional, ``ts``, ``fb`` fallback, ``st`` stream, ``w`` worker id)
+    primary, ``pr`` provisional, ``ts``, ``fb`` fallback; ``st`` stream and ``w`` worker id
+    when there is one)
     and per document, in order: ``ids``, ``rev`` (revision), ``cl`` (cluster), ``new``
     (new-cluster flag), ``sc`` (score, unrounded), the label dicts as ``ln`` / ``lv``
     (names and rounded probabilities, a list per document, or flat with ``lc`` counts per
@@ -527,7 +528,7 @@ def encode_verdict_block(spec: dict[str, Any]) -> bytes:
         data = bytes(memoryview(orjson.dumps(spec)))
     except (TypeError, RecursionError) as exc:
         raise VerdictBlockError(str(exc)) from None
-    if b"null" in data and _nonfinite(spec):
+    if b"null" in data and _nonfinite(spec):  # orjson writes NaN and infinities as null (the only nulls the engine's blocks have)
         raise VerdictBlockError("a non-finite float")
     return data
 
