@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kafka import KafkaProducer, TopicPartition
+from kafka import KafkaAdminClient, KafkaProducer, TopicPartition
+from kafka.admin import NewTopic
 
 from streamsemi.devtools.broker import EmbeddedBroker, free_port
 from streamsemi.service.config import resolve
@@ -82,6 +83,15 @@ class Topics:
 
     def create(self, bootstrap: str) -> None:
         ensure_topics(self.settings(bootstrap))
+
+    def create_assignments(self, bootstrap: str, partitions: int) -> Topics:
+        """Create the assignments topic alone, with ``partitions`` partitions (producer tests); returns self."""
+        admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+        try:
+            admin.create_topics([NewTopic(self.assignments, partitions, 1)])
+        finally:
+            admin.close()
+        return self
 
 
 def producer(bootstrap: str) -> KafkaProducer:

@@ -9,8 +9,7 @@ import signal
 from array import array
 
 import pytest
-from kafka import KafkaAdminClient, TopicPartition
-from kafka.admin import NewTopic
+from kafka import TopicPartition
 from kafka.errors import InvalidRecordError, KafkaConfigurationError, KafkaError
 from kafka.partitioner import murmur2
 from kafka.producer.future import FutureProduceResult, FutureRecordMetadata
@@ -71,14 +70,8 @@ def test_batch_frames_round_trip_and_refuse_what_does_not_match():
         decode_batch(b"c" + frame[1:])
 
 
-def _topic(broker, partitions=5) -> str:
-    t = Topics()
-    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
-    try:
-        admin.create_topics([NewTopic(t.assignments, partitions, 1)])
-    finally:
-        admin.close()
-    return t
+def _topic(broker, partitions=5) -> Topics:
+    return Topics().create_assignments(broker.bootstrap, partitions)
 
 
 def _values_by_key(records, headers_of, partitions: int = 5) -> dict[bytes, list[int]]:

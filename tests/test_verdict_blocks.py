@@ -4,11 +4,10 @@ algorithm and chunk, and the process builds the very records the worker would ha
 from __future__ import annotations
 
 import math
+from array import array
 
 import numpy as np
 import pytest
-from kafka import KafkaAdminClient
-from kafka.admin import NewTopic
 from kafka_utils import Topics, read_topic
 
 from streamsemi.core.messages import (
@@ -159,15 +158,10 @@ def test_a_block_travels_in_a_batch_frame_and_the_process_lands_its_records(brok
             "cl": ["acq"] * 300, "new": [False] * 300, "sc": [0.25 + i / 1000 for i in range(300)],
             "ln": [["acq", "earn"]] * 300, "lv": [[0.7, 0.3]] * 300, "ex": {"acq": ["shares"]}}
     data = encode_verdict_block(spec)
-    frame = encode_batch(3, ["t"], __import__("array").array("i", [0, -2, len(data), 0, 0, 1, 1, 0]),
+    frame = encode_batch(3, ["t"], array("i", [0, -2, len(data), 0, 0, 1, 1, 0]),
                          [data, b"k", b"v"], 2)
     assert decode_batch(frame) == (3, [("t", BLOCK, data, None), ("t", b"k", b"v", None)])
-    t = Topics()
-    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
-    try:
-        admin.create_topics([NewTopic(t.assignments, 3, 1)])
-    finally:
-        admin.close()
+    t = Topics().create_assignments(broker.bootstrap, 3)
     p = kafka_io.make_process_producer(t.settings(broker.bootstrap))
     try:
         before = p.send(t.assignments, key=b"first", value=b"1")

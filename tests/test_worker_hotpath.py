@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from kafka import KafkaAdminClient
-from kafka.admin import NewTopic
 from kafka.errors import MessageSizeTooLargeError
 from kafka.partitioner import DefaultPartitioner, murmur2
 from kafka_utils import Topics, read_topic
@@ -190,12 +188,7 @@ def test_output_producer_short_send_lands_records_where_kafka_producer_would(bro
     installed kafka-python every plain record takes that way, lands at the default partitioner's
     partition with its key, value and headers, and anything else goes through KafkaProducer.send."""
     assert OutputProducer.LEAN, "the installed kafka-python's accumulator changed: the short send is off"
-    t = Topics()
-    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
-    try:
-        admin.create_topics([NewTopic(t.assignments, 5, 1)])
-    finally:
-        admin.close()
+    t = Topics().create_assignments(broker.bootstrap, 5)
     p = make_producer(t.settings(broker.bootstrap))
     try:
         assert isinstance(p, OutputProducer) and p._lean
