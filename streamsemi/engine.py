@@ -66,7 +66,7 @@ from streamsemi.core.clusters import Membership, Transition, cluster_number, mat
 from streamsemi.core.explain import distinctive_scores, explain_classes
 from streamsemi.core.features import TextFeaturizer
 from streamsemi.core.logs import event
-from streamsemi.core.messages import Document, Rejected, assignment_message
+from streamsemi.core.messages import Document, Rejected, assignment_message, verdict_block_rows
 from streamsemi.core.store import (
     ENTRY_OVERHEAD_BYTES,
     PendingLabel,
@@ -413,17 +413,9 @@ class VerdictBlock:
     def assignments(self) -> list[Assignment]:
         """The block's verdicts as :class:`Assignment` objects, in order."""
         sp_ = self.spec
-        names, values, counts = sp_["ln"], sp_["lv"], sp_.get("lc")
-        if counts is not None:
-            flat_n, flat_v = iter(names), iter(values)
-            names = [list(islice(flat_n, c)) for c in counts]
-            values = [list(islice(flat_v, c)) for c in counts]
-        explain = sp_["ex"]
-        return [Assignment(doc_id, sp_["a"], sp_["v"], None if new else cluster, score, dict(zip(ln, lv, strict=True)), cluster,
-                           new, explain.get(cluster, []), sp_["p"], sp_["ts"], sp_["fb"], None, rev, sp_["pr"],
-                           sp_.get("st"))
-                for doc_id, rev, cluster, new, score, ln, lv in zip(
-                    sp_["ids"], sp_["rev"], sp_["cl"], sp_["new"], sp_["sc"], names, values, strict=True)]
+        a, v, p, ts, fb, pr, st = sp_["a"], sp_["v"], sp_["p"], sp_["ts"], bool(sp_.get("fb")), sp_["pr"], sp_.get("st")
+        return [Assignment(doc_id, a, v, label, score, labels, cluster, new, explain, p, ts, fb, None, rev, pr, st)
+                for doc_id, rev, label, score, labels, cluster, new, explain in verdict_block_rows(sp_)]
 
 
 class _Served:
@@ -539,19 +531,23 @@ class _Verdicts:
         self.news: list[bool] = ([c in slot.new_clusters for c in self.clusters] if slot.new_clusters
                                  else [False] * len(self.clusters))
 
-    def build(self, positions: np.ndarray | None = None) -> list[tuple[str | None, float, dict[str, float], str, bool]]:
-        """The full verdicts of the rows ``positions`` (in that order; every row when None)."""
-        slot, P, top = self.slot, self.P, self.top
-        clusters, news = self.clusters, self.news
+    def _rows(self, positions: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, list[str], list[bool], list[float]]:
+        """``(P, top, clusters, news, scores)`` of the rows ``positions`` (every row when None)."""
+        P, top, clusters, news = self.P, self.top, self.clusters, self.news
         if positions is not None:
-            positions = np.asarray(positions, dtype=np.intp)
             P, top = P[positions], top[positions]
             idx = positions.tolist()
             clusters, news = [clusters[i] for i in idx], [news[i] for i in idx]
-        n = P.shape[0]
-        if n == 0:
+        return P, top, clusters, news, P[np.arange(P.shape[0]), top].tolist()
+
+    def build(self, positions: np.ndarray | None = None) -> list[tuple[str | None, float, dict[str, float], str, bool]]:
+        """The full verdicts of the rows ``positions`` (in that order; every row when None)."""
+        slot = self.slot
+        if positions is not None:
+            positions = np.asarray(positions, dtype=np.intp)
+        P, top, clusters, news, scores = self._rows(positions)
+        if P.shape[0] == 0:
             return []
-        scores = P[np.arange(n), top].tolist()
         labels = (self._multilabel_dicts(P, top, positions) if slot.multilabel
                   else _label_dicts(P, top, self.classes))
         if slot.new_clusters:
@@ -582,13 +578,10 @@ class _Verdicts:
     def block_spec(self, positions: np.ndarray) -> dict[str, Any]:
         """The per-document part of a verdict block (:func:`streamsemi.core.messages.encode_verdict_block`) of
         the rows ``positions``: clusters, new-cluster flags, unrounded scores, label lists, explanations."""
-        slot, P, top = self.slot, self.P, self.top
+        slot = self.slot
         positions = np.asarray(positions, dtype=np.intp)
-        idx = positions.tolist()
-        P, top = P[positions], top[positions]
-        clusters = [self.clusters[i] for i in idx]
-        spec: dict[str, Any] = {"cl": clusters, "new": [self.news[i] for i in idx],
-                                "sc": P[np.arange(P.shape[0]), top].tolist()}
+        P, top, clusters, news, scores = self._rows(positions)
+        spec: dict[str, Any] = {"cl": clusters, "new": news, "sc": scores}
         if slot.multilabel:
             spec["ln"], spec["lv"], spec["lc"] = self._multilabel_lists(P, top, positions)
         else:
@@ -1239,10 +1232,7 @@ class Engine:
                                       explain.get(cluster, []), is_primary, now, fallback, doc, 0, provisional))
                 if track:
                     served[doc.id].verdicts[k] = compact[cluster]
-            # metrics once per batch (first-seen order, as class_label registers classes in that order)
-            for (label, new), count in Counter((a, e) for a, _, _, _, e in per_doc).items():
-                self.telemetry.assignments.labels(name, self.telemetry.class_label(label, new)).inc(count)
-            self.telemetry.assigned.labels(name).inc(len(items))
+            self._count_assignments(name, ((a, e) for a, _, _, _, e in per_doc))
             if is_primary:
                 primary_scores = [s for _, s, _, _, _ in per_doc]
         if track:
@@ -1456,6 +1446,14 @@ class Engine:
         self._deferred_records = records / len(ids)
         return out, blocks, seconds + records * self._record_emit_cost
 
+    def _count_assignments(self, name: str, verdicts: Any) -> None:
+        """The assignment metrics of ``name``'s verdicts ``(label, new_cluster)``, once per batch (classes in
+        first-seen order, as :meth:`Telemetry.class_label` registers them)."""
+        counts = Counter(verdicts)
+        for (label, new), count in counts.items():
+            self.telemetry.assignments.labels(name, self.telemetry.class_label(label, new)).inc(count)
+        self.telemetry.assigned.labels(name).inc(sum(counts.values()))
+
     def _take_deferred(self, limit: int) -> list[str]:
         """Up to ``limit`` documents of the deferred queue that still wait for a verdict (oldest first)."""
         dq = self._deferred
@@ -1500,11 +1498,8 @@ class Engine:
                 for j, cluster in zip(todo, spec["cl"], strict=True):
                     entries[j].verdicts[k] = compact[cluster]
                 self._blocks_out.append(VerdictBlock(spec, len(todo)))
-                counts = Counter(zip(spec["cl"], spec["new"], strict=True))
-                for (cluster, new), count in counts.items():  # metrics once per chunk
-                    self.telemetry.assignments.labels(name, self.telemetry.class_label(None if new else cluster,
-                                                                                       new)).inc(count)
-                self.telemetry.assigned.labels(name).inc(len(todo))
+                self._count_assignments(name, ((None if e else c, e) for c, e in zip(spec["cl"], spec["new"],
+                                                                                    strict=True)))
                 continue
             per_doc = v.build()
             first = len(out)
@@ -1518,10 +1513,7 @@ class Engine:
                 verdicts_k[k] = compact[cluster]
             if is_primary:
                 revised.update(a.id for a in out[first:])
-            counts = Counter((a.label, a.new_cluster) for a in out[first:])
-            for (label, new), count in counts.items():  # metrics once per chunk
-                self.telemetry.assignments.labels(name, self.telemetry.class_label(label, new)).inc(count)
-            self.telemetry.assigned.labels(name).inc(sum(counts.values()))
+            self._count_assignments(name, ((a.label, a.new_cluster) for a in out[first:]))
         if revised:  # the primary changed since these documents were served: their new primary verdict is a revision
             for doc_id in revised:
                 served[doc_id].revision += 1

@@ -564,9 +564,36 @@ def expand_verdict_block(data: bytes) -> list[tuple[bytes, bytes, list[tuple[str
     if not isinstance(spec, dict):
         raise ValueError("not a verdict block: not an object")
     try:
+        algorithm, version, primary, provisional, ts = spec["a"], spec["v"], spec["p"], spec["pr"], spec["ts"]
+    except KeyError as exc:
+        raise ValueError(f"not a verdict block: missing {exc}") from None
+    rows = verdict_block_rows(spec)
+    fallback, stream, worker = bool(spec.get("fb")), spec.get("st"), spec.get("w")
+    version_head = ("model_version", _header_value(version))
+    heads: dict[Any, list[tuple[str, bytes]]] = {}
+    out = []
+    for doc_id, rev, label, score, labels, cluster, new, explain in rows:
+        headers = heads.get(rev)
+        if headers is None:
+            headers = heads[rev] = [version_head, ("revision", _header_value(rev))]
+        msg = assignment_message(doc_id, algorithm, version, rev, label, score, labels, cluster, new, explain,
+                                 primary, provisional, ts, fallback, stream, worker)
+        out.append((encode_key(doc_id), encode_json(msg), headers))
+    return out
+
+
+def verdict_block_rows(spec: dict[str, Any]) -> list[tuple[Any, ...]]:
+    """Per document of a verdict block (:func:`encode_verdict_block`), in order: ``(id, revision, label, score,
+    labels dict, cluster, new_cluster, explanation)``; the label is None for a new cluster.
+
+    Raises
+    ------
+    ValueError
+        A per-document list is missing or of another length, or the label counts do not match.
+    """
+    try:
         ids, revs, clusters, news, scores = spec["ids"], spec["rev"], spec["cl"], spec["new"], spec["sc"]
         names, values = spec["ln"], spec["lv"]
-        algorithm, version, primary, provisional, ts = spec["a"], spec["v"], spec["p"], spec["pr"], spec["ts"]
     except (KeyError, TypeError) as exc:
         raise ValueError(f"not a verdict block: missing {exc}") from None
     n = len(ids)
@@ -580,16 +607,7 @@ def expand_verdict_block(data: bytes) -> list[tuple[bytes, bytes, list[tuple[str
     if not all(len(x) == n for x in (revs, clusters, news, scores, names, values)):
         raise ValueError("not a verdict block: per-document lists differ in length")
     explain = spec.get("ex") or {}
-    fallback, stream, worker = bool(spec.get("fb")), spec.get("st"), spec.get("w")
-    version_head = ("model_version", _header_value(version))
-    heads: dict[Any, list[tuple[str, bytes]]] = {}
-    out = []
-    for doc_id, rev, cluster, new, score, ln, lv in zip(ids, revs, clusters, news, scores, names, values, strict=True):
-        headers = heads.get(rev)
-        if headers is None:
-            headers = heads[rev] = [version_head, ("revision", _header_value(rev))]
-        msg = assignment_message(doc_id, algorithm, version, rev, None if new else cluster, score, dict(zip(ln, lv, strict=True)),
-                                 cluster, new, explain.get(cluster, []), primary, provisional, ts, fallback,
-                                 stream, worker)
-        out.append((encode_key(doc_id), encode_json(msg), headers))
-    return out
+    return [(doc_id, rev, None if new else cluster, score, dict(zip(ln, lv, strict=True)), cluster, new,
+             explain.get(cluster, []))
+            for doc_id, rev, cluster, new, score, ln, lv in zip(ids, revs, clusters, news, scores, names, values,
+                                                               strict=True)]
