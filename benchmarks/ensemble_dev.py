@@ -31,7 +31,12 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from streamsemi.algorithms.ensemble import Ensemble, accuracy_weights, shrink_to_prior
+from streamsemi.algorithms.ensemble import (
+    Ensemble,
+    accuracy_weights,
+    heldout_scores,
+    shrink_to_prior,
+)
 from streamsemi.core.features import idf_weights, l2_normalize_rows, tfidf
 from streamsemi.evaluation import metrics
 from streamsemi.evaluation.protocols import PROTOCOLS, make_draw, prepare
@@ -150,6 +155,23 @@ def main() -> None:
                 for alpha in PRIOR_SEEDS:
                     rules[f"prior{alpha:g}"] = accuracy_weights(
                         shrink_to_prior(held_acc, est.heldout_scored_, prior, alpha), T)
+                # session 22: the held-out score itself (accuracy / balanced accuracy / macro-F1 of
+                # the held-out seeds, heldout_scores) and the member set without D-LDA
+                support = est.heldout_support_
+                n_classes_scored = int((support > 0).sum())
+                no_dlda = np.array([np.nan if m == "d-lda" else 0.0 for m in est.members_])
+                failed = np.where(np.isfinite(held_acc), 0.0, np.nan)
+                rules["combined_nodlda"] = accuracy_weights(comb + no_dlda, T)
+                rules["combined_prior30"] = accuracy_weights(shrink_to_prior(comb, n_seeds + rv_n, prior, 30), T)
+                rules["reverse_nodlda"] = accuracy_weights(np.where(np.isfinite(held_acc), rv_acc, np.nan) + no_dlda, T)
+                for kind in ("accuracy", "balanced_accuracy", "macro_f1"):
+                    sc = heldout_scores(est.heldout_correct_, est.heldout_predicted_, support, kind) + failed
+                    for label, n in (("seeds", est.heldout_scored_), ("classes", n_classes_scored)):
+                        if kind == "accuracy" and label == "classes":
+                            continue
+                        shrunk = shrink_to_prior(sc, n, prior, 30)
+                        rules[f"{kind}_{label}30"] = accuracy_weights(shrunk, T)
+                        rules[f"{kind}_{label}30_nodlda"] = accuracy_weights(shrunk + no_dlda, T)
                 row = {"dataset": d, "labels": lab, "run": run, "n_seeds": n_seeds,
                        "heldout_scored": est.heldout_scored_,
                        "members": est.members_, "member_f1": member_f1,
@@ -163,7 +185,9 @@ def main() -> None:
                     np.savez_compressed(
                         Path(a.cache) / f"{d}_{lab:g}_{run}.npz", classes=est.classes_.astype(str),
                         y_eval=np.asarray(y_eval, dtype=str), held=held_acc, rv=rv_acc,
-                        rv_correct=rv_correct, n_seeds=n_seeds,
+                        rv_correct=rv_correct, n_seeds=n_seeds, heldout_scored=est.heldout_scored_,
+                        heldout_correct=est.heldout_correct_, heldout_predicted=est.heldout_predicted_,
+                        heldout_support=est.heldout_support_, members=np.asarray(est.members_, dtype=str),
                         P=np.stack([np.zeros((ev.size, est.classes_.size)) if p is None else p for p in P_ev]))
                 print(f"{d:20s} {lab:g}% seeds {n_seeds:3d} best {row['best']:.3f} | "
                       + " ".join(f"{k} {row[k] - row['best']:+.3f}" for k in list(rules)[:4])
@@ -171,8 +195,9 @@ def main() -> None:
                       + " | held " + " ".join(f"{f:.2f}" for f in held_acc)
                       + " | rv " + " ".join(f"{f:.2f}" for f in rv_acc), flush=True)
     print(f"\nminus the best member, over {len(rows)} draws:")
-    for k in ("heldout", "reverse", "combined", "equal", "heldout_T0.05", "heldout_T0.1", "select",
-              *(f"prior{a:g}" for a in PRIOR_SEEDS)):
+    named = ("heldout", "reverse", "combined", "equal", "heldout_T0.05", "heldout_T0.1", "select")
+    prefixes = ("prior", "accuracy_", "combined_", "reverse_", "balanced_", "macro_f1_")
+    for k in [k for k, v in rows[0].items() if isinstance(v, float) and (k in named or k.startswith(prefixes))]:
         gaps = np.array([r[k] - r["best"] for r in rows])
         print(f"  {k:9s} mean {gaps.mean():+.3f}  worst {gaps.min():+.3f}  below -0.01: {(gaps < -0.01).sum()}")
     if a.json:

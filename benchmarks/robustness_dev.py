@@ -27,9 +27,12 @@ from streamsemi.evaluation.runner import fitted_single_labels, method_params
 
 
 def parse_value(text: str) -> Any:
-    """``"15"`` -> 15, ``"0.5"`` -> 0.5, ``"none"`` -> None, anything else stays a string."""
+    """``"15"`` -> 15, ``"0.5"`` -> 0.5, ``"none"`` -> None, ``"true"``/``"false"`` -> bool,
+    anything else stays a string."""
     if text.lower() == "none":
         return None
+    if text.lower() in ("true", "false"):
+        return text.lower() == "true"
     for kind in (int, float):
         try:
             return kind(text)

@@ -13,9 +13,11 @@ import scipy.sparse as sp
 from streamsemi.algorithms import REGISTRY, make_estimator
 from streamsemi.algorithms.base import DegenerateInputError
 from streamsemi.algorithms.ensemble import (
+    DEFAULT_MEMBERS,
     DEFAULT_PRIOR,
     Ensemble,
     accuracy_weights,
+    heldout_scores,
     seed_folds,
     shrink_to_prior,
 )
@@ -56,7 +58,35 @@ def test_accuracy_weights_are_a_softmax_and_skip_failed_members():
         accuracy_weights(np.array([np.nan, np.nan]), 0.05)
 
 
-@pytest.mark.parametrize("score", ["accuracy", "balanced_accuracy"])
+def test_heldout_scores_follow_their_formulas():
+    # two members, three classes with 6 / 3 / 1 scored held-out seeds; member 0 puts every seed
+    # into the large class, member 1 gets 4 + 2 + 1 right and puts 2 of the large class's seeds in
+    # the second, 1 of the second's in the large
+    support = np.array([6.0, 3.0, 1.0])
+    correct = np.array([[6.0, 0.0, 0.0], [4.0, 2.0, 1.0]])
+    predicted = np.array([[10.0, 0.0, 0.0], [5.0, 4.0, 1.0]])
+    np.testing.assert_allclose(heldout_scores(correct, predicted, support, "accuracy"), [0.6, 0.7])
+    np.testing.assert_allclose(heldout_scores(correct, predicted, support, "balanced_accuracy"),
+                               [1 / 3, (4 / 6 + 2 / 3 + 1) / 3])
+    f1 = heldout_scores(correct, predicted, support, "macro_f1")
+    np.testing.assert_allclose(f1, [(12 / 16) / 3, (8 / 11 + 4 / 7 + 1.0) / 3])
+    # a class without scored seeds is not averaged, whatever was predicted into it
+    np.testing.assert_allclose(
+        heldout_scores(np.array([[2.0, 0.0]]), np.array([[2.0, 3.0]]), np.array([5.0, 0.0]), "macro_f1"), [4 / 7])
+    assert heldout_scores(correct, predicted, np.zeros(3), "macro_f1").tolist() == [0.0, 0.0]
+
+
+def test_d_lda_is_not_a_default_member_but_can_be_named():
+    # measured in session 22 (docs/algorithms/ensemble.md): its held-out accuracy ranks first on
+    # skewed corpora while its macro-F1 ranks last
+    assert "d-lda" not in DEFAULT_MEMBERS and "cle" in DEFAULT_MEMBERS
+    X, y = corpus()
+    assert Ensemble(random_state=0).fit(X, y).members_ == list(DEFAULT_MEMBERS)
+    ens = Ensemble(["constrained-kmeans", "d-lda"], random_state=0).fit(X, y)
+    assert ens.members_ == ["constrained-kmeans", "d-lda"] and ens.weights_.sum() == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("score", ["accuracy", "balanced_accuracy", "macro_f1"])
 def test_heldout_scores_weights_and_probabilities_are_what_the_docstring_says(score):
     X, y = corpus()
     # skewed seeds: alpha 8, beta 4, gamma 1 (gamma's single seed cannot be predicted when held out)
@@ -68,8 +98,9 @@ def test_heldout_scores_weights_and_probabilities_are_what_the_docstring_says(sc
     folds = seed_folds(codes, 3, np.random.default_rng(4))
     labels = np.array(y, dtype=object)
     expected = []
-    for name in members:
+    for m, name in enumerate(members):
         hits = {c: [] for c in CLASSES}
+        put = {c: 0 for c in CLASSES}  # held-out seeds predicted as c
         for f in range(3):
             trained = {labels[i] for i in np.flatnonzero((codes >= 0) & (folds != f))}
             held = [i for i in np.flatnonzero(folds == f) if labels[i] in trained]
@@ -78,10 +109,18 @@ def test_heldout_scores_weights_and_probabilities_are_what_the_docstring_says(sc
             est = make_estimator(name, n_new_clusters=0, random_state=4).fit(X, list(y_fold))
             for i, p in zip(held, est.predict(X[held]), strict=True):
                 hits[labels[i]].append(p == labels[i])
+                put[p] += 1
         assert hits["gamma"] == [] and len(hits["alpha"]) == 8 and len(hits["beta"]) == 4
+        assert ens.heldout_predicted_[m].tolist() == [put[c] for c in CLASSES]
+        assert ens.heldout_correct_[m].tolist() == [sum(hits[c]) for c in CLASSES]
         scored = [h for h in hits.values() if h]
-        expected.append(np.mean([x for h in scored for x in h]) if score == "accuracy"
-                        else np.mean([np.mean(h) for h in scored]))
+        if score == "accuracy":
+            expected.append(np.mean([x for h in scored for x in h]))
+        elif score == "balanced_accuracy":
+            expected.append(np.mean([np.mean(h) for h in scored]))
+        else:
+            expected.append(np.mean([2 * sum(hits[c]) / (len(hits[c]) + put[c]) for c in CLASSES if hits[c]]))
+    assert ens.heldout_support_.tolist() == [8, 4, 0]
     np.testing.assert_allclose(ens.heldout_accuracy_, expected)
     np.testing.assert_allclose(ens.weights_, accuracy_weights(np.array(expected), 0.05))
     Xq, _ = corpus(seed=1)
