@@ -64,7 +64,9 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=7, help="the protocol reports seed 0")
     ap.add_argument("--max-docs", type=int, default=1200)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--fixed", default="{}", help="JSON object of further parameters held fixed")
     a = ap.parse_args()
+    fixed = json.loads(a.fixed)
     if a.seed == 0 and {float(v) for v in a.labels.split(",")} & {1.0, 5.0}:
         raise SystemExit("seed 0 at 1% or 5% is a reported cell of the robustness protocol")
     values = [parse_value(v) for v in a.values.split(",")]
@@ -76,7 +78,7 @@ def main() -> None:
                 draw = make_draw(PROTOCOLS["robustness"], prepared, lab, run, seed=a.seed)
                 base, _ = score("constrained-kmeans", {}, prepared, draw, run)
                 for v in values:
-                    f1, sec = score(a.algorithm, {a.param: v}, prepared, draw, run)
+                    f1, sec = score(a.algorithm, {**fixed, a.param: v}, prepared, draw, run)
                     rows.append({"dataset": d, "labels": lab, "run": run, "value": v, "macro_f1": f1,
                                  "ckmeans": base, "fit_seconds": sec})
                     print(f"{d:16s} {lab:4g}% run {run} {a.param}={v!s:8s} {f1:.3f} (c-kmeans {base:.3f}) "

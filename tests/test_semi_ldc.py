@@ -9,6 +9,7 @@ import scipy.sparse as sp
 from streamsemi.algorithms import ConstrainedPLSA, DegenerateInputError, make_estimator
 from streamsemi.algorithms.semi_ldc import (
     SemiLDC,
+    auto_max_components,
     constrained_kmeans_dense,
     gaussian_prior_bias,
     prior_kmeans_dense,
@@ -108,7 +109,32 @@ def test_randomized_pca_matches_dense_centred_svd():
     np.testing.assert_allclose(mean, X.toarray().mean(axis=0))
 
 
-def test_soft_scatter_matches_definitions():
+def test_randomized_pca_in_single_precision_matches_double():
+    X = sp.random(300, 120, density=0.1, random_state=4, format="csr") * 3
+    m64, V64, e64, t64 = randomized_pca(X, 10, np.random.default_rng(0), dtype=np.float64)
+    m32, V32, e32, t32 = randomized_pca(X, 10, np.random.default_rng(0), dtype=np.float32)
+    assert V32.dtype == np.float32 and V64.dtype == np.float64
+    assert t32 == t64                                   # the total stays in double precision
+    np.testing.assert_allclose(e32, e64, rtol=1e-4)
+    np.testing.assert_allclose(np.abs(V32.T.astype(np.float64) @ V64), np.eye(10), atol=1e-3)
+
+
+def test_single_precision_pca_keeps_the_fit(corpus, monkeypatch):
+    import streamsemi.algorithms.semi_ldc as module
+
+    X, _, seeds, _ = corpus
+    single = SemiLDC().fit(X, seeds)
+    monkeypatch.setattr(module, "PCA_DTYPE", np.float64)
+    double = SemiLDC().fit(X, seeds)
+    assert np.mean(single.labels_ == double.labels_) >= 0.99
+    np.testing.assert_allclose(single.transform(X[:50]), double.transform(X[:50]), atol=1e-3)
+
+
+@pytest.mark.parametrize("block", [4096, 7])   # one block, and 5 blocks of 7 rows (the last one short)
+def test_soft_scatter_matches_definitions(block, monkeypatch):
+    import streamsemi.algorithms.semi_ldc as module
+
+    monkeypatch.setattr(module, "SCATTER_BLOCK", block)
     rng = np.random.default_rng(3)
     Z = rng.standard_normal((30, 4))
     Z -= Z.mean(axis=0)
@@ -320,6 +346,50 @@ def test_invalid_parameters():
         SemiLDC(mu=0).fit(X, y)
     with pytest.raises(ValueError, match=r"'alpha' parameter of ConstrainedPLSA must be a float in the range \(0.0, inf\)\. Got 0 instead"):
         ConstrainedPLSA(alpha=0).fit(X, y)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_minus_outer_in_place(dtype):
+    from streamsemi.algorithms.semi_ldc import _minus_outer
+
+    rng = np.random.default_rng(3)
+    A = rng.standard_normal((7, 4)).astype(dtype)
+    u, v = rng.standard_normal(7), rng.standard_normal(4)
+    expected = A.astype(np.float64) - np.outer(u, v)
+    out = _minus_outer(A, u, v)
+    assert out is A                                     # no second vocabulary x l array
+    np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-5)
+    F = np.asfortranarray(rng.standard_normal((7, 4)))  # not C-contiguous: a plain copy
+    np.testing.assert_allclose(_minus_outer(F, u, v), F - np.outer(u, v))
+
+
+def test_auto_max_components_by_formula():
+    # one component per 10 documents, within [300, 1000]
+    assert [auto_max_components(n) for n in (5, 500, 1200, 3000, 3009, 7674, 9100, 10_000, 18_820)] == \
+        [300, 300, 300, 300, 300, 767, 910, 1000, 1000]
+    assert auto_max_components(450, floor=20, ceiling=40, docs_per_component=15) == 30
+    assert auto_max_components(10, floor=20, ceiling=40, docs_per_component=15) == 20
+
+
+def test_auto_max_components_is_applied_to_the_window(corpus, monkeypatch):
+    import streamsemi.algorithms.semi_ldc as module
+
+    X, _, seeds, _ = corpus
+    seen = []
+
+    def tiny_cap(n_samples):
+        seen.append(n_samples)
+        return 12
+
+    monkeypatch.setattr(module, "auto_max_components", tiny_cap)
+    m = SemiLDC(n_refine=0).fit(X, seeds)
+    assert seen == [X.shape[0]]
+    assert m.n_components_ <= 12
+    fixed = SemiLDC(n_refine=0, max_components=12).fit(X, seeds)
+    np.testing.assert_array_equal(m.labels_, fixed.labels_)
+    assert m.get_params()["max_components"] == "auto"
+    with pytest.raises(ValueError, match=r"'max_components' parameter of SemiLDC must be .*Got 'many' instead"):
+        SemiLDC(max_components="many").fit(X, seeds)
 
 
 def test_calibrate_temperature_flattens_only_when_seeds_disagree():

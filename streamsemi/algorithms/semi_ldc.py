@@ -11,7 +11,8 @@ Pipeline (the paper's Algorithm 2):
    provides the topics of :meth:`SemiLDC.explain`.
 2. PCA of the (tf-idf weighted) documents, centred implicitly so that the sparse
    matrix is never densified; enough components for ``pca_variance`` of the
-   variance, capped at ``max_components``.
+   variance, capped at ``max_components`` (by default one component per 10
+   documents of the window, within 300-1000: :func:`auto_max_components`).
 3. Soft LDA (Eq. 8-14): soft between/within scatter matrices from ``Q`` and the
    regularised generalised eigenproblem ``S_b a = lambda (S_w + mu I) a``; the
    ``K - 1`` leading eigenvectors form the projection ``A``.
@@ -141,11 +142,15 @@ def plsa_log_prior(log_theta: np.ndarray, log_pz: np.ndarray, alpha: float, beta
 # ---------------------------------------------------------------------------
 
 def randomized_pca(X: sp.csr_matrix, n_components: int, rng: np.random.Generator,
-                   n_oversamples: int = 10, n_iter: int = 4) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
+                   n_oversamples: int = 10, n_iter: int = 4,
+                   dtype: Any = np.float64) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
     """Truncated PCA of a sparse matrix without densifying it (Halko et al. 2011).
 
     The centred matrix ``Xc = X - 1 m^T`` is only used through products
     ``Xc @ B = X @ B - 1 (m @ B)`` and ``Xc.T @ C = X.T @ C - m (1^T C)``.
+    ``dtype`` is the precision of those products and of the dense ``N x l`` and
+    ``M x l`` factors (``np.float32`` halves their memory and the time of the sparse
+    products; ``total`` and the ``l x l`` eigenproblem stay in double precision).
 
     Returns
     -------
@@ -164,35 +169,60 @@ def randomized_pca(X: sp.csr_matrix, n_components: int, rng: np.random.Generator
     if k < 1:
         raise DegenerateInputError("PCA needs at least two distinct documents")
     ell = min(k + n_oversamples, min(N, M))
+    dtype = np.dtype(dtype)
+    if X.dtype != dtype:
+        X = X.astype(dtype)
+    mean = mean.astype(dtype, copy=False)
     XT = sp.csr_matrix(X.T)
 
-    def xc(B: np.ndarray) -> np.ndarray:           # Xc @ B  (N x l)
-        return np.asarray(X @ B) - (mean @ B)[None, :]
+    def xc(B: np.ndarray) -> np.ndarray:           # Xc @ B  (N x l), centred in place
+        out = np.asarray(X @ B)
+        out -= (mean @ B)[None, :]
+        return out
 
     def xct(C: np.ndarray) -> np.ndarray:          # Xc.T @ C  (M x l)
-        return np.asarray(XT @ C) - np.outer(mean, C.sum(axis=0))
+        return _minus_outer(np.asarray(XT @ C), mean, C.sum(axis=0))
 
-    Y = xc(rng.standard_normal((M, ell)))
+    Y = xc(rng.standard_normal((M, ell)).astype(dtype, copy=False))
     for _ in range(n_iter):                          # power iterations, LU-renormalised
-        Y = scipy.linalg.lu(Y, permute_l=True, check_finite=False)[0]
+        Y = scipy.linalg.lu(Y, permute_l=True, overwrite_a=True, check_finite=False)[0]
         Y = xc(xct(Y))
-    Qy, _ = np.linalg.qr(Y)
+    Qy = scipy.linalg.qr(Y, mode="economic", overwrite_a=True, check_finite=False)[0]
+    del Y
     Bt = xct(Qy)                                     # (Q^T Xc)^T, M x l
     # SVD of the small factor through its l x l Gram matrix (cheaper than an M x l SVD)
-    evals, Ub = np.linalg.eigh(Bt.T @ Bt)
+    evals, Ub = np.linalg.eigh((Bt.T @ Bt).astype(np.float64))
     order = np.argsort(-evals, kind="stable")
     evals = np.maximum(evals[order], 0.0)
     s = np.sqrt(evals)
-    keep = s > s[0] * 1e-6 if s[0] > 0 else np.zeros(s.size, dtype=bool)
+    rel = max(1e-6, float(np.sqrt(np.finfo(dtype).eps)))   # below it: rounding noise, not variance
+    keep = s > s[0] * rel if s[0] > 0 else np.zeros(s.size, dtype=bool)
     k = int(min(k, keep.sum()))
     if k < 1:
         raise DegenerateInputError("PCA found no variance: all documents are identical")
-    V = Bt @ (Ub[:, order[:k]] / s[:k])
+    V = Bt @ (Ub[:, order[:k]] / s[:k]).astype(dtype)
+    del Bt
     # deterministic signs: largest-magnitude loading of each component positive
     signs = np.sign(V[np.abs(V).argmax(axis=0), np.arange(k)])
     signs[signs == 0] = 1.0
-    V = V * signs
+    V *= signs
     return mean, V, s[:k] ** 2, total
+
+
+def _minus_outer(A: np.ndarray, u: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """``A - outer(u, v)`` computed in place (BLAS ``ger``) when ``A`` is C-contiguous.
+
+    ``A`` is the ``vocabulary x l`` factor of the randomized PCA; ``np.outer`` would
+    allocate a second one (hundreds of MB for a whole-corpus window).
+    """
+    if A.flags.c_contiguous and A.dtype in (np.float64, np.float32):
+        ger = scipy.linalg.get_blas_funcs("ger", (A,))
+        # A.T is Fortran-ordered (l x M): A.T -= v u^T updates A itself
+        out = ger(-1.0, v.astype(A.dtype, copy=False), u.astype(A.dtype, copy=False), a=A.T, overwrite_a=1)
+        if np.shares_memory(out, A):
+            return A
+        return np.ascontiguousarray(out.T)
+    return A - np.outer(u, v)
 
 
 def n_components_for_variance(explained: np.ndarray, total: float, fraction: float,
@@ -210,6 +240,25 @@ def n_components_for_variance(explained: np.ndarray, total: float, fraction: flo
     return int(min(max(d, minimum), explained.size))
 
 
+PCA_DTYPE = np.float32                # precision of the randomized PCA's dense factors (see randomized_pca)
+AUTO_COMPONENTS = (300, 1000, 10)     # floor, ceiling, documents per component
+SCATTER_BLOCK = 4096                  # rows per block of the within-class scatter product
+
+
+def auto_max_components(n_samples: int, floor: int = AUTO_COMPONENTS[0],
+                        ceiling: int = AUTO_COMPONENTS[1],
+                        docs_per_component: int = AUTO_COMPONENTS[2]) -> int:
+    """PCA cap of ``max_components="auto"``: ``n_samples // docs_per_component`` within ``[floor, ceiling]``.
+
+    The soft LDA (Eq. 12-14) estimates a ``d x d`` within-class scatter from the ``N``
+    documents, so ``d`` may grow with the window while ``N / d`` stays near 10 documents
+    per dimension. The floor is the fixed cap chosen on 1,200-document windows (table B
+    of docs/algorithms/semi-ldc.md), so windows up to 3,000 documents keep it; the
+    ceiling bounds the ``N x d`` and ``vocabulary x d`` dense PCA factors (time and memory).
+    """
+    return int(min(max(int(n_samples) // docs_per_component, floor), ceiling))
+
+
 def soft_scatter_matrices(Z: np.ndarray, Q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Soft between- and within-class scatter matrices (Eq. 8-13).
 
@@ -225,7 +274,11 @@ def soft_scatter_matrices(Z: np.ndarray, Q: np.ndarray) -> tuple[np.ndarray, np.
     M = Z.T @ Q                                          # d x K: N~_c m~_c (Eq. 9)
     Sb = (M / Nc[None, :]) @ M.T / Nt                    # Eq. 12
     b = Q.sum(axis=1)                                    # Eq. 11 diagonal
-    Sw = (Z.T * b[None, :]) @ Z / Nt - Sb                # Eq. 13
+    Sw = np.zeros((Z.shape[1], Z.shape[1]))
+    for start in range(0, Z.shape[0], SCATTER_BLOCK):    # Z^T B Z by row blocks: no N x d copy
+        Zb = Z[start:start + SCATTER_BLOCK]
+        Sw += (Zb.T * b[start:start + SCATTER_BLOCK][None, :]) @ Zb
+    Sw = Sw / Nt - Sb                                    # Eq. 13
     Sw = (Sw + Sw.T) / 2.0
     Sb = (Sb + Sb.T) / 2.0
     return Sb, Sw
@@ -593,8 +646,11 @@ class SemiLDC(DiscoveryMixin, ScoresClassifierMixin, TransformerMixin, Streamsem
         Constrained-PLSA always sees raw counts.
     pca_variance : float, default=0.9
         Fraction of variance the PCA keeps (paper: 90%).
-    max_components : int, default=300
-        Cap on PCA components (hashed text needs thousands for 90%).
+    max_components : int or "auto", default="auto"
+        Cap on PCA components (hashed text needs thousands for 90%). ``"auto"``: one
+        component per 10 documents of the fitting window, at least 300 and at most 1000
+        (:func:`auto_max_components`; 300 was the fixed default until session 23, and
+        whole-corpus fits gained from more, docs/algorithms/semi-ldc.md).
     pca_min_df : int, default=2
         PCA/LDA use only terms occurring in at least this many training documents.
     pca_n_iter : int, default=4
@@ -694,7 +750,7 @@ class SemiLDC(DiscoveryMixin, ScoresClassifierMixin, TransformerMixin, Streamsem
     _parameter_constraints = {
         "weighting": [StrOptions(set(WEIGHTINGS))],
         "pca_variance": [Interval(Real, 0, 1, closed="right")],
-        "max_components": [Interval(Integral, 1, None, closed="left")],
+        "max_components": [Interval(Integral, 1, None, closed="left"), StrOptions({"auto"})],
         "pca_min_df": [Interval(Integral, 1, None, closed="left")],
         "pca_n_iter": [Interval(Integral, 0, None, closed="left")],
         "mu": [Interval(Real, 0, None, closed="neither")],              # Eq. 14 regularisation
@@ -710,7 +766,7 @@ class SemiLDC(DiscoveryMixin, ScoresClassifierMixin, TransformerMixin, Streamsem
     }
 
     def __init__(self, weighting: str = "tfidf", *, pca_variance: float = 0.9,
-                 max_components: int = 300, pca_min_df: int = 2, pca_n_iter: int = 4,
+                 max_components: int | str = "auto", pca_min_df: int = 2, pca_n_iter: int = 4,
                  mu: float = 3.0, normalize_projection: bool = True,
                  plsa_alpha: float = 0.01, plsa_beta: float = 1.0, plsa_init_mix: float = 0.9,
                  plsa_tol: float = 1e-5, plsa_max_iter: int = 100, kmeans_max_iter: int = 100,
@@ -767,11 +823,16 @@ class SemiLDC(DiscoveryMixin, ScoresClassifierMixin, TransformerMixin, Streamsem
         if cols.size < 2:
             cols = observed_columns(W, 1)
         Ws = sp.csr_matrix(W[:, cols])
-        n_comp = max(int(self.max_components), K - 1)
-        mean, V, explained, total = randomized_pca(Ws, n_comp, rng, n_iter=int(self.pca_n_iter))
+        cap = (auto_max_components(Ws.shape[0]) if self.max_components == "auto"
+               else int(self.max_components))
+        n_comp = max(cap, K - 1)
+        mean, V, explained, total = randomized_pca(Ws, n_comp, rng, n_iter=int(self.pca_n_iter),
+                                                   dtype=PCA_DTYPE)
         d = n_components_for_variance(explained, total, float(self.pca_variance), K - 1)
         V = V[:, :d]
-        Z = np.asarray(Ws @ V) - (mean @ V)[None, :]
+        Ws = Ws.astype(V.dtype, copy=False)
+        Z = np.asarray(Ws @ V, dtype=np.float64) - (mean @ V).astype(np.float64)[None, :]
+        del Ws
         if self.soft_labels in ("constrained-kmeans", "agreement") and K == n_known:
             Xn = W if self.weighting == "tfidf" else tfidf(X, self.idf_)
             Qk = kmeans_soft_labels(Xn, codes, n_known)
@@ -801,7 +862,7 @@ class SemiLDC(DiscoveryMixin, ScoresClassifierMixin, TransformerMixin, Streamsem
             if previous is not None and np.array_equal(previous, labels):
                 break
         P = np.zeros((X.shape[1], A.shape[1]))
-        P[cols] = V @ A
+        P[cols] = V @ A.astype(V.dtype)
         self.projection_ = P
 
         d2 = _sq_distances(Y, C)[np.arange(Y.shape[0]), labels]
