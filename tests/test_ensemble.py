@@ -21,6 +21,7 @@ from streamsemi.algorithms.ensemble import (
     seed_folds,
     shrink_to_prior,
 )
+from streamsemi.algorithms.semi_ldc import SemiLDC
 
 CLASSES = ["alpha", "beta", "gamma"]
 
@@ -84,6 +85,19 @@ def test_d_lda_is_not_a_default_member_but_can_be_named():
     assert Ensemble(random_state=0).fit(X, y).members_ == list(DEFAULT_MEMBERS)
     ens = Ensemble(["constrained-kmeans", "d-lda"], random_state=0).fit(X, y)
     assert ens.members_ == ["constrained-kmeans", "d-lda"] and ens.weights_.sum() == pytest.approx(1.0)
+
+
+def test_semi_ldc_member_keeps_the_300_cap_unless_member_params_say_otherwise():
+    # session 23 (docs/algorithms/ensemble.md): the auto cap is Semi-LDC's own default, not the member's
+    assert SemiLDC().max_components == "auto"
+    assert Ensemble()._make_member("semi-ldc").get_params()["max_components"] == 300
+    assert Ensemble()._make_member("cle").get_params() == make_estimator("cle", n_new_clusters=0,
+                                                                           random_state=0).get_params()
+    own = Ensemble(member_params={"semi-ldc": {"max_components": "auto", "mu": 1.0}})._make_member("semi-ldc")
+    assert own.get_params()["max_components"] == "auto" and own.get_params()["mu"] == 1.0
+    X, y = corpus()
+    ens = Ensemble(["semi-ldc", "constrained-kmeans"], random_state=0).fit(X, y)
+    assert ens.estimators_[0].get_params()["max_components"] == 300
 
 
 @pytest.mark.parametrize("score", ["accuracy", "balanced_accuracy", "macro_f1"])
