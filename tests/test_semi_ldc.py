@@ -138,7 +138,8 @@ def test_soft_scatter_matches_definitions(block, monkeypatch):
     rng = np.random.default_rng(3)
     Z = rng.standard_normal((30, 4))
     Z -= Z.mean(axis=0)
-    Q = rng.dirichlet(np.ones(3), size=30)
+    # rows need not sum to 1 (soft_labels="agreement" multiplies two posteriors): B of Eq. 11 is not I
+    Q = rng.dirichlet(np.ones(3), size=30) * rng.uniform(0.2, 1.0, size=(30, 1))
     Sb, Sw = soft_scatter_matrices(Z, Q)
     Nc = Q.sum(axis=0)
     means = (Q.T @ Z) / Nc[:, None]
