@@ -159,11 +159,16 @@ def main() -> None:
                 # the held-out seeds, heldout_scores) and the member set without D-LDA
                 support = est.heldout_support_
                 n_classes_scored = int((support > 0).sum())
+                # the "_nodlda" rules only differ from their base rule when D-LDA is a member (it is not
+                # by default since session 22)
+                with_dlda = "d-lda" in est.members_
                 no_dlda = np.array([np.nan if m == "d-lda" else 0.0 for m in est.members_])
                 failed = np.where(np.isfinite(held_acc), 0.0, np.nan)
-                rules["combined_nodlda"] = accuracy_weights(comb + no_dlda, T)
                 rules["combined_prior30"] = accuracy_weights(shrink_to_prior(comb, n_seeds + rv_n, prior, 30), T)
-                rules["reverse_nodlda"] = accuracy_weights(np.where(np.isfinite(held_acc), rv_acc, np.nan) + no_dlda, T)
+                if with_dlda:
+                    rules["combined_nodlda"] = accuracy_weights(comb + no_dlda, T)
+                    rules["reverse_nodlda"] = accuracy_weights(
+                        np.where(np.isfinite(held_acc), rv_acc, np.nan) + no_dlda, T)
                 for kind in ("accuracy", "balanced_accuracy", "macro_f1"):
                     sc = heldout_scores(est.heldout_correct_, est.heldout_predicted_, support, kind) + failed
                     for label, n in (("seeds", est.heldout_scored_), ("classes", n_classes_scored)):
@@ -171,7 +176,8 @@ def main() -> None:
                             continue
                         shrunk = shrink_to_prior(sc, n, prior, 30)
                         rules[f"{kind}_{label}30"] = accuracy_weights(shrunk, T)
-                        rules[f"{kind}_{label}30_nodlda"] = accuracy_weights(shrunk + no_dlda, T)
+                        if with_dlda:
+                            rules[f"{kind}_{label}30_nodlda"] = accuracy_weights(shrunk + no_dlda, T)
                 row = {"dataset": d, "labels": lab, "run": run, "n_seeds": n_seeds,
                        "heldout_scored": est.heldout_scored_,
                        "members": est.members_, "member_f1": member_f1,
