@@ -165,6 +165,16 @@ Which data chose which constant of :mod:`streamsemi.core.suggestions`:
     (rec) at 18 labels. With 2 seeds per class CLE is at 0.31-0.72, and margin sampling on
     so poor a model picks poor documents. That is a cold-start weakness of the ranker for
     CLE; it was not addressed.
+  - **A cold-start schedule (not kept).** The ``uncertain`` and ``disagreement`` weights are
+    multiplied by ``min(1, mean seeds per seeded class / RARE_BELOW)``, so the first rounds
+    lean on ``rare_class``, which picks typical documents. This aimed at CLE's early
+    weakness above. Development runs, seeds 40-45, ``--arms suggested``; at exactly 2%
+    against the default:
+    - CLE: talk 0.887 against 0.899, rec 0.946 against 0.942. Rec is better early
+      (0.839 against 0.755 at 28 labels); talk is worse from 38 labels on.
+    - Constrained k-means: talk 0.854 against 0.863, rec 0.968 against 0.968.
+    Files: ``active_learning_dev_cold_{cle,ck}_{talk,rec}.json``; the schedule was a patch outside
+    the repository.
   - **Semi-LDC** (``max_components="auto"`` since session 23) on the evaluation corpora.
     It was run because the session-12 development result above was close. Seeds 10-12:
     - R8: 0.784 at 2% against its reference 0.757 (reached at 1.77%);
