@@ -10,6 +10,7 @@ from streamsemi.algorithms import DegenerateInputError, make_estimator
 from streamsemi.algorithms.constrained_kmeans import ConstrainedKMeans
 from streamsemi.algorithms.fsl import (
     FSL,
+    _spherical_kmeans,
     affinity_propagation,
     ap_preferences,
     bursty_features,
@@ -123,12 +124,53 @@ def test_trust_check_keeps_wrong_trust_samples_out_on_a_skewed_corpus():
     ev = np.flatnonzero(d.eval_mask)
     out = {}
     for check in ("none", "labeled"):
-        m = FSL(trust_check=check).fit(X, y)
+        m = FSL(trust_check=check, anchor_weight=1.0).fit(X, y)   # the paper's unanchored k-means
         ts = np.concatenate(m.trust_samples_)
         wrong = int((truth[ts] != m.classes_[m.labels_[ts]]).sum())
         out[check] = (macro_f1(list(truth[ev]), list(m.predict(X)[ev])), wrong)
     assert out["labeled"][1] < out["none"][1]
     assert out["labeled"][0] > out["none"][0] + 0.02
+
+
+@pytest.mark.parametrize("anchor", [1.0, 10.0])
+def test_spherical_kmeans_centres_weigh_fixed_rows_by_the_anchor(anchor):
+    rng = np.random.default_rng(3)
+    Xd = np.abs(rng.normal(size=(40, 12))) + np.repeat(np.eye(2, 12) * 3, 20, axis=0)
+    Xd /= np.linalg.norm(Xd, axis=1, keepdims=True)
+    Xn = sp.csr_matrix(Xd)
+    fixed = np.array([0, 1, 20, 21])
+    C0 = Xd[[0, 20]]
+    labels, C, sim = _spherical_kmeans(Xn, Xn.multiply(Xn).tocsr(), C0, np.ones((2, 12)), fixed,
+                                       np.array([0, 0, 1, 1]), 100, anchor)
+    assert (labels[fixed] == [0, 0, 1, 1]).all()
+    w = np.ones(40)
+    w[fixed] = anchor
+    for k in range(2):   # the converged centre is the anchor-weighted mean of its members
+        mean = (w[labels == k, None] * Xd[labels == k]).sum(axis=0)
+        np.testing.assert_allclose(C[k], mean / np.linalg.norm(mean), atol=1e-12)
+    np.testing.assert_allclose(sim, Xd @ C.T, atol=1e-12)
+
+
+def test_anchor_weight_moves_fsck_centres_and_leaves_the_baseline_alone(corpus):
+    Xtr, seeds, *_ = corpus
+    plain = FSL(variant="ck", max_iter=3, anchor_weight=1.0).fit(Xtr, seeds)
+    anchored = FSL(variant="ck", max_iter=3, anchor_weight=10.0).fit(Xtr, seeds)
+    lab = np.flatnonzero(seeds != None)  # noqa: E711
+    from streamsemi.core.features import tfidf
+
+    assert (plain.columns_ == anchored.columns_).all()
+    Xs = tfidf(sp.csr_matrix(Xtr[lab][:, plain.columns_]), plain.idf_)
+    own = np.asarray(Xs @ anchored.cluster_centers_.T)
+    plain_own = np.asarray(Xs @ plain.cluster_centers_.T)
+    codes = np.searchsorted(plain.classes_, seeds[lab].astype(str))
+    # anchored centres lie nearer their own seeds than the plain ones do
+    assert own[np.arange(lab.size), codes].sum() > plain_own[np.arange(lab.size), codes].sum()
+    a = FSL(variant="ck", feature_learning=False, anchor_weight=10.0).fit(Xtr, seeds)
+    b = ConstrainedKMeans().fit(Xtr, seeds)
+    assert (a.classes_[a.labels_] == b.classes_[b.labels_]).all()
+    np.testing.assert_allclose(a.cluster_centers_, np.asarray(b.cluster_centers_)[:, a.columns_], atol=1e-10)
+    with pytest.raises(ValueError, match="anchor_weight"):
+        FSL(anchor_weight=0.0).fit(Xtr, seeds)
 
 
 def test_significant_cluster_features_eq16():

@@ -473,14 +473,17 @@ def _normalize_rows(C: np.ndarray) -> np.ndarray:
     return C / norms
 
 
-def _indicator(labels: np.ndarray, n_clusters: int) -> sp.csr_matrix:
+def _indicator(labels: np.ndarray, n_clusters: int, weights: np.ndarray | None = None) -> sp.csr_matrix:
     rows = np.flatnonzero(labels >= 0)
-    return sp.csr_matrix((np.ones(rows.size), (labels[rows], rows)), shape=(n_clusters, labels.size))
+    values = np.ones(rows.size) if weights is None else weights[rows]
+    return sp.csr_matrix((values, (labels[rows], rows)), shape=(n_clusters, labels.size))
 
 
-def _class_sums(X: sp.csr_matrix, labels: np.ndarray, n_clusters: int) -> np.ndarray:
-    """Dense (K x m) sum of the rows of each cluster (rows with label -1 ignored)."""
-    return np.asarray((_indicator(labels, n_clusters) @ X).todense())
+def _class_sums(X: sp.csr_matrix, labels: np.ndarray, n_clusters: int,
+                weights: np.ndarray | None = None) -> np.ndarray:
+    """Dense (K x m) sum of the rows of each cluster, each row times ``weights`` (default 1;
+    rows with label -1 ignored)."""
+    return np.asarray((_indicator(labels, n_clusters, weights) @ X).todense())
 
 
 # ----------------------------------------------------------------------------------------------
@@ -539,6 +542,12 @@ class FSL(DiscoveryMixin, ScoresClassifierMixin, TransformerMixin, StreamsemiEst
     warm_start : bool, default=False
         k-means variants: start each outer iteration's k-means from the previous
         centres (False: re-initialise from the labeled set, seeds + trust samples).
+    anchor_weight : float > 0, default=10.0
+        FSCK (``variant="ck"``): the weight of each labeled document (seed or trust sample)
+        in its cluster's centre at every k-means update; every other member weighs 1. Above
+        1 the centres stay nearer the labels while the k-means objective pulls them toward
+        dense regions that are not the classes (docs/algorithms/fsl.md, session 24). No
+        effect with ``feature_learning=False`` (constrained k-means stays the baseline).
     n_new_clusters : int, default=0
         Extra clusters for classes nobody seeded (``new-0``...).
     discovery : {"calibrated", "legacy"}, default="calibrated"
@@ -616,6 +625,7 @@ class FSL(DiscoveryMixin, ScoresClassifierMixin, TransformerMixin, StreamsemiEst
         "rif_values": [StrOptions({"tfidf", "counts"})],
         "trust_new_clusters": ["boolean"],
         "warm_start": ["boolean"],
+        "anchor_weight": [Interval(Real, 0, None, closed="neither")],
         "trust_check": [StrOptions({"labeled", "seeds", "none"})],
         "max_trust_per_seed": [Interval(Real, 0, None, closed="left"), None],
         "temperature": [Interval(Real, 0, None, closed="neither")],
@@ -630,7 +640,7 @@ class FSL(DiscoveryMixin, ScoresClassifierMixin, TransformerMixin, StreamsemiEst
                  ap_max_iter: int = 300, ap_damping: float = 0.8, phi: float = 0.5,
                  alpha: float = 1.0, beta: float = 0.5, gamma: float = 0.5,
                  rif_values: str = "tfidf", trust_new_clusters: bool = True,
-                 warm_start: bool = False, trust_check: str = "none",
+                 warm_start: bool = False, anchor_weight: float = 10.0, trust_check: str = "none",
                  max_trust_per_seed: float | None = None, temperature: float = 0.05,
                  random_state: int | None = 0) -> None:
         self.variant = variant
@@ -656,6 +666,7 @@ class FSL(DiscoveryMixin, ScoresClassifierMixin, TransformerMixin, StreamsemiEst
         self.rif_values = rif_values
         self.trust_new_clusters = trust_new_clusters
         self.warm_start = warm_start
+        self.anchor_weight = anchor_weight
         self.trust_check = trust_check
         self.max_trust_per_seed = max_trust_per_seed
         self.temperature = temperature
@@ -717,6 +728,7 @@ class FSL(DiscoveryMixin, ScoresClassifierMixin, TransformerMixin, StreamsemiEst
         C_prev: np.ndarray | None = None
         labels = np.full(n, -1)
         T = int(self.max_iter) if self.feature_learning else 1
+        anchor = float(self.anchor_weight) if self.feature_learning else 1.0  # without FSL: constrained k-means
         stable = 0
         self.trust_samples_ = []
         t = 0
@@ -736,7 +748,7 @@ class FSL(DiscoveryMixin, ScoresClassifierMixin, TransformerMixin, StreamsemiEst
                 C[n_lab == 0] = C_prev[n_lab == 0]
             fixed = np.flatnonzero(lab >= 0) if self.variant == "ck" else np.zeros(0, dtype=np.int64)
             new_labels, C, sim = _spherical_kmeans(Xn, Xn_sq, C, G, fixed, lab[fixed],
-                                                   int(self.kmeans_max_iter))
+                                                   int(self.kmeans_max_iter), anchor)
             stable = stable + 1 if np.array_equal(new_labels, labels) else 0
             labels = new_labels
             C_prev = C
@@ -950,11 +962,16 @@ class FSL(DiscoveryMixin, ScoresClassifierMixin, TransformerMixin, StreamsemiEst
 
 
 def _spherical_kmeans(Xn: sp.csr_matrix, Xn_sq: sp.csr_matrix, C: np.ndarray, G: np.ndarray,
-                      fixed: np.ndarray, fixed_labels: np.ndarray,
-                      max_iter: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Spherical k-means in the per-cluster weighted spaces; ``fixed`` rows keep their label."""
+                      fixed: np.ndarray, fixed_labels: np.ndarray, max_iter: int,
+                      fixed_weight: float = 1.0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Spherical k-means in the per-cluster weighted spaces; ``fixed`` rows keep their label
+    and weigh ``fixed_weight`` in their centre's sum (the other rows 1)."""
     K = C.shape[0]
     labels = np.full(Xn.shape[0], -1)
+    weights = None
+    if fixed_weight != 1.0 and fixed.size:
+        weights = np.ones(Xn.shape[0])
+        weights[fixed] = fixed_weight
     norms = weighted_doc_norms(Xn_sq, G)  # G is constant during one clustering
     sim = weighted_cosine(Xn, Xn_sq, C, G, norms)
     for _ in range(max_iter):
@@ -963,7 +980,7 @@ def _spherical_kmeans(Xn: sp.csr_matrix, Xn_sq: sp.csr_matrix, C: np.ndarray, G:
         if np.array_equal(new, labels):
             break
         labels = new
-        sums = _class_sums(Xn, labels, K)
+        sums = _class_sums(Xn, labels, K, weights)
         empty = np.bincount(labels, minlength=K) == 0
         sums[empty] = C[empty]  # an emptied cluster keeps its previous centre
         C = _normalize_rows(sums)
