@@ -542,7 +542,7 @@ class FSL(DiscoveryMixin, ScoresClassifierMixin, TransformerMixin, StreamsemiEst
     warm_start : bool, default=False
         k-means variants: start each outer iteration's k-means from the previous
         centres (False: re-initialise from the labeled set, seeds + trust samples).
-    anchor_weight : float > 0, default=10.0
+    anchor_weight : float > 0, default=1.0
         FSCK (``variant="ck"``): the weight of each labeled document (seed or trust sample)
         in its cluster's centre at every k-means update; every other member weighs 1. Above
         1 the centres stay nearer the labels while the k-means objective pulls them toward
@@ -640,7 +640,7 @@ class FSL(DiscoveryMixin, ScoresClassifierMixin, TransformerMixin, StreamsemiEst
                  ap_max_iter: int = 300, ap_damping: float = 0.8, phi: float = 0.5,
                  alpha: float = 1.0, beta: float = 0.5, gamma: float = 0.5,
                  rif_values: str = "tfidf", trust_new_clusters: bool = True,
-                 warm_start: bool = False, anchor_weight: float = 10.0, trust_check: str = "none",
+                 warm_start: bool = False, anchor_weight: float = 1.0, trust_check: str = "none",
                  max_trust_per_seed: float | None = None, temperature: float = 0.05,
                  random_state: int | None = 0) -> None:
         self.variant = variant
