@@ -150,7 +150,7 @@ Which data chose which constant of :mod:`streamsemi.core.suggestions`:
 
     python benchmarks/active_learning.py curves --corpora 20ng-talk,20ng-rec --seeds 40,41,42 --algorithms semi-ldc \
         --out /tmp/s12/dev_semildc
-* Session 24, three more attempts at comp.*'s missing 0.003. None is kept.
+* Session 24: four more attempts at comp.*'s missing 0.003, none kept, and a re-run.
 
   - **Class biases.** Constrained k-means with per-class logit biases fitted to the seeds
     (intercepts of a softmax on ``cosine / temperature``, L2 weight 1). These are the
