@@ -26,6 +26,7 @@ from streamsemi.algorithms.fsl import (
     weighted_cosine,
     weighted_doc_norms,
 )
+from streamsemi.core.features import tfidf
 from streamsemi.evaluation.metrics import accuracy_hungarian
 
 VARIANTS = ["sk", "ck", "ap", "sap"]
@@ -156,8 +157,6 @@ def test_anchor_weight_moves_fsck_centres_and_leaves_the_baseline_alone(corpus):
     plain = FSL(variant="ck", max_iter=3, anchor_weight=1.0).fit(Xtr, seeds)
     anchored = FSL(variant="ck", max_iter=3, anchor_weight=10.0).fit(Xtr, seeds)
     lab = np.flatnonzero(seeds != None)  # noqa: E711
-    from streamsemi.core.features import tfidf
-
     assert (plain.columns_ == anchored.columns_).all()
     Xs = tfidf(sp.csr_matrix(Xtr[lab][:, plain.columns_]), plain.idf_)
     own = np.asarray(Xs @ anchored.cluster_centers_.T)
