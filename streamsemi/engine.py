@@ -681,6 +681,9 @@ class Engine:
         self._last_op: OrderedDict[str, tuple[int, str]] = OrderedDict()
         self._last_op_bytes = 0
         self._seed_checks: dict[str, deque[bool]] = {a: deque(maxlen=200) for a in config.algorithms}
+        # the same checks per seed (algorithm -> hit) where two or more algorithms judged it: who is right where they
+        # disagree weighs each algorithm's vote in the suggestions' `disagreement` (vote_credibility)
+        self._paired_checks: deque[dict[str, bool]] = deque(maxlen=200)
         self._pending_checks: list[tuple[tuple[str, ...], Row, int]] = []
         self._seed_checked_at = self.clock()
         self._refit_lock = threading.Lock()
@@ -1761,20 +1764,61 @@ class Engine:
             return
         self._seed_checked_at = now
         checks, self._pending_checks = self._pending_checks, []
+        per_check: list[dict[str, bool]] = [{} for _ in checks]
         for name, slot in self.models.items():
-            usable = [(labels, row) for labels, row, version in checks if slot.version <= version]
+            usable = [j for j, (_, _, version) in enumerate(checks) if slot.version <= version]
             if name not in self._seed_checks or not usable:
                 continue
-            X = rows_to_csr([r for _, r in usable], self.config.n_features)
+            X = rows_to_csr([checks[j][1] for j in usable], self.config.n_features)
             try:
                 per_doc = self._assign_with(slot, X)
             except Exception:  # noqa: BLE001 - a quality probe must never break processing
                 continue
-            for (labels, _), (label, _, chosen, _, _) in zip(usable, per_doc, strict=True):
-                hit = any(lb in chosen for lb in labels) if slot.multilabel else label in labels
-                self._seed_checks[name].append(bool(hit))
+            for j, (label, _, chosen, _, _) in zip(usable, per_doc, strict=True):
+                labels = checks[j][0]
+                hit = bool(any(lb in chosen for lb in labels) if slot.multilabel else label in labels)
+                self._seed_checks[name].append(hit)
+                per_check[j][name] = hit
             hits = self._seed_checks[name]
             self.telemetry.seed_accuracy.labels(name).set(sum(hits) / len(hits))
+        self._paired_checks.extend(judged for judged in per_check if len(judged) > 1)
+
+    def check_seeds(self) -> None:
+        """Judge the seeds labelled since the last check with the models in use now (prequential checks).
+
+        The polling loop does this every ``SEED_CHECK_EVERY_S`` or ``SEED_CHECK_BATCH``
+        seeds; a caller that labels and refits in one breath (``benchmarks/active_learning.py``)
+        calls it before the refit, as the loop's delay would have.
+        """
+        self._run_seed_checks(force=True)
+
+    def vote_credibility(self, name: str) -> float:
+        """Weight of ``name``'s vote in the suggestions' ``disagreement`` against the primary.
+
+        Parameters
+        ----------
+        name : str
+            An enabled algorithm.
+
+        Returns
+        -------
+        float in (0, 1]
+            :func:`streamsemi.core.suggestions.credibility` of the prequential checks (the
+            last 200 seeds judged before any model had been fitted on them) that both
+            ``name`` and the primary judged: ``wins`` where only ``name`` was right,
+            ``losses`` where only the primary was. 1 for the primary itself.
+        """
+        primary = self.primary
+        wins = losses = 0
+        for judged in list(self._paired_checks):  # a copy: the polling thread may append meanwhile
+            mine, theirs = judged.get(name), judged.get(primary)
+            if mine is None or theirs is None or mine == theirs:
+                continue
+            if mine:
+                wins += 1
+            else:
+                losses += 1
+        return sg.credibility(wins, losses)
 
     # ------------------------------------------------------------------ refits
     def _snapshot(self, trigger: str) -> _Snapshot | None:
@@ -2069,7 +2113,8 @@ class Engine:
             primary = sg.ModelView(self.primary, P, [str(c) for c in slot.classes], slot.new_clusters)
             sample = sg.disagreement_sample(P)
             others = [sg.ModelView(name, np.asarray(_snapshot_proba(m, X[sample], cand[sample], snap)),
-                                   [str(c) for c in m.classes], m.new_clusters, sample)
+                                   [str(c) for c in m.classes], m.new_clusters, sample,
+                                   credibility=self.vote_credibility(name))
                       for name, m in models.items()
                       if name != self.primary and name in self._alg_index and not m.fallback and sample.size]
             counts: dict[str, int] = {}

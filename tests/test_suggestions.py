@@ -42,6 +42,43 @@ def test_disagreement_is_the_share_of_other_algorithms_that_differ():
     assert np.allclose(sg.disagreement(primary, []), [0, 0, 0])
 
 
+def test_disagreement_weighs_each_vote_without_handing_its_share_to_the_others():
+    primary = np.array(["a", "a", "b"], dtype=object)
+    others = [np.array(["a", "b", "c"], dtype=object), np.array(["b", "b", "b"], dtype=object)]
+    # the second algorithm's vote is worth 0.25: row 0 only it disagrees on, row 1 both, row 2 only the first
+    assert np.allclose(sg.disagreement(primary, others, [1.0, 0.25]), [0.125, 0.625, 0.5])
+    assert np.allclose(sg.disagreement(primary, others, [1.0, 1.0]), sg.disagreement(primary, others))
+    assert np.allclose(sg.disagreement(primary, others, [0.0, 0.0]), [0, 0, 0])
+
+
+@pytest.mark.parametrize(("wins", "losses", "expected"), [
+    (0, 0, 1.0),            # no record: a full vote
+    (5, 5, 1.0),            # right as often as the primary where they disagree
+    (9, 1, 1.0),            # better than the primary: capped at a full vote
+    (0, 10, 2 / 12),        # always wrong where it disagrees
+    (2, 8, 2 * 3 / 12),
+])
+def test_credibility_is_twice_the_laplace_estimate_of_winning_a_disagreement(wins, losses, expected):
+    assert sg.credibility(wins, losses) == pytest.approx(expected)
+
+
+def test_credibility_rejects_negative_counts():
+    with pytest.raises(ValueError, match="wins and losses must be >= 0, got -1 and 0"):
+        sg.credibility(-1, 0)
+
+
+def test_an_algorithm_without_credibility_does_not_lift_a_confident_document():
+    P = [[0.95, 0.05, 0.0]] * 3 + [[0.7, 0.3, 0.0]]
+    votes = [[0.0, 1.0, 0.0], [1.0, 0, 0], [1.0, 0, 0], [1.0, 0, 0]]
+    trusted = sg.ModelView("other", np.asarray(votes), ["a", "b", "c"])
+    doubted = sg.ModelView("other", np.asarray(votes), ["a", "b", "c"], credibility=sg.credibility(0, 30))
+    args = (["d0", "d1", "d2", "d3"], distinct_rows(4), view(P))
+    assert sg.rank(*args, [trusted], {"a": 9, "b": 9, "c": 9}, 1, 1, density=False)[0].id == "d0"
+    # worth 2/32 of a vote, d0's disagreement (0.8 x 1/16) no longer beats d3's margin (1 - 0.4)
+    out = sg.rank(*args, [doubted], {"a": 9, "b": 9, "c": 9}, 1, 1, density=False)
+    assert out[0].id == "d3" and out[0].reason == "uncertain"
+
+
 def test_rare_class_scores_weight_classes_by_how_few_seeds_they_have():
     P = np.array([[0.9, 0.1, 0.0], [0.1, 0.9, 0.0], [0.0, 0.2, 0.8]])
     s = sg.rare_class_scores(P, ["a", "b", "new-1"], {"a": 10, "b": 1}, frozenset({"new-1"}), rare_below=5)
@@ -365,6 +402,41 @@ def test_a_failing_ranking_keeps_the_refit(r8, monkeypatch):
     monkeypatch.setattr(sg, "rank", broken)
     eng.request_refit()
     assert eng.ready and eng.suggestion_updates() == []
+
+
+def test_engine_weighs_votes_by_who_was_right_on_unseen_seeds(r8, monkeypatch):
+    ds, order = r8
+    eng = Engine(engine_cfg())
+    eng.process([Document(id=f"r{i}", text=ds.texts[i]) for i in order[:1000]])
+    for i in order[:40]:
+        eng.label(f"r{i}", [ds.labels[i]])
+    eng.request_refit()
+    assert eng.vote_credibility("seeded-kmeans") == 1.0, "no record yet: a full vote"
+    new = order[40:140]
+    for i in new:
+        eng.label(f"r{i}", [ds.labels[i]])
+    eng.check_seeds()
+    paired = list(eng._paired_checks)
+    assert len(paired) == len(new) and all(set(p) == {"constrained-kmeans", "seeded-kmeans"} for p in paired)
+    # the paired record is the same verdicts as each algorithm's prequential accuracy
+    for name in ("constrained-kmeans", "seeded-kmeans"):
+        assert [p[name] for p in paired] == list(eng._seed_checks[name])[-len(new):]
+    wins = sum(p["seeded-kmeans"] and not p["constrained-kmeans"] for p in paired)
+    losses = sum(p["constrained-kmeans"] and not p["seeded-kmeans"] for p in paired)
+    assert eng.vote_credibility("seeded-kmeans") == pytest.approx(sg.credibility(wins, losses))
+    # a record the other algorithm loses: its vote reaches the ranking weighed down
+    eng._paired_checks.clear()
+    eng._paired_checks.extend([{"constrained-kmeans": True, "seeded-kmeans": False}] * 10)
+    seen = []
+    real_rank = sg.rank
+
+    def spy(ids, X, primary, others, *a, **k):
+        seen.append({v.name: v.credibility for v in others})
+        return real_rank(ids, X, primary, others, *a, **k)
+
+    monkeypatch.setattr(sg, "rank", spy)
+    eng.request_refit()
+    assert seen == [{"seeded-kmeans": pytest.approx(2 / 12)}]
 
 
 # ---------------------------------------------------------------- a real worker on the embedded broker

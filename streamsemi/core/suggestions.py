@@ -10,7 +10,9 @@ Four reasons, each a score in [0, 1] per document:
     Scheffer et al. 2001).
 ``disagreement``
     the share of the other enabled algorithms whose class differs from the primary's
-    (query by committee, Seung et al. 1992); measured on a bounded sample of the window.
+    (query by committee, Seung et al. 1992), each vote weighted by how often that algorithm
+    was right where it and the primary disagreed on seeds neither had seen
+    (:func:`credibility`); measured on a bounded sample of the window.
 ``rare_class``
     the probability of a class with fewer than ``rare_below`` seeds, weighted by how
     few it has (a label there adds most to the seeds).
@@ -102,6 +104,9 @@ class ModelView:
         Class names that are discovered clusters (no seed).
     rows : ndarray of int or None
         Candidate rows ``proba`` belongs to (None: every candidate row).
+    credibility : float
+        Weight in [0, 1] of this algorithm's vote in ``disagreement`` (:func:`credibility`;
+        1: a full vote).
     """
 
     name: str
@@ -109,6 +114,7 @@ class ModelView:
     classes: Sequence[str]
     new_clusters: frozenset[str] = frozenset()
     rows: np.ndarray | None = None
+    credibility: float = 1.0
 
 
 def margins(P: np.ndarray) -> np.ndarray:
@@ -129,13 +135,18 @@ def margins(P: np.ndarray) -> np.ndarray:
     return np.abs(top2[:, 1] - top2[:, 0])
 
 
-def disagreement(primary: np.ndarray, others: Sequence[np.ndarray]) -> np.ndarray:
-    """Share of the ``others`` whose label differs from ``primary``'s, per row.
+def disagreement(primary: np.ndarray, others: Sequence[np.ndarray],
+                 weights: Sequence[float] | None = None) -> np.ndarray:
+    """Share of the ``others`` whose label differs from ``primary``'s, per row, each vote weighted.
 
     Parameters
     ----------
     primary : ndarray (n,) of labels
     others : sequence of ndarray (n,) of labels (the other algorithms, same rows)
+    weights : sequence of float in [0, 1], optional
+        Weight of each other algorithm's vote (:func:`credibility`; default 1 each). The
+        share is ``sum_a w_a [label_a != primary] / len(others)``: a vote worth less
+        lowers the score, it does not hand its share to the other votes.
 
     Returns
     -------
@@ -144,8 +155,36 @@ def disagreement(primary: np.ndarray, others: Sequence[np.ndarray]) -> np.ndarra
     primary = np.asarray(primary)
     if not others:
         return np.zeros(primary.shape[0])
-    differs = np.stack([np.asarray(o) != primary for o in others])
+    differs = np.stack([np.asarray(o) != primary for o in others]).astype(np.float64)
+    if weights is not None:
+        differs *= np.clip(np.asarray(weights, dtype=np.float64), 0.0, 1.0)[:, None]
     return differs.mean(axis=0)
+
+
+def credibility(wins: int, losses: int) -> float:
+    """Weight of another algorithm's vote against the primary's, from their record on unseen seeds.
+
+    ``wins``: seeds (labels neither model had been fitted on: the engine's prequential
+    checks) the other algorithm got right and the primary wrong; ``losses``: the reverse.
+    The weight is twice the Laplace estimate of the chance that the other algorithm is
+    right when the two disagree, capped at 1: ``min(1, 2 (wins + 1) / (wins + losses + 2))``.
+    No record (or an even one) gives a full vote; an algorithm that loses its
+    disagreements with the primary loses its say in ``disagreement``, because its votes
+    then point at documents where it is the one that is wrong. (Query by committee
+    assumes members as good as each other; a member weighted by its record is the usual
+    remedy when they are not.)
+
+    Parameters
+    ----------
+    wins, losses : int >= 0
+
+    Returns
+    -------
+    float in (0, 1]
+    """
+    if wins < 0 or losses < 0:
+        raise ValueError(f"wins and losses must be >= 0, got {wins} and {losses}")
+    return min(1.0, 2.0 * (wins + 1) / (wins + losses + 2))
 
 
 def rare_class_scores(P: np.ndarray, classes: Sequence[str], seed_counts: Mapping[str, int],
@@ -467,7 +506,7 @@ def rank(ids: Sequence[str], X: sp.spmatrix, primary: ModelView, others: Sequenc
         vote = primary_labels.copy()           # rows outside the sample: no disagreement known
         vote[rows] = np.asarray([str(c) for c in view.classes], dtype=object)[np.asarray(view.proba).argmax(axis=1)]
         votes.append(vote)
-    scores[1] = disagreement(primary_labels, votes)
+    scores[1] = disagreement(primary_labels, votes, [view.credibility for view in others])
     scores[2] = rare_class_scores(P, classes, seed_counts, primary.new_clusters, rare_below)
     # new clusters: the most typical document of each discovered cluster, of every algorithm
     for view in (primary, *others):
