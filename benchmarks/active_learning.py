@@ -192,6 +192,20 @@ Which data chose which constant of :mod:`streamsemi.core.suggestions`:
         --out active_learning_s24_semildc
     python benchmarks/active_learning.py curves --corpora 20ng-comp --seeds 10,11,12,30,31,32,50,51,52,53,54,55 \
         --out active_learning_s24_comp12
+* Session 25: a committee. With ``--algorithms constrained-kmeans,semi-ldc,cle`` (constrained
+  k-means primary and scored; the other two vote in ``disagreement``). Development runs first
+  (seeds 40-45, ``--arms suggested``), at exactly 2%: talk 0.873, rec 0.969, sci 0.959, against
+  constrained k-means alone's 0.863, 0.968, 0.952 (``active_learning_dev_committee_*.json``). On
+  the evaluation corpora equal votes helped comp.* (+0.003 at 2%, +0.007..+0.020 after) and hurt
+  R8 (0.805 against 0.815 at 2%, down to -0.047), where the other two are weaker. Votes are
+  now weighed by each algorithm's record against the primary on unseen seeds
+  (:func:`streamsemi.core.suggestions.credibility`, no constant): development runs unchanged
+  (``active_learning_dev_committee_cred_*.json``), comp.* 0.7666 at 2% against 0.7664, R8
+  0.817 (seeds 10-12, 30-32) and 0.796 on fresh seeds 60-65, where constrained k-means alone
+  gives 0.794 and the reference is 0.815. docs/results.md ("Label suggestions") has the table.
+
+    python benchmarks/active_learning.py curves --corpora 20ng-comp --seeds 10,11,12,30,31,32,50,51,52,53,54,55 \
+        --algorithms constrained-kmeans,semi-ldc,cle --out active_learning_s25_committee_cred_comp12
 * ``DENSITY_POWER = 1``, ``COVERAGE_POWER = 1`` and ``WEIGHTS``: chosen earlier on seeds
   0-2 of the evaluation corpora (docs/suggestions.md); the development runs above agree
   (typicality^0 or ^2 and no coverage factor are worse on talk) and they were not changed.
@@ -290,6 +304,7 @@ def run_arm(arm: str, texts: list[str], labels: list[str], seed: int, args: argp
     draw = np.random.default_rng(seed + 2000)
     curve = []
     while True:
+        eng.check_seeds()  # the new labels judged by the models that have not seen them (the worker's loop does it)
         t0 = time.perf_counter()
         eng.request_refit("request")
         fit_s = time.perf_counter() - t0
@@ -298,6 +313,9 @@ def run_arm(arm: str, texts: list[str], labels: list[str], seed: int, args: argp
         reasons: dict[str, int] = {}
         curve.append({"labels": n_labels, "fraction": n_labels / len(ids), "macro_f1": score(eng, ids, truth, classes),
                       "refit_s": round(fit_s, 3), "suggest_s": round(eng.last_suggestion_seconds, 3)})
+        if len(eng.config.algorithms) > 1:  # the weight of each other algorithm's vote in this round's ranking
+            curve[-1]["credibility"] = {a: round(eng.vote_credibility(a), 4) for a in eng.config.algorithms
+                                        if a != eng.primary}
         if n_labels >= budget:
             break
         k = batch_size(n_labels, args.k, stops)
