@@ -329,6 +329,16 @@ def r8():
     return ds, [int(i) for i in order]
 
 
+def seeded_engine(r8, n_docs: int, n_seeds: int, **kw) -> Engine:
+    """An engine with the first ``n_docs`` R8 documents in its window, the first ``n_seeds`` of them seeds."""
+    ds, order = r8
+    eng = Engine(engine_cfg(**kw))
+    eng.process([Document(id=f"r{i}", text=ds.texts[i]) for i in order[:n_docs]])
+    for i in order[:n_seeds]:
+        eng.label(f"r{i}", [ds.labels[i]])
+    return eng
+
+
 def engine_cfg(**kw) -> EngineConfig:
     base = dict(algorithms=["constrained-kmeans", "seeded-kmeans"], background_refit=False, n_features=2**16,
                 refit_every_docs=0, min_docs_first_refit=100, drift_detection=False, min_seed_classes=2,
@@ -380,21 +390,13 @@ def test_engine_ranks_after_a_refit_round_and_tombstones_labelled_and_evicted_do
 
 
 def test_engine_without_suggestions_ranks_nothing(r8):
-    ds, order = r8
-    eng = Engine(engine_cfg(suggestions_top_n=0))
-    eng.process([Document(id=f"r{i}", text=ds.texts[i]) for i in order[:300]])
-    for i in order[:30]:
-        eng.label(f"r{i}", [ds.labels[i]])
+    eng = seeded_engine(r8, 300, 30, suggestions_top_n=0)
     eng.request_refit()
     assert eng.ready and eng.suggestion_updates() == [] and eng.last_suggestion_seconds == 0.0
 
 
 def test_a_failing_ranking_keeps_the_refit(r8, monkeypatch):
-    ds, order = r8
-    eng = Engine(engine_cfg())
-    eng.process([Document(id=f"r{i}", text=ds.texts[i]) for i in order[:300]])
-    for i in order[:30]:
-        eng.label(f"r{i}", [ds.labels[i]])
+    eng = seeded_engine(r8, 300, 30)
 
     def broken(*a, **k):
         raise RuntimeError("ranking bug")
@@ -406,10 +408,7 @@ def test_a_failing_ranking_keeps_the_refit(r8, monkeypatch):
 
 def test_engine_weighs_votes_by_who_was_right_on_unseen_seeds(r8, monkeypatch):
     ds, order = r8
-    eng = Engine(engine_cfg())
-    eng.process([Document(id=f"r{i}", text=ds.texts[i]) for i in order[:1000]])
-    for i in order[:40]:
-        eng.label(f"r{i}", [ds.labels[i]])
+    eng = seeded_engine(r8, 1000, 40)
     eng.request_refit()
     assert eng.vote_credibility("seeded-kmeans") == 1.0, "no record yet: a full vote"
     new = order[40:140]
