@@ -2117,6 +2117,8 @@ class Engine:
                                    credibility=self.vote_credibility(name))
                       for name, m in models.items()
                       if name != self.primary and name in self._alg_index and not m.fallback and sample.size]
+            for view in others:
+                self.telemetry.suggestion_vote_weight.labels(view.name).set(view.credibility)
             counts: dict[str, int] = {}
             for labels in snap.seed_labels:
                 for lb in labels or ():

@@ -436,6 +436,8 @@ def test_engine_weighs_votes_by_who_was_right_on_unseen_seeds(r8, monkeypatch):
     monkeypatch.setattr(sg, "rank", spy)
     eng.request_refit()
     assert seen == [{"seeded-kmeans": pytest.approx(2 / 12)}]
+    gauge = eng.telemetry.registry.get_sample_value("streamsemi_suggestion_vote_weight", {"algorithm": "seeded-kmeans"})
+    assert gauge == pytest.approx(2 / 12), "the weight is on the worker's metrics"
 
 
 # ---------------------------------------------------------------- a real worker on the embedded broker

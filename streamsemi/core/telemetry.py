@@ -95,6 +95,10 @@ class Telemetry:
         self.seed_accuracy = Gauge("streamsemi_seed_accuracy",
                                    "Accuracy of the model in use on seeds labeled after it was fitted (prequential)",
                                    ["algorithm"], registry=r)
+        self.suggestion_vote_weight = Gauge("streamsemi_suggestion_vote_weight",
+                                            "Weight of this algorithm's vote in the suggestions' disagreement "
+                                            "(its record against the primary on unseen seeds; 1 = a full vote)",
+                                            ["algorithm"], registry=r)
         self.revisions = Counter("streamsemi_revisions", "Revised assignments emitted after a model swap, per algorithm",
                                  ["algorithm"], registry=r)
         self.revisions_pending = Gauge("streamsemi_revisions_pending",
