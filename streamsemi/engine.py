@@ -2112,13 +2112,13 @@ class Engine:
             P = np.asarray(_snapshot_proba(slot, X, cand, snap), dtype=np.float64)
             primary = sg.ModelView(self.primary, P, [str(c) for c in slot.classes], slot.new_clusters)
             sample = sg.disagreement_sample(P)
+            weights = {name: self.vote_credibility(name) for name in self.config.algorithms}  # the primary's: 1
+            for name, weight in weights.items():  # every algorithm's: a primary that changed leaves no stale weight
+                self.telemetry.suggestion_vote_weight.labels(name).set(weight)
             others = [sg.ModelView(name, np.asarray(_snapshot_proba(m, X[sample], cand[sample], snap)),
-                                   [str(c) for c in m.classes], m.new_clusters, sample,
-                                   credibility=self.vote_credibility(name))
+                                   [str(c) for c in m.classes], m.new_clusters, sample, credibility=weights[name])
                       for name, m in models.items()
                       if name != self.primary and name in self._alg_index and not m.fallback and sample.size]
-            for view in others:
-                self.telemetry.suggestion_vote_weight.labels(view.name).set(view.credibility)
             counts: dict[str, int] = {}
             for labels in snap.seed_labels:
                 for lb in labels or ():

@@ -438,6 +438,11 @@ def test_engine_weighs_votes_by_who_was_right_on_unseen_seeds(r8, monkeypatch):
     assert seen == [{"seeded-kmeans": pytest.approx(2 / 12)}]
     gauge = eng.telemetry.registry.get_sample_value("streamsemi_suggestion_vote_weight", {"algorithm": "seeded-kmeans"})
     assert gauge == pytest.approx(2 / 12), "the weight is on the worker's metrics"
+    # the primary changes: the new primary's gauge reads 1, not the weight it had as a voter
+    eng.primary = "seeded-kmeans"
+    eng.request_refit()
+    assert eng.telemetry.registry.get_sample_value("streamsemi_suggestion_vote_weight",
+                                                   {"algorithm": "seeded-kmeans"}) == 1.0
 
 
 # ---------------------------------------------------------------- a real worker on the embedded broker
