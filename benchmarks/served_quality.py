@@ -86,6 +86,7 @@ import time
 import urllib.request
 import uuid
 from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
@@ -261,31 +262,38 @@ def _worker_events(log_path: Path) -> list[dict]:
         except ValueError:
             continue
         if isinstance(rec, dict) and rec.get("event") in ("refit_done", "refit_round_done", "refit_failed",
-                                                           "fallback_in_use", "drift_detected"):
+                                                           "fallback_in_use", "drift_detected", "primary_changed"):
             out.append(rec)
     return out
 
 
 def served_run(stream: Stream, algorithms: list[str], rate: float, idle_s: float, timeout_s: float,
-               work_dir: Path, n_assignable: int | None = None) -> dict[str, Any]:
+               work_dir: Path, n_assignable: int | None = None, worker_args: Sequence[str] = (),
+               annotate: Callable[[dict[str, Any]], Any] | None = None) -> dict[str, Any]:
     """One replay through a worker process; the raw records (not yet scored).
 
     ``n_assignable``: documents with indexable terms (the others are dead-lettered, never
     assigned); the run waits for an assignment of each of them per algorithm.
+    ``worker_args``: more ``streamsemi run`` options. ``annotate``: called once the stream
+    has been served and the worker settled, with a context (``producer``, ``topics``,
+    ``settings``, ``port``, ``settle``: a function that waits until the worker settles
+    again); what it returns is the run's ``annotation``, and the run settles once more.
     """
     from streamsemi.service.config import resolve
     from streamsemi.service.kafka_io import assign_all, ensure_topics, make_producer, make_reader
 
     broker = EmbeddedBroker(log_file=work_dir / "tansu.log").start()
     prefix = "sq" + uuid.uuid4().hex[:8]
-    topics = {k: f"{prefix}.{k}" for k in ("documents", "control", "assignments", "deadletter")}
+    kinds = ("documents", "control", "assignments", "deadletter") + (("suggestions",) if annotate else ())
+    topics = {k: f"{prefix}.{k}" for k in kinds}
     settings = resolve({"bootstrap_servers": broker.bootstrap_servers,
                         **{f"{k}_topic": v for k, v in topics.items()}})
     port = free_port()
     log_path = work_dir / f"worker-{prefix}.log"
     cmd = [sys.executable, "-m", "streamsemi", "run", "--bootstrap-servers", broker.bootstrap_servers,
            "--algorithms", ",".join(algorithms), "--group-id", f"{prefix}-group", "--metrics-port", str(port),
-           *[x for k, v in topics.items() for x in (f"--{k}-topic", v)]]
+           *[x for k, v in topics.items() for x in (f"--{k}-topic", v)], *worker_args]
+    annotation: Any = None
     records: list[tuple[dict, int, int, float]] = []
     stop = threading.Event()
     worker = None
@@ -322,23 +330,31 @@ def served_run(stream: Stream, algorithms: list[str], rate: float, idle_s: float
             producer.send(topics["documents"], key=msg["id"].encode(), value=encode_json(msg), timestamp_ms=ms)
             sent_ms[msg["id"]] = ms
         producer.flush()
-        producer.close()
         produce_s = time.time() - t_start
         expected = (len(stream.order) if n_assignable is None else n_assignable) * len(algorithms)
-        t0 = time.monotonic()
-        seen: tuple[int, str] = (-1, "")
-        last_change = time.monotonic()
-        while time.monotonic() - t0 < timeout_s:
-            if worker.poll() is not None:
-                raise RuntimeError(f"the worker exited with code {worker.returncode}; see {log_path}")
-            pairs = {(m["id"], m["algorithm"]) for m, _, _, _ in list(records)}
-            settled, versions = _worker_settled(port)
-            if (len(records), versions) != seen or not settled:  # a refit or a revision pass is still under way
-                seen, last_change = (len(records), versions), time.monotonic()
-            quiet = time.monotonic() - last_change
-            if (len(pairs) >= expected and quiet >= idle_s) or quiet >= max(60.0, 4 * idle_s):
-                break  # (the second: a document the worker dead-lettered, e.g. one over the size limits)
-            time.sleep(0.5)
+
+        def settle() -> None:
+            t0 = time.monotonic()
+            seen: tuple[int, str] = (-1, "")
+            last_change = time.monotonic()
+            while time.monotonic() - t0 < timeout_s:
+                if worker.poll() is not None:
+                    raise RuntimeError(f"the worker exited with code {worker.returncode}; see {log_path}")
+                pairs = {(m["id"], m["algorithm"]) for m, _, _, _ in list(records)}
+                settled, versions = _worker_settled(port)
+                if (len(records), versions) != seen or not settled:  # a refit or a revision pass is still under way
+                    seen, last_change = (len(records), versions), time.monotonic()
+                quiet = time.monotonic() - last_change
+                if (len(pairs) >= expected and quiet >= idle_s) or quiet >= max(60.0, 4 * idle_s):
+                    break  # (the second: a document the worker dead-lettered, e.g. one over the size limits)
+                time.sleep(0.5)
+
+        settle()
+        if annotate is not None:
+            annotation = annotate({"producer": producer, "topics": topics, "settings": settings, "port": port,
+                                   "settle": settle})
+            settle()
+        producer.close()
         stop.set()
         reader_thread.join(10)
     finally:
@@ -351,7 +367,7 @@ def served_run(stream: Stream, algorithms: list[str], rate: float, idle_s: float
                 worker.kill()
         broker.stop()
     return {"records": records, "sent_ms": sent_ms, "t_start": t_start, "produce_s": produce_s,
-            "events": _worker_events(log_path), "log": str(log_path), "command": cmd}
+            "events": _worker_events(log_path), "log": str(log_path), "command": cmd, "annotation": annotation}
 
 
 def _key(msg: dict, arrival: int) -> tuple:
@@ -471,6 +487,152 @@ def mode_served(args: argparse.Namespace) -> dict[str, Any]:
                       f"assigned {r['documents_assigned']}/{r['documents_expected']} "
                       f"p99 fresh {r.get('latency_s', {}).get('p99_fresh')}", flush=True)
     return {"runs": runs}
+
+
+# ---------------------------------------------------------------- queue (a person works the suggestion queue)
+def _gauges(port: int, name: str) -> dict[str, float]:
+    """``{algorithm: value}`` of the worker's gauge ``name`` (labelled by ``algorithm``)."""
+    try:
+        _, body = _http(port, "/metrics")
+    except OSError:
+        return {}
+    out = {}
+    for line in body.splitlines():
+        if line.startswith(name + "{"):
+            labels, _, value = line.rpartition(" ")
+            alg = labels.split('algorithm="', 1)[1].split('"', 1)[0] if 'algorithm="' in labels else ""
+            out[alg] = float(value)
+    return out
+
+
+def queue_annotator(stream: Stream, rounds: int, k: int) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    """A simulated person at the console's queue: ``rounds`` times, label the top ``k`` suggestions of the newest model.
+
+    Reads the compacted suggestions topic from the start (a tombstone removes an id),
+    takes the ``k`` best-ranked suggestions of the newest model version it has not labelled
+    yet, sends their corpus labels on the control topic (as ``streamsemi label`` or the
+    console do), then waits for the worker's next refit round (``refit_idle_s`` after the
+    labels) and for it to settle.
+    """
+    from streamsemi.service.kafka_io import assign_all, make_reader
+
+    def annotate(ctx: dict[str, Any]) -> dict[str, Any]:
+        reader = make_reader(ctx["settings"])
+        assign_all(reader, ctx["topics"]["suggestions"])
+        board: dict[str, dict | None] = {}
+        done: list[str] = []
+        log: list[dict[str, Any]] = []
+
+        def drain(quiet_s: float = 3.0, timeout_s: float = 60.0) -> None:
+            t0 = last = time.monotonic()
+            while time.monotonic() - last < quiet_s and time.monotonic() - t0 < timeout_s:
+                for batch in reader.poll(timeout_ms=300).values():
+                    for r in batch:
+                        key = r.key.decode() if r.key else ""
+                        try:
+                            board[key] = None if r.value is None else json.loads(r.value)
+                        except ValueError:
+                            continue
+                        last = time.monotonic()
+
+        index = {doc_id: i for doc_id, i in zip(stream.ids, stream.order, strict=True)}
+        for r in range(rounds):
+            drain()
+            live = [m for m in board.values() if m and m.get("id") not in done]
+            if not live:
+                log.append({"round": r, "suggestions": 0})
+                break
+            version = max(int(m["model_version"]) for m in live)
+            picked = sorted((m for m in live if int(m["model_version"]) == version), key=lambda m: m["rank"])[:k]
+            for m in picked:
+                msg = seed_message(stream.ds, index[m["id"]])
+                ctx["producer"].send(ctx["topics"]["control"], key=msg["id"].encode(), value=encode_json(msg))
+            ctx["producer"].flush()
+            done.extend(m["id"] for m in picked)
+            _, before = _worker_settled(ctx["port"])
+            t0 = time.monotonic()
+            while _worker_settled(ctx["port"])[1] == before and time.monotonic() - t0 < 300:
+                time.sleep(0.5)   # the labels' refit round (refit_idle_s after them)
+            ctx["settle"]()
+            log.append({"round": r, "model_version": version, "labelled": len(picked),
+                        "reasons": dict(Counter(m["reason"] for m in picked)),
+                        "primary_right": sum(m["label"] == stream.truth(index[m["id"]]) for m in picked),
+                        "primary": [a for a, v in _gauges(ctx["port"], "streamsemi_primary").items() if v == 1],
+                        "seed_accuracy": _gauges(ctx["port"], "streamsemi_seed_accuracy"),
+                        "suggested_seed_accuracy": _gauges(ctx["port"], "streamsemi_suggested_seed_accuracy")})
+            print(f"  round {r}: labelled {len(picked)} of version {version} {log[-1]['reasons']}, "
+                  f"primary now {log[-1]['primary']}", flush=True)
+        reader.close()
+        return {"labelled": done, "rounds": log}
+
+    return annotate
+
+
+def score_queue(stream: Stream, algorithms: list[str], run: dict[str, Any]) -> dict[str, Any]:
+    """Macro-F1 of what is served at the end on the documents nobody labelled: the primary's, and each algorithm's."""
+    idx_of = {doc_id: i for doc_id, i in zip(stream.ids, stream.order, strict=True)}
+    labelled = set(run["annotation"]["labelled"]) if run.get("annotation") else set()
+    rest = [d for d, i in idx_of.items() if i not in stream.seeds and d not in labelled and stream.truth(i) is not None]
+    latest: dict[str, dict[str, dict]] = {a: {} for a in algorithms}
+    served: dict[str, dict] = {}
+    for msg, _, _, _ in run["records"]:   # arrival order: one document's records share a partition
+        doc_id = msg.get("id")
+        if doc_id not in idx_of:
+            continue
+        if msg.get("algorithm") in latest:
+            latest[msg["algorithm"]][doc_id] = msg
+        if msg.get("primary"):
+            served[doc_id] = msg
+    y = [stream.truth(idx_of[d]) for d in rest]
+    served_by = Counter(served[d]["algorithm"] for d in rest if d in served)
+    return {"documents_scored": len(rest), "labelled_from_queue": len(labelled),
+            "served_primary": score(y, [served_label(served[d]) if d in served else None for d in rest]),
+            "served_primary_algorithms": dict(served_by),
+            "latest": {a: score(y, [served_label(latest[a][d]) if d in latest[a] else None for d in rest])
+                       for a in algorithms},
+            "primary_changes": [{k: e.get(k) for k in ("previous", "primary", "accuracy", "previous_accuracy", "source")}
+                                for e in run["events"] if e.get("event") == "primary_changed"],
+            "rounds": run["annotation"]["rounds"] if run.get("annotation") else []}
+
+
+def mode_queue(args: argparse.Namespace) -> dict[str, Any]:
+    """``served`` with a person at the suggestion queue afterwards: one run per ``--primaries`` value."""
+    algorithms = args.algorithms.split(",")
+    work_dir = Path(args.work_dir or "/tmp") / f"served-queue-{uuid.uuid4().hex[:6]}"
+    work_dir.mkdir(parents=True, exist_ok=True)
+    runs = []
+    for alias in args.corpora.split(","):
+        stream = make_stream(alias, args.docs if args.docs else DEFAULT_DOCS.get(alias), args.seed_fraction, args.seed)
+        _, keep = featurize(stream)
+        for primary in args.primaries.split(","):
+            print(f"[queue] {alias}: {len(stream.order)} documents, {len(stream.seeds)} seeds, primary {primary}, "
+                  f"{args.rounds} rounds of {args.k} labels, {','.join(algorithms)}", flush=True)
+            t0 = time.monotonic()
+            run = served_run(stream, algorithms, 0.0, args.idle, args.timeout, work_dir, int(np.sum(keep)),
+                             worker_args=["--primary", primary, "--suggestions-top-n", str(max(args.k, 20))],
+                             annotate=queue_annotator(stream, args.rounds, args.k))
+            res = score_queue(stream, algorithms, run)
+            res.update(corpus=alias, primary_setting=primary, stream=stream.describe(),
+                       seconds=round(time.monotonic() - t0, 1), worker_log=run["log"])
+            runs.append(res)
+            print(f"  served (primary) {res['served_primary']:.3f} by {res['served_primary_algorithms']}; latest "
+                  + ", ".join(f"{a} {v:.3f}" for a, v in res["latest"].items())
+                  + f"; primary changes {[(c['previous'], c['primary']) for c in res['primary_changes']]}", flush=True)
+    return {"runs": runs}
+
+
+def queue_markdown(result: dict[str, Any]) -> str:
+    algorithms = list(result["runs"][0]["latest"]) if result["runs"] else []
+    lines = ["Macro-F1 at the end on the documents neither seeded nor labelled from the queue.", "",
+             "| corpus | primary | labelled from queue | served (primary) | served by | "
+             + " | ".join(f"latest {a}" for a in algorithms) + " | primary changes |",
+             "|---|---|---:|---:|---|" + "---:|" * len(algorithms) + "---|"]
+    for r in result["runs"]:
+        changes = ", ".join(f"{c['previous']} -> {c['primary']}" for c in r["primary_changes"]) or "none"
+        by = ", ".join(f"{a} {n}" for a, n in r["served_primary_algorithms"].items())
+        lines.append(f"| {r['corpus']} | {r['primary_setting']} | {r['labelled_from_queue']} | {r['served_primary']:.3f} "
+                     f"| {by} | " + " | ".join(f"{r['latest'][a]:.3f}" for a in algorithms) + f" | {changes} |")
+    return "\n".join(lines) + "\n"
 
 
 def _rate(rate: float) -> str:
@@ -913,7 +1075,8 @@ def _environment() -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("mode", nargs="?", default="served", choices=("served", "engine", "gating", "pseudo-lsc"))
+    p.add_argument("mode", nargs="?", default="served", choices=("served", "engine", "gating", "pseudo-lsc",
+                                                                  "queue"))
     p.add_argument("--corpora", default="r8,20ng", help="comma-separated: r8, 20ng, r52")
     p.add_argument("--docs", type=int, default=None, help="documents per corpus (default: all of R8, 8000 of 20NG)")
     p.add_argument("--rate", default="0", help="comma-separated docs/s; 0 = full speed (served mode)")
@@ -943,6 +1106,10 @@ def main(argv: list[str] | None = None) -> int:
                    help="served: score the raw records a previous run saved instead of running (one corpus and rate)")
     p.add_argument("--work-dir", default=None, help="served: where worker and broker logs go (default /tmp)")
     p.add_argument("--no-write", action="store_true", help="print only")
+    p.add_argument("--primaries", default="auto",
+                   help="queue: comma-separated --primary settings, one run each (e.g. auto,constrained-kmeans)")
+    p.add_argument("--rounds", type=int, default=10, help="queue: rounds of labelling")
+    p.add_argument("--k", type=int, default=10, help="queue: suggestions labelled per round")
     args = p.parse_args(argv)
     if args.quick:
         args.corpora, args.docs, args.idle = "r8", args.docs or 300, min(args.idle, 5.0)
@@ -950,7 +1117,8 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.monotonic()
     result = {"mode": args.mode, "args": vars(args), "environment": _environment()}
     run, md = {"served": (mode_served, served_markdown), "engine": (mode_engine, engine_markdown),
-               "gating": (mode_gating, gating_markdown), "pseudo-lsc": (mode_pseudo_lsc, pseudo_markdown)}[args.mode]
+               "gating": (mode_gating, gating_markdown), "pseudo-lsc": (mode_pseudo_lsc, pseudo_markdown),
+               "queue": (mode_queue, queue_markdown)}[args.mode]
     result.update(run(args))
     result["seconds"] = round(time.monotonic() - t0, 1)
     text = md(result)

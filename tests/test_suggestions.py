@@ -312,6 +312,30 @@ def test_board_tombstones_what_a_previous_run_left_behind():
     assert board.adopt(many) == sg.STALE_FACTOR * 3 and "x999" in board.stale and "x0" not in board.stale
 
 
+def test_board_remembers_what_it_suggested_within_a_bound():
+    board = sg.SuggestionBoard(2)
+    texts = {f"d{i}": "text" for i in range(200)}
+    open_ids = set(texts)
+    assert not board.was_suggested("d0"), "nothing published yet"
+    board.offer([suggestion(0), suggestion(1), suggestion(2)])
+    board.updates(texts.get, open_ids.__contains__, 1.0)
+    assert board.was_suggested("d0") and board.was_suggested("d1") and not board.was_suggested("d2")
+    open_ids.discard("d0")   # labelled: tombstoned, and still known to have come from the queue
+    board.updates(texts.get, open_ids.__contains__, 2.0)
+    assert "d0" not in board.published and board.was_suggested("d0")
+    board.offer([suggestion(5), suggestion(6)])   # d1 leaves the list: a label of it later still came from it
+    board.updates(texts.get, open_ids.__contains__, 3.0)
+    assert board.was_suggested("d1") and board.was_suggested("d5")
+    # bounded: RECENT_FACTOR * top_n ids besides the published ones, the newest kept
+    for r in range(100):
+        board.offer([suggestion(10 + 2 * (r % 90)), suggestion(11 + 2 * (r % 90))])
+        board.updates(texts.get, open_ids.__contains__, 4.0 + r)
+    assert len(board._recent) <= sg.RECENT_FACTOR * 2
+    assert not board.was_suggested("d0") and board.was_suggested("d187")
+    board.adopt(["old"])   # a previous run's suggestion counts too
+    assert board.was_suggested("old")
+
+
 def test_board_is_bounded_in_bytes():
     board = sg.SuggestionBoard(50, max_bytes=3 * (sg.SUGGESTION_OVERHEAD_BYTES + 400))
     texts = {f"d{i}": "é" * 1000 for i in range(50)}
@@ -443,6 +467,44 @@ def test_engine_weighs_votes_by_who_was_right_on_unseen_seeds(r8, monkeypatch):
     eng.request_refit()
     assert eng.telemetry.registry.get_sample_value("streamsemi_suggestion_vote_weight",
                                                    {"algorithm": "seeded-kmeans"}) == 1.0
+
+
+def test_seeds_labelled_from_the_queue_do_not_judge_the_stream_accuracy_nor_the_primary(r8):
+    ds, order = r8
+    eng = seeded_engine(r8, 1000, 40, primary="auto")
+    eng.request_refit()
+    queued = [m["id"] for _, m in eng.suggestion_updates() if m is not None]
+    truth = {f"r{i}": ds.labels[i] for i in order}
+    for doc_id in queued:
+        eng.label(doc_id, [truth[doc_id]])
+    others = [f"r{i}" for i in order[40:1000] if f"r{i}" not in set(queued)][:50]
+    for doc_id in others:
+        eng.label(doc_id, [truth[doc_id]])
+    eng.check_seeds()
+    for name in ("constrained-kmeans", "seeded-kmeans"):
+        assert len(eng._suggested_checks[name]) == len(queued) == 30
+        assert len(eng._seed_checks[name]) == len(others)
+    # each gauge reads its own record
+    reg = eng.telemetry.registry
+    for gauge, record in (("streamsemi_seed_accuracy", eng._seed_checks),
+                          ("streamsemi_suggested_seed_accuracy", eng._suggested_checks)):
+        got = reg.get_sample_value(gauge, {"algorithm": "constrained-kmeans"})
+        assert got == pytest.approx(np.mean(record["constrained-kmeans"]))
+    # both kinds reach the record that weighs the suggestions' votes
+    assert len(eng._paired_checks) == len(queued) + len(others)
+    # the queue's documents are the primary's hard ones: a record where only they tell the algorithms apart
+    # does not move the primary; the same record on seeds the queue did not pick does
+    primary, other = eng.primary, next(a for a in eng.config.algorithms if a != eng.primary)
+    for name, hits in ((primary, [False] * 200), (other, [True] * 200)):
+        eng._suggested_checks[name].extend(hits)
+        eng._seed_checks[name].clear()
+        eng._seed_checks[name].extend([True, False] * 50)
+    eng._choose_primary()
+    assert eng.primary == primary
+    eng._seed_checks[primary].extend([False] * 200)
+    eng._seed_checks[other].extend([True] * 200)
+    eng._choose_primary()
+    assert eng.primary == other
 
 
 # ---------------------------------------------------------------- a real worker on the embedded broker

@@ -40,6 +40,7 @@ first pass takes an equal share per class in priority order). Cost: the candidat
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -75,6 +76,8 @@ SUGGESTION_OVERHEAD_BYTES = 1024
 #: default byte budget per published suggestion (overhead, a 300-character snippet, id, labels)
 MESSAGE_BYTES_BUDGET = 4096
 STALE_FACTOR = 20            # ids of a previous run's suggestions remembered per suggestion (adopt)
+#: ids of earlier published suggestions remembered per suggestion (:meth:`SuggestionBoard.was_suggested`)
+RECENT_FACTOR = 20
 
 
 @dataclass(frozen=True)
@@ -573,7 +576,8 @@ class SuggestionBoard:
     The refit thread :meth:`offer` s a new ranking (one reference assignment); the
     polling thread turns it into messages with :meth:`updates`. Bounded: at most
     ``top_n`` published entries and ``max_bytes`` accounted bytes (lower ranks are
-    dropped first).
+    dropped first); the ids published earlier (:meth:`was_suggested`) at most
+    ``RECENT_FACTOR * top_n`` (the newest).
 
     Parameters
     ----------
@@ -589,6 +593,27 @@ class SuggestionBoard:
         self.nbytes = 0
         self.stale: set[str] = set()   # ids a previous run published (adopt): tombstoned when not re-ranked
         self._offered: list[Suggestion] | None = None
+        # ids published before (insertion order = last published): a label of one came from the queue
+        self._recent: dict[str, None] = {}
+
+    def was_suggested(self, doc_id: str) -> bool:
+        """Whether ``doc_id`` is, or lately was, on the published list (this run's or, adopted, the previous one's).
+
+        A seed labelled from the queue is a document the primary model was unsure of (or the
+        others disagreed on): the engine keeps its prequential check apart from the others,
+        which estimate the accuracy on the stream (``Engine.held_out_accuracy``).
+        """
+        return doc_id in self.published or doc_id in self._recent or doc_id in self.stale
+
+    def _remember(self, ids: Sequence[str]) -> None:
+        recent = self._recent
+        for k in ids:
+            recent.pop(k, None)
+            recent[k] = None
+        excess = len(recent) - RECENT_FACTOR * max(self.top_n, 1)
+        if excess > 0:
+            for k in list(itertools.islice(recent, excess)):
+                del recent[k]
 
     def offer(self, ranked: list[Suggestion]) -> None:
         """A new ranking (from any thread): published at the next :meth:`updates`."""
@@ -635,6 +660,7 @@ class SuggestionBoard:
             gone = [k for k in self.published if not is_open(k)]
             if gone:   # a new dict: readers on other threads (HTTP) iterate the published one unlocked
                 gone_set = set(gone)
+                self._remember(gone)
                 self.published = {k: m for k, m in self.published.items() if k not in gone_set}
                 self.nbytes = sum(message_bytes(m) for m in self.published.values())
                 out.extend((k, None) for k in gone)
@@ -655,6 +681,7 @@ class SuggestionBoard:
         out.extend((k, None) for k in sorted(self.stale) if k not in new)
         self.stale = set()
         out.extend(new.items())
+        self._remember(list(self.published))
         self.published, self.nbytes = new, nbytes
         return out
 

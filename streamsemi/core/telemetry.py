@@ -95,6 +95,10 @@ class Telemetry:
         self.seed_accuracy = Gauge("streamsemi_seed_accuracy",
                                    "Accuracy of the model in use on seeds labeled after it was fitted (prequential)",
                                    ["algorithm"], registry=r)
+        self.suggested_seed_accuracy = Gauge("streamsemi_suggested_seed_accuracy",
+                                             "Accuracy of the model in use on seeds labelled from the suggestion queue "
+                                             "after it was fitted (prequential; hard documents by design)",
+                                             ["algorithm"], registry=r)
         self.suggestion_vote_weight = Gauge("streamsemi_suggestion_vote_weight",
                                             "Weight of this algorithm's vote in the suggestions' disagreement "
                                             "(its record against the primary on unseen seeds; 1 = a full vote)",
