@@ -556,6 +556,22 @@ def test_worker_publishes_suggestions_after_its_first_refit_and_a_seed_tombstone
         ghost_records = [r for r in read_topic(broker.bootstrap, suggestions_topic, timeout=10, idle=1.0)
                          if r.key == b"ghost"]
         assert ghost_records[-1].value is None, "a suggestion left by a previous run is tombstoned"
+        # the queue's seed is judged apart: it does not count toward the stream's held-out accuracy
+        ck = {"algorithm": "constrained-kmeans"}
+        assert wait_until(lambda: worker.metric("streamsemi_suggested_seed_accuracy", ck) is not None, 30)
+        assert worker.metric("streamsemi_seed_accuracy", ck) is None, "no seed from outside the queue was judged"
+
+        def ranked_after_the_seed() -> bool:   # the seed's refit round published its list: none pending
+            listed = json.loads(worker.get("/suggestions")[1])
+            return bool(listed) and min(m["model_version"] for m in listed) >= 2 and not worker.metric(
+                "streamsemi_refit_in_progress")
+
+        assert wait_until(ranked_after_the_seed, 60)
+        ever = {r.key.decode() for r in read_topic(broker.bootstrap, suggestions_topic, timeout=10, idle=1.0)}
+        other = next(f"g{k}" for k in range(299, 40, -1) if f"g{k}" not in ever)
+        send_json(p, topics.control, {"op": "label", "id": other, "labels": [ds.labels[int(other[1:])]]}, key=other)
+        p.flush()
+        assert wait_until(lambda: worker.metric("streamsemi_seed_accuracy", ck) is not None, 30)
         assert worker.proc.poll() is None
     finally:
         assert worker.terminate() == 0
