@@ -229,6 +229,30 @@ def test_clusters_view_from_assignments_then_from_the_clusters_topic():
 
 
 # ---------------------------------------------------------------- start checks
+def test_worker_metrics_reads_the_stream_and_the_queue_seed_accuracy_apart():
+    from prometheus_client import start_http_server
+
+    from streamsemi.console.app import WorkerMetrics
+    from streamsemi.core.telemetry import Telemetry
+
+    tel = Telemetry()
+    tel.seed_accuracy.labels("constrained-kmeans").set(0.91)
+    tel.suggested_seed_accuracy.labels("constrained-kmeans").set(0.35)
+    tel.suggested_seed_accuracy.labels("cle").set(0.5)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    server, thread = start_http_server(port, addr="127.0.0.1", registry=tel.registry)
+    try:
+        got = WorkerMetrics(f"http://127.0.0.1:{port}").read()
+    finally:
+        server.shutdown()
+        thread.join(5)
+    assert got["available"], got
+    assert got["seed_accuracy"] == {"constrained-kmeans": 0.91}
+    assert got["suggested_seed_accuracy"] == {"constrained-kmeans": 0.35, "cle": 0.5}
+
+
 def test_a_non_loopback_bind_needs_a_token_named_in_the_error():
     with pytest.raises(ConfigError, match=r"setting 'auth_token'.*non-loopback.*0\.0\.0\.0"):
         check_options(ServeOptions(host="0.0.0.0"), env={})

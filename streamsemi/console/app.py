@@ -94,7 +94,7 @@ class WorkerMetrics:
     NAMES = ("streamsemi_model_agreement", "streamsemi_seed_accuracy", "streamsemi_documents_consumed_total",
              "streamsemi_documents_assigned_total", "streamsemi_dead_letters_total", "streamsemi_window_documents",
              "streamsemi_consumer_lag", "streamsemi_new_clusters", "streamsemi_primary", "streamsemi_model_version",
-             "streamsemi_refits_total", "streamsemi_seed_documents")
+             "streamsemi_refits_total", "streamsemi_seed_documents", "streamsemi_suggested_seed_accuracy")
 
     def __init__(self, url: str | None, timeout_s: float = 1.5) -> None:
         if url is not None and urllib.parse.urlsplit(url).scheme not in ("http", "https"):
@@ -138,6 +138,7 @@ class WorkerMetrics:
             rate = max(0.0, (consumed - self._last_count[1]) / (now - self._last_count[0]))
         self._last_count = (now, consumed)
         out.update(agreement=per_alg("streamsemi_model_agreement"), seed_accuracy=per_alg("streamsemi_seed_accuracy"),
+                   suggested_seed_accuracy=per_alg("streamsemi_suggested_seed_accuracy"),
                    new_clusters=per_alg("streamsemi_new_clusters"), model_version=per_alg("streamsemi_model_version"),
                    primary=[a for a, v in per_alg("streamsemi_primary").items() if v == 1.0],
                    consumed=consumed, assigned=total("streamsemi_documents_assigned_total"),
