@@ -577,7 +577,8 @@ class SuggestionBoard:
     polling thread turns it into messages with :meth:`updates`. Bounded: at most
     ``top_n`` published entries and ``max_bytes`` accounted bytes (lower ranks are
     dropped first); the ids published earlier (:meth:`was_suggested`) at most
-    ``RECENT_FACTOR * top_n`` (the newest).
+    ``RECENT_FACTOR * top_n`` (the newest; ids are at most 512 characters, so at most
+    about 10 MB at the largest ``top_n``, 1,000).
 
     Parameters
     ----------
