@@ -1,6 +1,6 @@
 """What users are served: the quality of the output topic of a real worker, against batch.
 
-Issue 14 part 5. Four modes (``python benchmarks/served_quality.py MODE ...``):
+Issue 14 part 5. Five modes (``python benchmarks/served_quality.py MODE ...``):
 
 ``served`` (default)
     Starts the embedded broker (Tansu) and ``streamsemi run`` as a separate process
@@ -60,6 +60,16 @@ Issue 14 part 5. Four modes (``python benchmarks/served_quality.py MODE ...``):
     than one label and their example-based F1, for its decision rules, against
     constrained k-means (one label per document).
 
+``queue``
+    ``served`` (default worker settings, ``--primary`` from ``--primaries``, one run
+    each), then a simulated person works the suggestion queue (issue 15) through the
+    broker: ``--rounds`` times, the top ``--k`` suggestions of the newest model get their
+    corpus labels on the control topic and the worker's next refit round is awaited
+    (:func:`queue_annotator`). Scored at the end on the documents neither seeded nor
+    labelled from the queue: what the primary serves (the latest record flagged
+    ``primary`` per document, whichever algorithm wrote it) and each algorithm's latest
+    label; the worker's ``primary_changed`` events and, per round, its seed-accuracy gauges.
+
 Results: ``benchmarks/results/served_quality[_MODE][_TAG].json`` and ``.md``.
 
 Examples::
@@ -71,6 +81,8 @@ Examples::
     python benchmarks/served_quality.py engine --corpora r8,20ng
     python benchmarks/served_quality.py gating --corpora r8,20ng
     python benchmarks/served_quality.py pseudo-lsc --docs 3000 --seed-fraction 0.1
+    python benchmarks/served_quality.py queue --corpora r8 --seed-fraction 0.01 \\
+        --algorithms constrained-kmeans,semi-ldc,cle --primaries auto,constrained-kmeans --rounds 10 --k 10
 """
 
 from __future__ import annotations

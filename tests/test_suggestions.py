@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import jsonschema
@@ -604,3 +605,40 @@ def test_label_efficiency_curves_stop_at_exactly_the_target_fraction():
     assert seen[8:12] == [90, 97, 107, 117] and seen[-1] == 146
     curve = [{"fraction": c / 4869, "macro_f1": f} for c, f in ((90, 0.70), (97, 0.80), (107, 0.75))]
     assert al.at_fraction(curve, 0.02) == 0.80 and al.first_reaching(curve, 0.78) == 97 / 4869
+
+
+def _served_quality_module():
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "served_quality.py"
+    spec = importlib.util.spec_from_file_location("served_quality_bench", path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod   # its dataclasses look their module up
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_queue_benchmark_scores_what_the_primary_serves_on_documents_nobody_labelled():
+    sq = _served_quality_module()
+    ds = datasets.load("reuters-r8")
+    order = list(range(6))
+    stream = sq.Stream("r8", ds, order, {0}, 0.01)
+    ids = stream.ids
+    truth = [stream.truth(i) for i in order]
+    wrong = next(c for c in sorted(set(ds.labels)) if c != truth[3])
+
+    def rec(i, alg, label, primary):
+        return ({"id": ids[i], "algorithm": alg, "label": label, "primary": primary}, 0, 0, 0.0)
+
+    records = [rec(i, "a", truth[i], True) for i in range(6)] + [rec(i, "b", truth[i], False) for i in range(6)]
+    # the primary moves to b, which serves a wrong label of document 3 from then on; document 2 is labelled
+    records += [rec(3, "a", truth[3], False), rec(3, "b", wrong, True)]
+    run = {"records": records, "events": [{"event": "primary_changed", "previous": "a", "primary": "b"}],
+           "annotation": {"labelled": [ids[2]], "rounds": []}}
+    res = sq.score_queue(stream, ["a", "b"], run)
+    assert res["documents_scored"] == 4 and res["labelled_from_queue"] == 1   # not the seed, not the labelled one
+    rest = [truth[i] for i in (1, 3, 4, 5)]
+    assert res["served_primary"] == pytest.approx(sq.score(rest, [truth[1], wrong, truth[4], truth[5]]))
+    assert res["served_primary"] < 1.0 and res["latest"]["a"] == 1.0
+    assert res["served_primary_algorithms"] == {"a": 3, "b": 1}
+    assert res["primary_changes"][0]["primary"] == "b"
