@@ -63,8 +63,9 @@ Issue 14 part 5. Five modes (``python benchmarks/served_quality.py MODE ...``):
 ``queue``
     ``served`` (default worker settings, ``--primary`` from ``--primaries``, one run
     each), then a simulated person works the suggestion queue (issue 15) through the
-    broker: ``--rounds`` times, the top ``--k`` suggestions of the newest model get their
-    corpus labels on the control topic and the worker's next refit round is awaited
+    broker: ``--rounds`` times (or until ``--budget`` labels), the top ``--k`` suggestions of
+    the newest model get their corpus labels on the control topic and the worker's next refit
+    round is awaited
     (:func:`queue_annotator`). Scored at the end on the documents neither seeded nor
     labelled from the queue: what the primary serves (the latest record flagged
     ``primary`` per document, whichever algorithm wrote it) and each algorithm's latest
@@ -517,8 +518,12 @@ def _gauges(port: int, name: str) -> dict[str, float]:
     return out
 
 
-def queue_annotator(stream: Stream, rounds: int, k: int) -> Callable[[dict[str, Any]], dict[str, Any]]:
+def queue_annotator(stream: Stream, rounds: int, k: int,
+                    budget: int | None = None) -> Callable[[dict[str, Any]], dict[str, Any]]:
     """A simulated person at the console's queue: ``rounds`` times, label the top ``k`` suggestions of the newest model.
+
+    ``budget``: at most this many labels in all (the last round is cut short, and the
+    rounds stop there).
 
     Reads the compacted suggestions topic from the start (a tombstone removes an id),
     takes the ``k`` best-ranked suggestions of the newest model version it has not labelled
@@ -549,13 +554,16 @@ def queue_annotator(stream: Stream, rounds: int, k: int) -> Callable[[dict[str, 
 
         index = {doc_id: i for doc_id, i in zip(stream.ids, stream.order, strict=True)}
         for r in range(rounds):
+            room = k if budget is None else min(k, budget - len(done))
+            if room <= 0:
+                break
             drain()
             live = [m for m in board.values() if m and m.get("id") not in done]
             if not live:
                 log.append({"round": r, "suggestions": 0})
                 break
             version = max(int(m["model_version"]) for m in live)
-            picked = sorted((m for m in live if int(m["model_version"]) == version), key=lambda m: m["rank"])[:k]
+            picked = sorted((m for m in live if int(m["model_version"]) == version), key=lambda m: m["rank"])[:room]
             for m in picked:
                 msg = seed_message(stream.ds, index[m["id"]])
                 ctx["producer"].send(ctx["topics"]["control"], key=msg["id"].encode(), value=encode_json(msg))
@@ -622,7 +630,7 @@ def mode_queue(args: argparse.Namespace) -> dict[str, Any]:
             t0 = time.monotonic()
             run = served_run(stream, algorithms, 0.0, args.idle, args.timeout, work_dir, int(np.sum(keep)),
                              worker_args=["--primary", primary, "--suggestions-top-n", str(max(args.k, 20))],
-                             annotate=queue_annotator(stream, args.rounds, args.k))
+                             annotate=queue_annotator(stream, args.rounds, args.k, args.budget))
             res = score_queue(stream, algorithms, run)
             res.update(corpus=alias, primary_setting=primary, stream=stream.describe(),
                        seconds=round(time.monotonic() - t0, 1), worker_log=run["log"])
@@ -1122,6 +1130,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="queue: comma-separated --primary settings, one run each (e.g. auto,constrained-kmeans)")
     p.add_argument("--rounds", type=int, default=10, help="queue: rounds of labelling")
     p.add_argument("--k", type=int, default=10, help="queue: suggestions labelled per round")
+    p.add_argument("--budget", type=int, default=None,
+                   help="queue: labels from the queue in all (the last round cut short; default rounds x k)")
     args = p.parse_args(argv)
     if args.quick:
         args.corpora, args.docs, args.idle = "r8", args.docs or 300, min(args.idle, 5.0)
