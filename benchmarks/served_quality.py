@@ -65,9 +65,8 @@ Issue 14 part 5. Five modes (``python benchmarks/served_quality.py MODE ...``):
     each), then a simulated person works the suggestion queue (issue 15) through the
     broker: ``--rounds`` times (or until ``--budget`` labels), the top ``--k`` suggestions of
     the newest model get their corpus labels on the control topic and the worker's next refit
-    round is awaited
-    (:func:`queue_annotator`). Scored at the end on the documents neither seeded nor
-    labelled from the queue: what the primary serves (the latest record flagged
+    round is awaited (:func:`queue_annotator`). Scored at the end on the documents neither
+    seeded nor labelled from the queue: what the primary serves (the latest record flagged
     ``primary`` per document, whichever algorithm wrote it) and each algorithm's latest
     label; the worker's ``primary_changed`` events and, per round, its seed-accuracy gauges.
 
