@@ -271,13 +271,44 @@ def windowed(texts: list[str], order: np.ndarray, cfg: EngineConfig) -> tuple[En
     return eng, [k for k in ids if k in eng.window]
 
 
-def score(eng: Engine, ids: list[str], truth: dict[str, str], classes: list[str]) -> float:
-    """Macro-F1 of the primary model's labels of the window's non-seed documents."""
+def predictions(eng: Engine, ids: list[str]) -> tuple[list[str], np.ndarray]:
+    """The window's non-seed documents and the primary model's label of each."""
     rest = [k for k in ids if k not in eng.seeds]
     slot = eng.models[eng.primary]
     X = rows_to_csr([eng.window.get(k).row for k in rest], eng.config.n_features)
-    pred = np.asarray([str(c) for c in slot.classes])[np.asarray(slot.model.predict_proba(X)).argmax(axis=1)]
+    return rest, np.asarray([str(c) for c in slot.classes])[np.asarray(slot.model.predict_proba(X)).argmax(axis=1)]
+
+
+def score(eng: Engine, ids: list[str], truth: dict[str, str], classes: list[str]) -> float:
+    """Macro-F1 of the primary model's labels of the window's non-seed documents."""
+    rest, pred = predictions(eng, ids)
     return macro_f1_known([truth[k] for k in rest], list(pred), classes)
+
+
+def class_report(y_true: list[str], y_pred: list[str], classes: list[str],
+                 seeds: dict[str, int]) -> dict[str, dict[str, Any]]:
+    """Per class: F1, documents predicted and true, seeds, and the 3 true classes it takes most documents from.
+
+    ``--per-class``: where a curve loses to the reference (a class whose centroid took
+    another's documents shows as many predicted, a low F1 and where they came from).
+    """
+    yt, yp = np.asarray(y_true, dtype=object), np.asarray(y_pred, dtype=object)
+    out: dict[str, dict[str, Any]] = {}
+    for c in classes:
+        tp = int(np.sum((yt == c) & (yp == c)))
+        n_pred, n_true = int(np.sum(yp == c)), int(np.sum(yt == c))
+        taken, counts = np.unique(yt[(yp == c) & (yt != c)].astype(str), return_counts=True)
+        top = np.argsort(-counts, kind="stable")[:3]
+        out[c] = {"f1": round(2 * tp / (n_pred + n_true), 4) if n_pred + n_true else 0.0, "predicted": n_pred,
+                  "true": n_true, "seeds": int(seeds.get(c, 0)),
+                  "taken_from": {str(taken[j]): int(counts[j]) for j in top}}
+    return out
+
+
+def report_of(eng: Engine, ids: list[str], truth: dict[str, str], classes: list[str]) -> dict[str, dict[str, Any]]:
+    """:func:`class_report` of the engine's primary model on the window's non-seed documents."""
+    rest, pred = predictions(eng, ids)
+    return class_report([truth[k] for k in rest], list(pred), classes, eng.seeds.class_counts())
 
 
 def stratified(ids: list[str], truth: dict[str, str], per_class: int, rng: np.random.Generator) -> list[str]:
@@ -313,6 +344,8 @@ def run_arm(arm: str, texts: list[str], labels: list[str], seed: int, args: argp
         reasons: dict[str, int] = {}
         curve.append({"labels": n_labels, "fraction": n_labels / len(ids), "macro_f1": score(eng, ids, truth, classes),
                       "refit_s": round(fit_s, 3), "suggest_s": round(eng.last_suggestion_seconds, 3)})
+        if getattr(args, "per_class", False) and n_labels == stops[0]:   # the target checkpoint (2%)
+            curve[-1]["classes"] = report_of(eng, ids, truth, classes)
         if len(eng.config.algorithms) > 1:  # the weight of each other algorithm's vote in this round's ranking
             curve[-1]["credibility"] = {a: round(eng.vote_credibility(a), 4) for a in eng.config.algorithms
                                         if a != eng.primary}
@@ -350,9 +383,10 @@ def batch_size(n_labels: int, k: int, stops: list[int]) -> int:
 
 
 def reference(texts: list[str], labels: list[str], seed: int, fraction: float, algorithms: list[str],
-              algorithm_params: dict[str, dict[str, Any]] | None = None) -> float:
+              algorithm_params: dict[str, dict[str, Any]] | None = None,
+              detail: dict[str, Any] | None = None) -> float:
     """Macro-F1 of one fit with a uniformly random ``fraction`` of the corpus as seeds (the same
-    algorithms and parameters as the arms)."""
+    algorithms and parameters as the arms); ``detail`` (a dict) gets its :func:`class_report`."""
     rng = np.random.default_rng(seed)
     order = rng.permutation(len(texts))
     eng, ids = windowed(texts, order, engine_config(algorithms, len(texts), 0, random_state=seed,
@@ -362,6 +396,8 @@ def reference(texts: list[str], labels: list[str], seed: int, fraction: float, a
     for k in np.random.default_rng(seed + 3000).choice(ids, size=n, replace=False):
         eng.label(str(k), [truth[str(k)]])
     eng.request_refit("request")
+    if detail is not None:
+        detail.update(report_of(eng, ids, truth, sorted(set(labels))))
     return score(eng, ids, truth, sorted(set(labels)))
 
 
@@ -397,8 +433,12 @@ def cmd_curves(args: argparse.Namespace) -> dict:
             res["arms"][arm] = {"per_seed": [run_arm(arm, texts, labels, s, args) for s in seeds]}
             res["arms"][arm]["mean"] = mean_curve(res["arms"][arm]["per_seed"])
         params = json.loads(args.algorithm_params or "{}")
-        refs = [reference(texts, labels, s, args.reference, algorithms, params) for s in seeds]
+        details: list[dict[str, Any]] = [{} for _ in seeds]
+        refs = [reference(texts, labels, s, args.reference, algorithms, params,
+                          detail=d if args.per_class else None) for s, d in zip(seeds, details, strict=True)]
         res["reference"] = {"fraction": args.reference, "per_seed": refs, "mean": float(np.mean(refs))}
+        if args.per_class:
+            res["reference"]["classes_per_seed"] = details
         empty = {"mean": [{"labels": 0, "fraction": 0.0, "macro_f1": float("nan"), "sd": 0.0}]}
         sug, rnd = res["arms"].get("suggested", empty)["mean"], res["arms"].get("random", empty)["mean"]
         target = res["reference"]["mean"]
@@ -445,7 +485,33 @@ def curves_markdown(out: dict) -> str:
                   + (f"{100 * reach:.2f}%" if reach is not None else "no point of the curve")
                   + ", with random labels at " + (f"{100 * rreach:.2f}%" if rreach is not None else "no point of the curve")
                   + f". Target (suggested at 2% >= reference): **{'met' if t['met'] else 'missed'}**.", ""]
+        lines += per_class_markdown(res)
     return "\n".join(lines) + "\n"
+
+
+def per_class_markdown(res: dict) -> list[str]:
+    """``--per-class``: mean per-class F1 and predicted documents, suggested at the target point against the reference."""
+    at_target = [next((p["classes"] for p in curve if "classes" in p), None)
+                 for curve in res["arms"].get("suggested", {}).get("per_seed", [])]
+    refs = res["reference"].get("classes_per_seed")
+    if not refs or not at_target or any(r is None for r in at_target):
+        return []
+    lines = ["Per class (mean over the seeds): F1 and documents predicted, suggested at the target point "
+             "against the reference; the class each takes most documents from in the suggested runs.", "",
+             "| class | true | suggested F1 | reference F1 | suggested predicted | reference predicted | "
+             "suggested seeds | takes most from |", "|---|---:|---:|---:|---:|---:|---:|---|"]
+    for c in refs[0]:
+        def mean(reports: list[dict], key: str, c: str = c) -> float:
+            return float(np.mean([r[c][key] for r in reports]))
+        taken: dict[str, int] = {}
+        for r in at_target:
+            for k, v in r[c]["taken_from"].items():
+                taken[k] = taken.get(k, 0) + v
+        most = max(taken, key=taken.get) if taken else ""
+        lines.append(f"| {c} | {mean(refs, 'true'):.0f} | {mean(at_target, 'f1'):.3f} | {mean(refs, 'f1'):.3f} | "
+                     f"{mean(at_target, 'predicted'):.0f} | {mean(refs, 'predicted'):.0f} | {mean(at_target, 'seeds'):.1f} | "
+                     + (f"{most} ({taken[most] / len(at_target):.0f})" if most else "") + " |")
+    return lines + [""]
 
 
 def plot(out: dict, path: Path) -> bool:
@@ -537,6 +603,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--reference", type=float, default=0.05, help="random seed fraction of the reference")
     p.add_argument("--out", default="active_learning")
     p.add_argument("--arms", default="suggested,random")
+    p.add_argument("--per-class", action="store_true",
+                   help="record per-class F1, predicted counts and confusions at the target point and of the reference")
     p.add_argument("--weights", default="", help="ranking variant: JSON of reason weights (development runs)")
     p.add_argument("--density-power", type=float, default=None, help="ranking variant (development runs)")
     p.add_argument("--coverage-power", type=float, default=None, help="ranking variant (development runs)")

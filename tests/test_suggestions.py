@@ -642,3 +642,15 @@ def test_queue_benchmark_scores_what_the_primary_serves_on_documents_nobody_labe
     assert res["served_primary"] < 1.0 and res["latest"]["a"] == 1.0
     assert res["served_primary_algorithms"] == {"a": 3, "b": 1}
     assert res["primary_changes"][0]["primary"] == "b"
+
+
+def test_class_report_counts_f1_predictions_and_where_a_class_takes_documents_from():
+    al = _benchmark_module()
+    y_true = ["a", "a", "a", "b", "b", "c"]
+    y_pred = ["a", "b", "b", "b", "b", "b"]
+    rep = al.class_report(y_true, y_pred, ["a", "b", "c"], {"a": 2, "b": 1})
+    assert rep["a"] == {"f1": pytest.approx(2 * 1 / (1 + 3), abs=1e-4), "predicted": 1, "true": 3, "seeds": 2,
+                        "taken_from": {}}
+    assert rep["b"]["predicted"] == 5 and rep["b"]["f1"] == pytest.approx(2 * 2 / 7, abs=1e-4)
+    assert rep["b"]["taken_from"] == {"a": 2, "c": 1}, "b took two of a's documents and c's one"
+    assert rep["c"] == {"f1": 0.0, "predicted": 0, "true": 1, "seeds": 0, "taken_from": {}}
