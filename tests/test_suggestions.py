@@ -15,7 +15,7 @@ from kafka_utils import Topics, WorkerProcess, producer, read_topic, send_json, 
 from streamsemi.core import datasets
 from streamsemi.core import suggestions as sg
 from streamsemi.core.messages import Document
-from streamsemi.engine import Engine, EngineConfig
+from streamsemi.engine import PRIMARY_MIN_CHECKS, Engine, EngineConfig
 
 SCHEMA = json.loads((Path(__file__).resolve().parents[1] / "docs/schemas/suggestion.schema.json").read_text())
 
@@ -478,6 +478,9 @@ def test_seeds_labelled_from_the_queue_do_not_judge_the_stream_accuracy_nor_the_
     truth = {f"r{i}": ds.labels[i] for i in order}
     for doc_id in queued:
         eng.label(doc_id, [truth[doc_id]])
+    eng.check_seeds()
+    assert len(queued) >= PRIMARY_MIN_CHECKS
+    assert eng._kfold_accuracy and eng.held_out_accuracy() == eng._kfold_accuracy, "queue seeds alone: k-fold"
     others = [f"r{i}" for i in order[40:1000] if f"r{i}" not in set(queued)][:50]
     for doc_id in others:
         eng.label(doc_id, [truth[doc_id]])
