@@ -4,8 +4,8 @@ Issue 14 part 5. Five modes (``python benchmarks/served_quality.py MODE ...``):
 
 ``served`` (default)
     Starts the embedded broker (Tansu) and ``streamsemi run`` as a separate process
-    with its default settings (only ``--algorithms`` is given; the first one is the
-    primary), replays each corpus in a seeded random order (``--docs`` documents, all
+    with its default settings (only ``--algorithms`` is given; with several, the worker's
+    default ``primary = auto`` applies; every algorithm's outputs are scored), replays each corpus in a seeded random order (``--docs`` documents, all
     of them when omitted) at full speed (``--rate 0``) and/or at a given rate, with a
     stratified ``--seed-fraction`` of seeds sent on the control topic just before
     their documents, reads the assignments topic until every (document, algorithm)
