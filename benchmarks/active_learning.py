@@ -334,11 +334,14 @@ def report_of(eng: Engine, ids: list[str], truth: dict[str, str], classes: list[
     return class_report([truth[k] for k in rest], list(pred), classes, eng.seeds.class_counts())
 
 
-def stratified(ids: list[str], truth: dict[str, str], per_class: int, rng: np.random.Generator) -> list[str]:
+def stratified(ids: list[str], truth: dict[str, str], per_class: int, rng: np.random.Generator,
+               fraction: float | None = None) -> list[str]:
+    """``per_class`` random documents of each class, or (``fraction``) ``max(1, round(fraction * n_c))`` of each."""
     out = []
     for c in sorted(set(truth.values())):
         members = [k for k in ids if truth[k] == c]
-        out.extend(rng.choice(members, size=min(per_class, len(members)), replace=False).tolist())
+        size = per_class if fraction is None else max(1, int(round(fraction * len(members))))
+        out.extend(rng.choice(members, size=min(size, len(members)), replace=False).tolist())
     return out
 
 
@@ -351,7 +354,8 @@ def run_arm(arm: str, texts: list[str], labels: list[str], seed: int, args: argp
     eng, ids = windowed(texts, order, cfg)
     truth = {f"d{i}": labels[i] for i in order}
     classes = sorted(set(labels))
-    for k in stratified(ids, truth, args.initial, np.random.default_rng(seed + 1000)):
+    for k in stratified(ids, truth, args.initial, np.random.default_rng(seed + 1000),
+                        getattr(args, "initial_fraction", None)):
         eng.label(k, [truth[k]])
     budget = int(round(args.max_fraction * len(ids)))
     stops = checkpoints(len(ids), budget, args.target_fraction)
@@ -486,9 +490,13 @@ def curves_markdown(out: dict) -> str:
     s = out["settings"]
     lines = ["# Label efficiency of the suggestions", "",
              f"`python benchmarks/active_learning.py curves --corpora {s['corpora']} --seeds {s['seeds']} "
-             f"--k {s['k']} --initial {s['initial']} --algorithms {s['algorithms']}`", "",
+             f"--k {s['k']} --initial {s['initial']} --algorithms {s['algorithms']}"
+             + (f" --initial-fraction {s['initial_fraction']}" if s.get("initial_fraction") else "") + "`", "",
              "Macro-F1 of the primary model on the non-seed documents after each refit, mean (sd) over the seeds; "
-             f"both arms start from {s['initial']} stratified seeds per class and label {s['k']} documents per refit.", ""]
+             "both arms start from "
+             + (f"{s['initial_fraction']:.1%} of each class" if s.get("initial_fraction")
+                else f"{s['initial']} stratified seeds per class")
+             + f" and label {s['k']} documents per refit.", ""]
     for name, res in out["corpora"].items():
         t = res["target"]
         lines += [f"## {name} ({res['documents']} documents, {res['classes']} classes)", "",
@@ -620,6 +628,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--algorithms", default="constrained-kmeans")
     p.add_argument("--k", type=int, default=10, help="documents labelled per refit")
     p.add_argument("--initial", type=int, default=2, help="stratified seeds per class to start from")
+    p.add_argument("--initial-fraction", type=float, default=None,
+                   help="start instead from this stratified fraction of each class (at least 1 per class)")
     p.add_argument("--max-fraction", type=float, default=0.03, help="label budget (fraction of the corpus)")
     p.add_argument("--target-fraction", type=float, default=0.02,
                    help="labelled fraction the target is judged at (a refit happens at exactly its floor)")
