@@ -254,10 +254,12 @@ import argparse
 import json
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from sklearn.metrics import f1_score
 
 from streamsemi.core import suggestions as sg
 from streamsemi.core.datasets import load
@@ -324,15 +326,12 @@ def class_report(y_true: list[str], y_pred: list[str], classes: list[str],
     another's documents shows as many predicted, a low F1 and where they came from).
     """
     yt, yp = np.asarray(y_true, dtype=object), np.asarray(y_pred, dtype=object)
+    f1 = f1_score(yt, yp, labels=classes, average=None, zero_division=0.0)
     out: dict[str, dict[str, Any]] = {}
-    for c in classes:
-        tp = int(np.sum((yt == c) & (yp == c)))
-        n_pred, n_true = int(np.sum(yp == c)), int(np.sum(yt == c))
-        taken, counts = np.unique(yt[(yp == c) & (yt != c)].astype(str), return_counts=True)
-        top = np.argsort(-counts, kind="stable")[:3]
-        out[c] = {"f1": round(2 * tp / (n_pred + n_true), 4) if n_pred + n_true else 0.0, "predicted": n_pred,
-                  "true": n_true, "seeds": int(seeds.get(c, 0)),
-                  "taken_from": {str(taken[j]): int(counts[j]) for j in top}}
+    for c, f in zip(classes, f1, strict=True):
+        taken = sorted(Counter(yt[(yp == c) & (yt != c)].tolist()).items(), key=lambda kv: (-kv[1], str(kv[0])))[:3]
+        out[c] = {"f1": round(float(f), 4), "predicted": int(np.sum(yp == c)), "true": int(np.sum(yt == c)),
+                  "seeds": int(seeds.get(c, 0)), "taken_from": {str(k): int(v) for k, v in taken}}
     return out
 
 

@@ -502,18 +502,19 @@ def mode_served(args: argparse.Namespace) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------- queue (a person works the suggestion queue)
-def _gauges(port: int, name: str) -> dict[str, float]:
-    """``{algorithm: value}`` of the worker's gauge ``name`` (labelled by ``algorithm``)."""
+def _gauges(port: int, names: Sequence[str]) -> dict[str, dict[str, float]]:
+    """``{name: {algorithm: value}}`` of the worker's gauges ``names`` (one read of its ``/metrics``)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    out: dict[str, dict[str, float]] = {name: {} for name in names}
     try:
         _, body = _http(port, "/metrics")
     except OSError:
-        return {}
-    out = {}
-    for line in body.splitlines():
-        if line.startswith(name + "{"):
-            labels, _, value = line.rpartition(" ")
-            alg = labels.split('algorithm="', 1)[1].split('"', 1)[0] if 'algorithm="' in labels else ""
-            out[alg] = float(value)
+        return out
+    for family in text_string_to_metric_families(body):
+        for sample in family.samples:
+            if sample.name in out:
+                out[sample.name][sample.labels.get("algorithm", "")] = float(sample.value)
     return out
 
 
@@ -573,12 +574,14 @@ def queue_annotator(stream: Stream, rounds: int, k: int,
             while _worker_settled(ctx["port"])[1] == before and time.monotonic() - t0 < 300:
                 time.sleep(0.5)   # the labels' refit round (refit_idle_s after them)
             ctx["settle"]()
+            gauges = _gauges(ctx["port"], ("streamsemi_primary", "streamsemi_seed_accuracy",
+                                           "streamsemi_suggested_seed_accuracy"))
             log.append({"round": r, "model_version": version, "labelled": len(picked),
                         "reasons": dict(Counter(m["reason"] for m in picked)),
                         "primary_right": sum(m["label"] == stream.truth(index[m["id"]]) for m in picked),
-                        "primary": [a for a, v in _gauges(ctx["port"], "streamsemi_primary").items() if v == 1],
-                        "seed_accuracy": _gauges(ctx["port"], "streamsemi_seed_accuracy"),
-                        "suggested_seed_accuracy": _gauges(ctx["port"], "streamsemi_suggested_seed_accuracy")})
+                        "primary": [a for a, v in gauges["streamsemi_primary"].items() if v == 1],
+                        "seed_accuracy": gauges["streamsemi_seed_accuracy"],
+                        "suggested_seed_accuracy": gauges["streamsemi_suggested_seed_accuracy"]})
             print(f"  round {r}: labelled {len(picked)} of version {version} {log[-1]['reasons']}, "
                   f"primary now {log[-1]['primary']}", flush=True)
         reader.close()
