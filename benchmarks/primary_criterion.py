@@ -30,18 +30,24 @@ RESULTS = Path(__file__).parent / "results"
 CORPORA = {"r8": "reuters-r8", "r52": "reuters-r52", "20ng": "20newsgroups"}
 
 
+def seeded_predictions(X, y: np.ndarray, seeds: np.ndarray, algorithm: str, rows: np.ndarray) -> np.ndarray:
+    """``algorithm`` (registry defaults) fitted on every row of ``X`` with the labels ``y`` of ``seeds`` only;
+    its most probable class of each of ``rows``."""
+    labels = np.array([None] * len(y), dtype=object)
+    labels[seeds] = y[seeds]
+    est = build_estimator(algorithm).fit(X, labels)
+    return np.asarray(est.classes_)[np.asarray(est.predict_proba(X[rows])).argmax(axis=1)].astype(str)
+
+
 def held_out(X, y: np.ndarray, seeds: np.ndarray, algorithm: str, draw: int) -> tuple[list[str], list[str]]:
     """True and predicted labels of every seed, each predicted by a fit that hid its third of the seeds."""
     fold = np.random.default_rng(draw).permutation(seeds.size) % 3
     truth: list[str] = []
     pred: list[str] = []
     for f in range(3):
-        held, keep = seeds[fold == f], seeds[fold != f]
-        labels = np.array([None] * len(y), dtype=object)
-        labels[keep] = y[keep]
-        est = build_estimator(algorithm).fit(X, labels)
+        held = seeds[fold == f]
         truth += y[held].tolist()
-        pred += np.asarray(est.classes_)[np.asarray(est.predict_proba(X[held])).argmax(axis=1)].astype(str).tolist()
+        pred += seeded_predictions(X, y, seeds[fold != f], algorithm, held).tolist()
     return truth, pred
 
 
@@ -63,10 +69,7 @@ def main(argv: list[str] | None = None) -> int:
             rest = np.setdiff1d(np.arange(n), seeds)
             for alg in args.algorithms.split(","):
                 t, q = held_out(X, y, seeds, alg, draw)
-                labels = np.array([None] * n, dtype=object)
-                labels[seeds] = y[seeds]
-                est = build_estimator(alg).fit(X, labels)
-                pr = np.asarray(est.classes_)[np.asarray(est.predict_proba(X[rest])).argmax(axis=1)].astype(str)
+                pr = seeded_predictions(X, y, seeds, alg, rest)
                 rows.append({"corpus": alias, "draw": draw, "algorithm": alg, "seeds": int(seeds.size),
                              "held_out_accuracy": round(accuracy_score(t, q), 4),
                              "held_out_balanced_accuracy": round(balanced_accuracy_score(t, q), 4),
