@@ -1284,9 +1284,9 @@ class Engine:
         k-fold accuracy over the snapshot's seeds measured at the refit rounds. Seeds
         labelled from the suggestion queue do not count: the queue picks the documents the
         primary model is unsure of (or the others disagree on), so on them every other
-        algorithm looks better than the primary (a user run on R8: constrained k-means 0.20
-        against CLE 0.57, while CLE serves 0.05 macro-F1 less); they are kept apart
-        (``streamsemi_suggested_seed_accuracy``).
+        algorithm looks better than the primary (R8 through the daemon: the primary moved from
+        constrained k-means to CLE after 30-70 queue labels and served 0.042-0.058 less
+        macro-F1, docs/results.md); they are kept apart (``streamsemi_suggested_seed_accuracy``).
         """
         self._run_seed_checks(force=True)
         checks = self._seed_checks

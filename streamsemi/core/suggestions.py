@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -606,7 +606,7 @@ class SuggestionBoard:
         """
         return doc_id in self.published or doc_id in self._recent or doc_id in self.stale
 
-    def _remember(self, ids: Sequence[str]) -> None:
+    def _remember(self, ids: Iterable[str]) -> None:
         recent = self._recent
         for k in ids:
             recent.pop(k, None)
@@ -682,7 +682,7 @@ class SuggestionBoard:
         out.extend((k, None) for k in sorted(self.stale) if k not in new)
         self.stale = set()
         out.extend(new.items())
-        self._remember(list(self.published))
+        self._remember(self.published)
         self.published, self.nbytes = new, nbytes
         return out
 
