@@ -18,6 +18,7 @@ from streamsemi.algorithms.ensemble import (
     Ensemble,
     accuracy_weights,
     heldout_scores,
+    pool_members,
     seed_folds,
     shrink_to_prior,
 )
@@ -139,8 +140,12 @@ def test_heldout_scores_weights_and_probabilities_are_what_the_docstring_says(sc
     np.testing.assert_allclose(ens.weights_, accuracy_weights(np.array(expected), 0.05))
     Xq, _ = corpus(seed=1)
     full = [make_estimator(n, n_new_clusters=0, random_state=4).fit(X, y) for n in members]
-    P = sum(w * est.predict_proba(Xq) for w, est in zip(ens.weights_, full, strict=True))
-    np.testing.assert_allclose(ens.predict_proba(Xq), P)
+    # pooling="relative": each member's row over its largest entry, weighted, rows scaled to sum 1
+    P = sum(w * est.predict_proba(Xq) / est.predict_proba(Xq).max(axis=1, keepdims=True)
+            for w, est in zip(ens.weights_, full, strict=True))
+    np.testing.assert_allclose(ens.predict_proba(Xq), P / P.sum(axis=1, keepdims=True))
+    mean = sum(w * est.predict_proba(Xq) for w, est in zip(ens.weights_, full, strict=True))
+    np.testing.assert_allclose(ens.set_params(pooling="mean").predict_proba(Xq), mean)
     assert list(ens.classes_) == CLASSES and ens.new_clusters_ == []
 
 
@@ -177,6 +182,25 @@ def test_the_prior_decides_without_scored_seeds_and_yields_to_many():
     np.testing.assert_allclose(shrunk.weights_, accuracy_weights(shrunk.scores_, 0.02))
     default = Ensemble(members, prior_seeds=4).fit(X, one)  # prior=None: DEFAULT_PRIOR
     np.testing.assert_allclose(default.scores_, [DEFAULT_PRIOR[m] for m in members])
+
+
+def test_relative_pooling_lets_the_heavier_member_keep_its_first_choice():
+    # a spread-out member (CLE's label-propagation scores) with most of the weight against a sharp one
+    spread = np.array([[0.30, 0.25, 0.25, 0.20], [0.10, 0.60, 0.20, 0.10]])
+    sharp = np.array([[0.00, 0.00, 0.99, 0.01], [0.00, 0.00, 0.99, 0.01]])
+    w = np.array([0.9, 0.1])
+    mean = pool_members([spread, sharp], w, "mean")
+    np.testing.assert_allclose(mean, 0.9 * spread + 0.1 * sharp)
+    assert mean.argmax(axis=1).tolist() == [2, 1]  # the sharp member overrules the heavy one's first row
+    rel = pool_members([spread, sharp], w, "relative")
+    expected = 0.9 * spread / spread.max(axis=1, keepdims=True) + 0.1 * sharp / 0.99
+    np.testing.assert_allclose(rel, expected / expected.sum(axis=1, keepdims=True))
+    assert rel.argmax(axis=1).tolist() == [0, 1]
+    np.testing.assert_allclose(rel.sum(axis=1), 1.0)
+    # a member alone keeps its probabilities; weight 0 is skipped; no weight at all is refused
+    np.testing.assert_allclose(pool_members([spread, sharp], np.array([1.0, 0.0])), spread)
+    with pytest.raises(DegenerateInputError, match="no ensemble member has weight"):
+        pool_members([spread], np.array([0.0]))
 
 
 def test_a_member_that_cannot_fit_gets_no_weight(monkeypatch):
