@@ -15,10 +15,21 @@ documents the ensemble's prediction under several weightings of the same fitted 
   (:data:`~streamsemi.algorithms.ensemble.DEFAULT_PRIOR`, measured on the seed-7 draws of
   this script: judge it on other seeds) as if ``a`` more seeds had been scored
   (``prior1e+06``: the prior alone);
-* ``equal`` and the ``oracle`` best member (macro-F1 on the non-seed documents) for reference.
+* ``equal`` and the ``oracle`` best member (macro-F1 on the non-seed documents) for reference;
+* ``pool_mean`` and ``pool_tempered`` (session 27): the estimator's own weights (``weights_``),
+  the members' probabilities pooled by their plain weighted mean or tempered first to a common
+  mean top probability (the estimator's ``powers_``; :func:`~streamsemi.algorithms.ensemble.pool_members`). ``best`` here is the best
+  member by its fit's own labels (``labels_``, as the robustness table scores the single
+  algorithms), ``member_f1`` by ``predict_proba``.
 
     OMP_NUM_THREADS=1 python benchmarks/ensemble_dev.py --datasets reuters-r8,20ng,reuters-r52 \\
         --json benchmarks/results/ensemble_dev.json
+    OMP_NUM_THREADS=1 python benchmarks/ensemble_dev.py --labels 1.5,2,3 --json benchmarks/results/ensemble_dev_s27_pooling.json
+    OMP_NUM_THREADS=1 python benchmarks/ensemble_dev.py --max-docs 100000 --labels 1,5 --runs 3 \\
+        --datasets reuters-r8-short30,reuters-r52-short30,reuters-r8-w500,reuters-r52-w500,reuters-top30-w500,20ng-w500 \\
+        --json benchmarks/results/ensemble_dev_s27_pooling_full.json
+    OMP_NUM_THREADS=1 python benchmarks/ensemble_dev.py --max-docs 100000 --datasets 20ng,reuters-r8,reuters-r52,reuters-top30 \\
+        --labels 1.5,3 --json benchmarks/results/ensemble_dev_s27_pooling_whole.json
 """
 
 from __future__ import annotations
@@ -35,11 +46,13 @@ from streamsemi.algorithms.ensemble import (
     Ensemble,
     accuracy_weights,
     heldout_scores,
+    pool_members,
     shrink_to_prior,
 )
 from streamsemi.core.features import idf_weights, l2_normalize_rows, tfidf
 from streamsemi.evaluation import metrics
 from streamsemi.evaluation.protocols import PROTOCOLS, make_draw, prepare
+from streamsemi.evaluation.runner import fitted_single_labels
 
 #: ``prior_seeds`` values compared (``prior{a}`` rules: held-out accuracy shrunk toward DEFAULT_PRIOR)
 PRIOR_SEEDS = (1, 3, 10, 30, 1e6)
@@ -185,6 +198,16 @@ def main() -> None:
                        "best": float(np.nanmax(member_f1))}
                 for name, w in rules.items():
                     row[name] = ensemble_f1(est, P_ev, w, y_eval)
+                # session 27: the estimator's weights, its members' probabilities pooled two ways; the best
+                # member by its own fitted labels, as the robustness table scores single algorithms
+                used = [i for i, p in enumerate(P_ev) if p is not None and est.weights_[i] > 0]
+                for pooling, powers in (("mean", None), ("tempered", est.powers_[used])):
+                    P_pool = pool_members([P_ev[i] for i in used], est.weights_[used], powers)
+                    row[f"pool_{pooling}"] = metrics.macro_f1(y_eval, list(est.classes_[P_pool.argmax(axis=1)]))
+                row["member_f1_labels"] = [
+                    np.nan if e is None else metrics.macro_f1(y_eval, list(fitted_single_labels(e, X, ev, False)))
+                    for e in est.estimators_]
+                row["best_labels"] = float(np.nanmax(row["member_f1_labels"]))
                 rows.append(row)
                 if a.cache:
                     Path(a.cache).mkdir(parents=True, exist_ok=True)
@@ -206,6 +229,10 @@ def main() -> None:
     for k in [k for k, v in rows[0].items() if isinstance(v, float) and (k in named or k.startswith(prefixes))]:
         gaps = np.array([r[k] - r["best"] for r in rows])
         print(f"  {k:9s} mean {gaps.mean():+.3f}  worst {gaps.min():+.3f}  below -0.01: {(gaps < -0.01).sum()}")
+    for k in ("pool_mean", "pool_tempered"):
+        gaps = np.array([r[k] - r["best_labels"] for r in rows])
+        print(f"  {k} minus the best member by its labels_: mean {gaps.mean():+.4f}  worst {gaps.min():+.3f}  "
+              f"below -0.01: {(gaps < -0.01).sum()} of {gaps.size}")
     if a.json:
         Path(a.json).write_text(json.dumps({"args": vars(a), "rows": rows}, indent=1) + "\n")
 

@@ -21,6 +21,8 @@ from streamsemi.algorithms.ensemble import (
     pool_members,
     seed_folds,
     shrink_to_prior,
+    temper,
+    tempering_powers,
 )
 from streamsemi.algorithms.semi_ldc import SemiLDC
 
@@ -140,12 +142,22 @@ def test_heldout_scores_weights_and_probabilities_are_what_the_docstring_says(sc
     np.testing.assert_allclose(ens.weights_, accuracy_weights(np.array(expected), 0.05))
     Xq, _ = corpus(seed=1)
     full = [make_estimator(n, n_new_clusters=0, random_state=4).fit(X, y) for n in members]
-    # pooling="relative": each member's row over its largest entry, weighted, rows scaled to sum 1
-    P = sum(w * est.predict_proba(Xq) / est.predict_proba(Xq).max(axis=1, keepdims=True)
-            for w, est in zip(ens.weights_, full, strict=True))
-    np.testing.assert_allclose(ens.predict_proba(Xq), P / P.sum(axis=1, keepdims=True))
+    # pooling="tempered": each member's probabilities raised to the power that brings its mean top
+    # probability on the fit window to the members' average, then the weighted mean
+    tops = [est.predict_proba(X).max(axis=1).mean() for est in full]
+    for est, a in zip(full, ens.powers_, strict=True):
+        Pa = est.predict_proba(X) ** a
+        assert (Pa / Pa.sum(axis=1, keepdims=True)).max(axis=1).mean() == pytest.approx(np.mean(tops), abs=1e-6)
+    P = 0
+    for w, est, a in zip(ens.weights_, full, ens.powers_, strict=True):
+        Pa = est.predict_proba(Xq) ** a
+        P = P + w * Pa / Pa.sum(axis=1, keepdims=True)
+    np.testing.assert_allclose(ens.predict_proba(Xq), P, rtol=1e-6)
     mean = sum(w * est.predict_proba(Xq) for w, est in zip(ens.weights_, full, strict=True))
-    np.testing.assert_allclose(ens.set_params(pooling="mean").predict_proba(Xq), mean)
+    mean_ens = Ensemble(members, n_folds=3, temperature=0.05, heldout_score=score, prior_seeds=0,
+                        pooling="mean", random_state=4).fit(X, y)
+    assert mean_ens.powers_.tolist() == [1.0, 1.0]
+    np.testing.assert_allclose(mean_ens.predict_proba(Xq), mean)
     assert list(ens.classes_) == CLASSES and ens.new_clusters_ == []
 
 
@@ -184,23 +196,38 @@ def test_the_prior_decides_without_scored_seeds_and_yields_to_many():
     np.testing.assert_allclose(default.scores_, [DEFAULT_PRIOR[m] for m in members])
 
 
-def test_relative_pooling_lets_the_heavier_member_keep_its_first_choice():
+def test_tempering_lets_the_heavier_member_keep_its_first_choice():
     # a spread-out member (CLE's label-propagation scores) with most of the weight against a sharp one
-    spread = np.array([[0.30, 0.25, 0.25, 0.20], [0.10, 0.60, 0.20, 0.10]])
-    sharp = np.array([[0.00, 0.00, 0.99, 0.01], [0.00, 0.00, 0.99, 0.01]])
+    spread = np.array([[0.30, 0.25, 0.25, 0.20], [0.10, 0.60, 0.20, 0.10], [0.40, 0.20, 0.20, 0.20]])
+    sharp = np.array([[0.001, 0.001, 0.99, 0.008], [0.001, 0.001, 0.99, 0.008], [0.97, 0.01, 0.01, 0.01]])
     w = np.array([0.9, 0.1])
-    mean = pool_members([spread, sharp], w, "mean")
+    mean = pool_members([spread, sharp], w)
     np.testing.assert_allclose(mean, 0.9 * spread + 0.1 * sharp)
-    assert mean.argmax(axis=1).tolist() == [2, 1]  # the sharp member overrules the heavy one's first row
-    rel = pool_members([spread, sharp], w, "relative")
-    expected = 0.9 * spread / spread.max(axis=1, keepdims=True) + 0.1 * sharp / 0.99
-    np.testing.assert_allclose(rel, expected / expected.sum(axis=1, keepdims=True))
-    assert rel.argmax(axis=1).tolist() == [0, 1]
-    np.testing.assert_allclose(rel.sum(axis=1), 1.0)
+    assert mean.argmax(axis=1).tolist() == [2, 1, 0]  # in row 0 the sharp member overrules the heavy one
+    powers = tempering_powers([spread, sharp])
+    target = (spread.max(axis=1).mean() + sharp.max(axis=1).mean()) / 2
+    assert powers[0] > 1 > powers[1]  # the spread member is sharpened, the sharp one softened
+    for P, a in zip([spread, sharp], powers, strict=True):
+        assert temper(P, a).max(axis=1).mean() == pytest.approx(target, abs=1e-6)
+        # tempering keeps each member's order of classes within a row
+        assert (np.argsort(temper(P, a), axis=1) == np.argsort(P, axis=1)).all()
+    pooled = pool_members([spread, sharp], w, powers)
+    np.testing.assert_allclose(pooled, 0.9 * temper(spread, powers[0]) + 0.1 * temper(sharp, powers[1]))
+    assert pooled.argmax(axis=1).tolist() == [0, 1, 0]
+    np.testing.assert_allclose(pooled.sum(axis=1), 1.0)
+    np.testing.assert_allclose(temper(spread, 1.0), spread)
     # a member alone keeps its probabilities; weight 0 is skipped; no weight at all is refused
-    np.testing.assert_allclose(pool_members([spread, sharp], np.array([1.0, 0.0])), spread)
+    np.testing.assert_allclose(pool_members([spread, sharp], np.array([1.0, 0.0]), powers), temper(spread, powers[0]))
     with pytest.raises(DegenerateInputError, match="no ensemble member has weight"):
         pool_members([spread], np.array([0.0]))
+
+
+def test_tempering_powers_stop_at_their_bounds():
+    uniform = np.full((3, 4), 0.25)  # no power changes a uniform row: its mean top stays 0.25
+    sharp = np.array([[0.97, 0.01, 0.01, 0.01]] * 3)
+    powers = tempering_powers([uniform, sharp], bounds=(0.01, 100.0))
+    assert powers[0] == pytest.approx(100.0)
+    assert temper(sharp, powers[1]).max(axis=1).mean() == pytest.approx((0.25 + 0.97) / 2, abs=1e-6)
 
 
 def test_a_member_that_cannot_fit_gets_no_weight(monkeypatch):

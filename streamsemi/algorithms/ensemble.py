@@ -25,13 +25,16 @@ member suits the window at hand. :class:`Ensemble`
 4. refits every member once on all seeds and pools their ``predict_proba`` with
    those weights over the seeded classes (columns of discovered ``new-N`` clusters are
    dropped and each member's rows renormalised: members are built with
-   ``n_new_clusters=0`` where they take it, so there are none by default). By default
-   (``pooling="relative"``, :func:`pool_members`) each member's row is first divided by
-   its largest entry, so every member gives its own first choice a full vote of its
-   weight whatever the spread of its probabilities: CLE's label-propagation scores
-   (mean top probability 0.13-0.34 in 500-document R52 windows) no longer lose to a
-   Semi-LDC member that holds 3% of the weight but puts 0.97 on its first choice.
-   ``pooling="mean"`` is the plain weighted mean of the probabilities.
+   ``n_new_clusters=0`` where they take it, so there are none by default). The members'
+   probabilities are on different scales (CLE's label-propagation scores have a mean top
+   probability of 0.13-0.34 in 500-document R52 windows, Semi-LDC's 0.95-0.98), so under a
+   plain weighted mean a sharp member with 3% of the weight overrules a spread one with
+   94%. By default (``pooling="tempered"``) each member's probabilities are first raised
+   to a power ``a_m`` and renormalised (temperature scaling, ``1 / a_m`` the temperature),
+   ``a_m`` chosen at fit time so that the member's mean top probability over the window
+   equals the members' average one (:func:`tempering_powers`, :func:`temper`); each member
+   keeps its own ranking of confident and doubtful documents. ``pooling="mean"`` is the
+   plain weighted mean.
 
 Cost: ``(n_folds + 1)`` fits of every member. A member that fails on the full
 seeds (``DegenerateInputError`` on a tiny window, ...) gets weight 0 and is
@@ -107,7 +110,63 @@ def accuracy_weights(accuracy: np.ndarray, temperature: float) -> np.ndarray:
     return w / w.sum()
 
 
-def pool_members(probas: list[np.ndarray], weights: np.ndarray, pooling: str = "relative") -> np.ndarray:
+def temper(P: np.ndarray, power: float) -> np.ndarray:
+    """``P ** power`` with every row scaled to sum 1 (computed in log space; zeros stay 0 for
+    ``power > 0``; ``power = 1`` returns the rows of ``P`` renormalised)."""
+    P = np.asarray(P, dtype=np.float64)
+    with np.errstate(divide="ignore"):
+        Z = power * np.log(P)
+    Z -= Z.max(axis=1, keepdims=True)
+    E = np.exp(Z)
+    return E / E.sum(axis=1, keepdims=True)
+
+
+def mean_top(P: np.ndarray) -> float:
+    """Mean over rows of the largest probability."""
+    return float(np.asarray(P).max(axis=1).mean())
+
+
+def tempering_powers(probas: list[np.ndarray], *, bounds: tuple[float, float] = (1e-3, 1e3)) -> np.ndarray:
+    """Each member's power ``a_m`` such that ``mean_top(temper(P_m, a_m))`` equals the mean over
+    members of ``mean_top(P_m)``.
+
+    ``mean_top(temper(P, a))`` does not decrease with ``a`` (from ``1 / n_classes`` towards
+    the share of rows with a single largest entry), so the power is found by bisection on
+    ``log a`` within ``bounds``; a target the member cannot reach gets the nearer bound.
+
+    Parameters
+    ----------
+    probas : list of ndarray of shape (n_samples, n_classes)
+        Each member's probabilities of the same documents (the fit window).
+    bounds : (float, float)
+        Smallest and largest power.
+
+    Returns
+    -------
+    ndarray of shape (n_members,)
+    """
+    target = float(np.mean([mean_top(P) for P in probas]))
+    lo_b, hi_b = np.log(bounds[0]), np.log(bounds[1])
+    powers = np.ones(len(probas))
+    for m, P in enumerate(probas):
+        lo, hi = lo_b, hi_b
+        if mean_top(temper(P, np.exp(hi))) <= target:
+            powers[m] = np.exp(hi)
+            continue
+        if mean_top(temper(P, np.exp(lo))) >= target:
+            powers[m] = np.exp(lo)
+            continue
+        for _ in range(40):  # |log a| bracket 13.8 / 2**40
+            mid = 0.5 * (lo + hi)
+            if mean_top(temper(P, np.exp(mid))) < target:
+                lo = mid
+            else:
+                hi = mid
+        powers[m] = np.exp(0.5 * (lo + hi))
+    return powers
+
+
+def pool_members(probas: list[np.ndarray], weights: np.ndarray, powers: np.ndarray | None = None) -> np.ndarray:
     """Pool the members' class probabilities with their weights (rows sum to 1).
 
     Parameters
@@ -116,25 +175,19 @@ def pool_members(probas: list[np.ndarray], weights: np.ndarray, pooling: str = "
         Each member's probabilities over the same classes (rows sum to 1).
     weights : ndarray of shape (n_members,)
         The members' weights (sum 1; a member with weight 0 is skipped).
-    pooling : {"relative", "mean"}
-        ``mean``: ``sum_m w_m P_m``. ``relative``: ``sum_m w_m P_m / max_k P_m[:, k]``
-        with every row then scaled to sum 1: each member's row becomes its probabilities
-        relative to its own first choice (1 for that class), so a member's weight, not how
-        spread its probabilities are, decides how much its first choice counts. Members'
-        probabilities are not calibrated against each other (a graph-propagation score
-        and a mixture posterior are different scales), and under ``mean`` the sharpest
-        member wins every row where the heavier ones are spread.
+    powers : ndarray of shape (n_members,) or None
+        Each member's tempering power (:func:`tempering_powers`): ``sum_m w_m temper(P_m, a_m)``.
+        None: the plain weighted mean ``sum_m w_m P_m``.
 
     Returns
     -------
     ndarray of shape (n_samples, n_classes)
     """
-    used = [(float(w), np.asarray(P, dtype=np.float64)) for w, P in zip(weights, probas, strict=True) if w > 0]
+    powers = np.ones(len(probas)) if powers is None else np.asarray(powers, dtype=np.float64)
+    used = [(float(w), P, float(a)) for w, P, a in zip(weights, probas, powers, strict=True) if w > 0]
     if not used:
         raise DegenerateInputError("no ensemble member has weight")
-    if pooling == "mean":
-        return sum(w * P for w, P in used)
-    out = sum(w * P / np.maximum(P.max(axis=1, keepdims=True), 1e-300) for w, P in used)
+    out = sum(w * (np.asarray(P, dtype=np.float64) if a == 1.0 else temper(P, a)) for w, P, a in used)
     return out / out.sum(axis=1, keepdims=True)
 
 
@@ -220,13 +273,15 @@ class Ensemble(ScoresClassifierMixin, StreamsemiEstimator):
         ``balanced_accuracy``; on the 24 + 12 draws of ``benchmarks/ensemble_dev.py``
         (session 22) ``macro_f1`` was below the best member by more than 0.01 on 16 + 6
         draws, ``accuracy`` on 9 + 0 (default members).
-    pooling : {"relative", "mean"}, default="relative"
+    pooling : {"tempered", "mean"}, default="tempered"
         How the members' probabilities are combined (:func:`pool_members`): each member's
-        row divided by its largest entry, then the weighted sum renormalised, or the plain
-        weighted mean. ``relative`` was chosen on development draws no protocol reports
-        (seed 7, session 27; docs/algorithms/ensemble.md): against ``mean``, +0.0017 mean
-        macro-F1 on 24 draws of 1,200 documents and +0.0038 on 36 full-size 500-document
-        window and 30-word draws.
+        probabilities tempered to the members' average mean top probability on the fit
+        window (:func:`tempering_powers`), then the weighted mean; or the plain weighted
+        mean. ``tempered`` was chosen on development draws no protocol reports (seed 7,
+        session 27; docs/algorithms/ensemble.md): ensemble minus the best member, mean
+        over 24 draws of 1,200 documents, 36 full-size 500-document-window and 30-word
+        draws and 8 whole-corpus draws: +0.002 / +0.003 / +0.006 against -0.003 / -0.004
+        / +0.003 with ``mean``.
     random_state : int >= 0 or None, default=0
         Seed of the fold split, passed to every member that takes one.
 
@@ -255,6 +310,8 @@ class Ensemble(ScoresClassifierMixin, StreamsemiEstimator):
         prior (``prior_seeds``); NaN where the full fit failed.
     weights_ : ndarray of shape (n_members,)
         The members' weights (sum 1).
+    powers_ : ndarray of shape (n_members,)
+        Each member's tempering power (1 for ``pooling="mean"`` and for failed members).
     member_errors_ : dict
         Member -> ``"ExceptionType: message"`` of a failed full fit.
     n_features_in_ : int
@@ -268,13 +325,13 @@ class Ensemble(ScoresClassifierMixin, StreamsemiEstimator):
         "prior": [dict, None],
         "prior_seeds": [Interval(Real, 0, None, closed="left")],
         "heldout_score": [StrOptions({"balanced_accuracy", "accuracy", "macro_f1"})],
-        "pooling": [StrOptions({"relative", "mean"})],
+        "pooling": [StrOptions({"tempered", "mean"})],
         "random_state": RANDOM_STATE,
     }
 
     def __init__(self, members: list[str] | None = None, *, n_folds: int = 3, temperature: float = 0.02,
                  member_params: dict[str, dict[str, Any]] | None = None, prior: dict[str, float] | None = None,
-                 prior_seeds: float = 30.0, heldout_score: str = "accuracy", pooling: str = "relative",
+                 prior_seeds: float = 30.0, heldout_score: str = "accuracy", pooling: str = "tempered",
                  random_state: int | None = 0) -> None:
         self.members = members
         self.n_folds = n_folds
@@ -373,6 +430,10 @@ class Ensemble(ScoresClassifierMixin, StreamsemiEstimator):
         self.members_ = names
         self.new_clusters_: list[str] = []
         self.classes_ = classes
+        self.powers_ = np.ones(len(names))
+        fitted = [m for m, est in enumerate(self.estimators_) if est is not None]
+        if self.pooling == "tempered" and len(fitted) > 1:
+            self.powers_[fitted] = tempering_powers([self._member_proba(self.estimators_[m], X) for m in fitted])
         return self
 
     def _prior_of(self, names: list[str]) -> np.ndarray:
@@ -394,9 +455,9 @@ class Ensemble(ScoresClassifierMixin, StreamsemiEstimator):
         """The members' class probabilities pooled with their weights (:func:`pool_members`;
         columns follow ``classes_``)."""
         X = self._validate_counts(X, reset=False)
-        used = [(w, est) for w, est in zip(self.weights_, self.estimators_, strict=True) if est is not None and w > 0]
-        return pool_members([self._member_proba(est, X) for _, est in used],
-                            np.array([w for w, _ in used]), self.pooling)
+        used = [m for m, est in enumerate(self.estimators_) if est is not None and self.weights_[m] > 0]
+        return pool_members([self._member_proba(self.estimators_[m], X) for m in used],
+                            self.weights_[used], self.powers_[used])
 
     def _scores(self, X: Any) -> np.ndarray:
         return self.predict_proba(X)
@@ -419,4 +480,4 @@ class Ensemble(ScoresClassifierMixin, StreamsemiEstimator):
 
 
 __all__ = ["DEFAULT_MEMBERS", "DEFAULT_MEMBER_PARAMS", "Ensemble", "accuracy_weights", "heldout_scores",
-           "pool_members", "seed_folds"]
+           "pool_members", "seed_folds", "temper", "tempering_powers"]
