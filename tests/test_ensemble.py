@@ -222,6 +222,21 @@ def test_tempering_lets_the_heavier_member_keep_its_first_choice():
         pool_members([spread], np.array([0.0]))
 
 
+def test_a_model_from_an_earlier_checkpoint_without_powers_pools_by_the_mean():
+    from streamsemi.service.checkpoint import estimator_state, restore_estimator
+
+    X, y = corpus()
+    ens = Ensemble(["constrained-kmeans", "fsl-ck"], temperature=1.0, random_state=0).fit(X, y)
+    assert not np.allclose(ens.powers_, 1.0)
+    state, arrays = estimator_state(ens)
+    restored = restore_estimator(state, arrays)
+    np.testing.assert_allclose(restored.predict_proba(X), ens.predict_proba(X))
+    del state["attrs"]["powers_"]  # written before session 27
+    old = restore_estimator(state, arrays)
+    mean = sum(w * e.predict_proba(X) for w, e in zip(ens.weights_, ens.estimators_, strict=True))
+    np.testing.assert_allclose(old.predict_proba(X), mean)
+
+
 def test_tempering_powers_stop_at_their_bounds():
     uniform = np.full((3, 4), 0.25)  # no power changes a uniform row: its mean top stays 0.25
     sharp = np.array([[0.97, 0.01, 0.01, 0.01]] * 3)

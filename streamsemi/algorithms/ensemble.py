@@ -456,8 +456,10 @@ class Ensemble(ScoresClassifierMixin, StreamsemiEstimator):
         columns follow ``classes_``)."""
         X = self._validate_counts(X, reset=False)
         used = [m for m, est in enumerate(self.estimators_) if est is not None and self.weights_[m] > 0]
+        # a model restored from a checkpoint of an earlier version has no powers_: it pools by the plain mean
+        powers = getattr(self, "powers_", None)
         return pool_members([self._member_proba(self.estimators_[m], X) for m in used],
-                            self.weights_[used], self.powers_[used])
+                            self.weights_[used], None if powers is None else powers[used])
 
     def _scores(self, X: Any) -> np.ndarray:
         return self.predict_proba(X)
