@@ -238,7 +238,7 @@ def heldout_scores(correct: np.ndarray, predicted: np.ndarray, support: np.ndarr
 
 
 class Ensemble(ScoresClassifierMixin, StreamsemiEstimator):
-    """Weighted average of single-label algorithms' probabilities, weights from held-out seeds.
+    """Single-label algorithms' probabilities pooled with weights from held-out seeds.
 
     Parameters
     ----------
