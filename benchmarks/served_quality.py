@@ -91,6 +91,7 @@ import argparse
 import json
 import os
 import platform
+import shlex
 import subprocess
 import sys
 import threading
@@ -486,7 +487,8 @@ def mode_served(args: argparse.Namespace) -> dict[str, Any]:
             if raw_path is not None:
                 run = json.loads(raw_path.read_text())
             else:
-                run = served_run(stream, algorithms, rate, args.idle, args.timeout, work_dir, int(np.sum(keep)))
+                run = served_run(stream, algorithms, rate, args.idle, args.timeout, work_dir, int(np.sum(keep)),
+                                 worker_args=shlex.split(args.worker_args))
                 raw_path = work_dir / f"raw-{alias}-{rate:g}.json"
                 raw_path.write_text(json.dumps(run))
             print(f"  raw records: {raw_path} (rescore with --from-raw)", flush=True)
@@ -1130,6 +1132,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-write", action="store_true", help="print only")
     p.add_argument("--primaries", default="auto",
                    help="queue: comma-separated --primary settings, one run each (e.g. auto,constrained-kmeans)")
+    p.add_argument("--worker-args", default="",
+                   help="served: more `streamsemi run` options, e.g. '--window-max-docs 500' (the batch figure "
+                        "still fits on every document)")
     p.add_argument("--rounds", type=int, default=10, help="queue: rounds of labelling")
     p.add_argument("--k", type=int, default=10, help="queue: suggestions labelled per round")
     p.add_argument("--budget", type=int, default=None,
