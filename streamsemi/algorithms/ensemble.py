@@ -130,9 +130,10 @@ def tempering_powers(probas: list[np.ndarray], *, bounds: tuple[float, float] = 
     """Each member's power ``a_m`` such that ``mean_top(temper(P_m, a_m))`` equals the mean over
     members of ``mean_top(P_m)``.
 
-    ``mean_top(temper(P, a))`` does not decrease with ``a`` (from ``1 / n_classes`` towards
-    the share of rows with a single largest entry), so the power is found by bisection on
-    ``log a`` within ``bounds``; a target the member cannot reach gets the nearer bound.
+    ``mean_top(temper(P, a))`` does not decrease with ``a``: as ``a -> 0`` every row tends to
+    uniform over its non-zero entries, as ``a`` grows to uniform over the entries tied at its
+    maximum. So the power is found by bisection on ``log a`` within ``bounds``; a target the
+    member cannot reach gets the nearer bound.
 
     Parameters
     ----------
@@ -156,7 +157,7 @@ def tempering_powers(probas: list[np.ndarray], *, bounds: tuple[float, float] = 
         if mean_top(temper(P, np.exp(lo))) >= target:
             powers[m] = np.exp(lo)
             continue
-        for _ in range(40):  # |log a| bracket 13.8 / 2**40
+        for _ in range(40):  # the bracket on log a shrinks from 13.8 to 13.8 / 2**40
             mid = 0.5 * (lo + hi)
             if mean_top(temper(P, np.exp(mid))) < target:
                 lo = mid
