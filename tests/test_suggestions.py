@@ -581,12 +581,15 @@ def test_worker_publishes_suggestions_after_its_first_refit_and_a_seed_tombstone
         assert worker.terminate() == 0
 
 
-def _benchmark_module():
+def _benchmark_module(name: str = "active_learning"):
+    """``benchmarks/<name>.py`` imported as a module (registered in ``sys.modules``: the
+    dataclasses of served_quality look their module up)."""
     import importlib.util
 
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "active_learning.py"
-    spec = importlib.util.spec_from_file_location("active_learning_bench", path)
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"{name}_bench", path)
     mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
     spec.loader.exec_module(mod)
     return mod
 
@@ -610,19 +613,8 @@ def test_label_efficiency_curves_stop_at_exactly_the_target_fraction():
     assert al.at_fraction(curve, 0.02) == 0.80 and al.first_reaching(curve, 0.78) == 97 / 4869
 
 
-def _served_quality_module():
-    import importlib.util
-
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "served_quality.py"
-    spec = importlib.util.spec_from_file_location("served_quality_bench", path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod   # its dataclasses look their module up
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def test_queue_benchmark_scores_what_the_primary_serves_on_documents_nobody_labelled():
-    sq = _served_quality_module()
+    sq = _benchmark_module("served_quality")
     ds = datasets.load("reuters-r8")
     order = list(range(6))
     stream = sq.Stream("r8", ds, order, {0}, 0.01)
