@@ -496,6 +496,17 @@ def test_roles_refitter_publishes_per_stream_and_the_assigner_serves_each_stream
         assert sum(m["label"] == truth[m["id"]][1] for m in out) >= 0.9 * len(out)
         keys = {r.key.decode().split("/")[0] for r in read_topic(broker.bootstrap, models_topic, idle=1.5)}
         assert keys == {"news", "tech"}
+        # the leader publishes each stream's suggestion queue (issue 15), tagged with the stream
+        def queued() -> dict[str, str]:
+            live: dict[str, str] = {}
+            for r in read_topic(broker.bootstrap, topics.suggestions, timeout=10, idle=1.0):
+                live.pop(r.key.decode(), None)
+                if r.value is not None:
+                    live[r.key.decode()] = json.loads(r.value)["stream"]
+            return live
+
+        assert wait_until(lambda: set(queued().values()) == {"news", "tech"}, 30)
+        assert all(truth[k][0] == stream for k, stream in queued().items())
         dead = _values(read_topic(broker.bootstrap, topics.deadletter, expect=1, timeout=30))
         assert [d["reason"] for d in dead] == ["unknown_stream"]
         # a refit of tech alone: tech's version moves to 2 on both sides, news stays at 1

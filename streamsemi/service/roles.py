@@ -61,7 +61,7 @@ from streamsemi.service.models_topic import (
     ModelsReader,
     Publication,
 )
-from streamsemi.service.worker import Worker
+from streamsemi.service.worker import Worker, _loopback, adopt_suggestions
 
 log = logging.getLogger("streamsemi.service.roles")
 
@@ -141,6 +141,10 @@ class AssignWorker(Worker):
     def _make_models_reader(self) -> ModelsReader:
         return ModelsReader(self.settings, self.engine.config, on_error=self.broker_error,
                             on_reject=lambda reason: self.roles.rejected.labels(reason).inc())
+
+    def _adopt_suggestions(self, timeout_s: float = 10.0) -> None:
+        """Nothing: the queue is the leading refitter's (an assigner holds no window, so adopting would
+        tombstone every suggestion on the topic)."""
 
     def step(self) -> None:
         self._swap()
@@ -298,8 +302,10 @@ class Refitter:
 
     def start(self) -> None:
         s = self.settings
+        # /suggestions carries document snippets: only on a loopback address (this server has no token)
+        routes = {"/suggestions": self.engine.suggestions} if _loopback(s.metrics_host) else {}
         self.http = StatusServer(s.metrics_host, s.metrics_port, self.telemetry.registry, self.health,
-                                 self.readiness).start()
+                                 self.readiness, routes).start()
         ensure_topics(s)
         ensure_role_topics(s)
         event(log, "refitter_starting", worker=self.instance_id, algorithms=s.algorithm_list,
@@ -414,12 +420,18 @@ class Refitter:
             self.roles.leader.labels(self.instance_id).set(1)
             event(log, "refit_leader_elected", worker=self.instance_id, latest_published=self.published_version,
                   next_version=e.version + 1, window=len(e.window), seeds=len(e.seeds))
+            self._take_over_suggestions()
         elif not elected and self.leading:
             self.leading = False
             self.engine.refits_enabled = False
             self.roles.leader.labels(self.instance_id).set(0)
             event(log, "refit_leadership_lost", logging.WARNING, worker=self.instance_id,
                   published_version=self.published_version)
+
+    def _take_over_suggestions(self) -> None:
+        """A new leader takes the suggestion queue over: what the topic holds (a previous leader's, or its own from
+        an earlier term) is tombstoned unless its rounds rank it again, as a restarted worker does."""
+        adopt_suggestions(self.settings, self.engine)
 
     def _adopt(self) -> None:
         """Standbys (and a leader that sees a newer version than its own) take published models into their engine."""
@@ -499,12 +511,15 @@ class Refitter:
         self._send_dead(dead)
 
     def _settle_control_outputs(self) -> None:
-        """The leader re-emits resolved seeds and dead-letters expired labels; standbys drop theirs (no duplicates)."""
+        """The leader re-emits resolved seeds, dead-letters expired labels and publishes its suggestion queue;
+        standbys drop theirs (no duplicates; they rank nothing, so their boards stay empty)."""
         resolved = self.engine.drain_resolved()
         dead = self.engine.drain_dead()
         clusters = self.engine.drain_cluster_events()
         if not self.leading:
             return
+        for doc_id, msg in self.engine.suggestion_updates():  # after each round, tombstones between (docs/suggestions.md)
+            self._send(self.settings.suggestions_topic, encode_key(doc_id), None if msg is None else encode_json(msg))
         for ev in clusters:  # lifecycle events of the leader's refit rounds (docs/clusters.md)
             self._send(self.settings.clusters_topic, cluster_event_key(ev), encode_json(ev))
         for seed in resolved:

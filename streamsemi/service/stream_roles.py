@@ -138,6 +138,7 @@ class StreamRefitter(Refitter):
             self.roles.leader.labels(self.instance_id).set(1)
             event(log, "refit_leader_elected", worker=self.instance_id, latest_published=self.published_versions,
                   streams=sorted(self.engine.engines))
+            self._take_over_suggestions()
         elif not elected and self.leading:
             self.leading = False
             self.engine.refits_enabled = False

@@ -126,6 +126,56 @@ def _error(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"[:MAX_ERROR_CHARS]
 
 
+def live_suggestion_ids(settings: Settings, timeout_s: float = 10.0) -> list[str]:
+    """The ids with a live suggestion on ``settings.suggestions_topic`` (the newest last).
+
+    Reads the compacted topic once (at most ``timeout_s``): a tombstone removes its id,
+    and at most ``STALE_FACTOR * suggestions_top_n`` (the newest) are kept. A broker
+    failure is logged (``suggestions_adopt_failed``) and returns what was read.
+    """
+    t0 = time.monotonic()
+    bound = sg.STALE_FACTOR * settings.suggestions_top_n
+    live: dict[str, bool] = {}
+    reader = None
+    try:
+        reader = make_reader(settings, client_id="streamsemi-suggestions")
+        tps = assign_all(reader, settings.suggestions_topic, timeout_s=timeout_s)
+        end = reader.end_offsets(tps)
+        left = {tp for tp in tps if end.get(tp)}
+        while left and time.monotonic() - t0 < timeout_s:
+            for records in reader.poll(timeout_ms=300, max_records=5000).values():
+                for r in records:
+                    if r.key is None:
+                        continue
+                    key = r.key.decode("utf-8", "replace")
+                    live.pop(key, None)
+                    if r.value is not None:
+                        live[key] = True
+                        if len(live) > bound:
+                            live.pop(next(iter(live)))
+            left = {tp for tp in left if reader.position(tp) < end[tp]}
+    except (KafkaError, ConnectionError) as exc:
+        event(log, "suggestions_adopt_failed", logging.WARNING, error=_error(exc))
+    finally:
+        if reader is not None:
+            reader.close()
+    return list(live)
+
+
+def adopt_suggestions(settings: Settings, engine: Any, timeout_s: float = 10.0) -> None:
+    """Hand the suggestions a previous ranker left on the topic to ``engine``'s board (no-op with ``suggestions_top_n = 0``).
+
+    The board tombstones them: at once those not open in the window (out of it, or
+    seeded), the others at its first ranking unless ranked again. Called by a worker at
+    start and by a refitter when it becomes the leader (the previous leader's queue).
+    """
+    if not settings.suggestions_top_n:
+        return
+    t0 = time.monotonic()
+    n = engine.suggestion_board.adopt(live_suggestion_ids(settings, timeout_s))
+    event(log, "suggestions_adopted", ids=n, seconds=round(time.monotonic() - t0, 3))
+
+
 class Worker:
     """Long-running streamsemi worker.
 
@@ -692,42 +742,8 @@ class Worker:
                   topic=value.get("topic"), partition=value.get("partition"), offset=value.get("offset"))
 
     def _adopt_suggestions(self, timeout_s: float = 10.0) -> None:
-        """The ids a previous run left on the suggestions topic: tombstoned unless ranked again (docs/suggestions.md).
-
-        Reads the topic once at start (at most ``timeout_s``; the newest ids, bounded by
-        the board); a failure is logged and only leaves stale suggestions behind.
-        """
-        s = self.settings
-        if not s.suggestions_top_n:
-            return
-        t0 = time.monotonic()
-        bound = sg.STALE_FACTOR * s.suggestions_top_n
-        live: dict[str, bool] = {}
-        reader = None
-        try:
-            reader = make_reader(s, client_id="streamsemi-suggestions")
-            tps = assign_all(reader, s.suggestions_topic, timeout_s=timeout_s)
-            end = reader.end_offsets(tps)
-            left = {tp for tp in tps if end.get(tp)}
-            while left and time.monotonic() - t0 < timeout_s:
-                for records in reader.poll(timeout_ms=300, max_records=5000).values():
-                    for r in records:
-                        if r.key is None:
-                            continue
-                        key = r.key.decode("utf-8", "replace")
-                        live.pop(key, None)
-                        if r.value is not None:
-                            live[key] = True
-                            if len(live) > bound:
-                                live.pop(next(iter(live)))
-                left = {tp for tp in left if reader.position(tp) < end[tp]}
-        except (KafkaError, ConnectionError) as exc:
-            event(log, "suggestions_adopt_failed", logging.WARNING, error=_error(exc))
-        finally:
-            if reader is not None:
-                reader.close()
-        n = self.engine.suggestion_board.adopt(list(live))
-        event(log, "suggestions_adopted", ids=n, seconds=round(time.monotonic() - t0, 3))
+        """The ids a previous run left on the suggestions topic: tombstoned unless ranked again (docs/suggestions.md)."""
+        adopt_suggestions(self.settings, self.engine, timeout_s)
 
     def _emit_suggestions(self) -> None:
         """Label suggestions after a refit round, tombstones for labelled ones (compacted topic, key = id)."""
