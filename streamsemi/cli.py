@@ -180,24 +180,46 @@ def cmd_name(args: argparse.Namespace) -> int:
     return 0
 
 
+def tail_line(key: bytes | None, value: bytes | None) -> str:
+    """One record as ``streamsemi tail`` prints it: its JSON value, or for a tombstone (null value, a
+    compacted topic's delete) ``{"key": ..., "tombstone": true}`` so the deleted key shows."""
+    if value is not None:
+        return value.decode("utf-8", "replace")
+    return json.dumps({"key": None if key is None else key.decode("utf-8", "replace"), "tombstone": True})
+
+
+def keep_latest(table: dict[Any, bytes | None], key: bytes | None, value: bytes | None) -> None:
+    """Update ``table`` (a compacted topic read as a table) with one record: the key's last value moves to the
+    end; a keyless record is a row of its own."""
+    k: Any = key if key is not None else object()
+    table.pop(k, None)
+    table[k] = value
+
+
 def cmd_tail(args: argparse.Namespace) -> int:
     from streamsemi.service.kafka_io import assign_all, make_reader
 
+    if args.live and args.follow:
+        print("streamsemi tail: --live prints the table once the topic is read; it cannot --follow", file=sys.stderr)
+        return 2
     settings = _client_settings(args)
     topic = args.topic or settings.assignments_topic
     consumer = make_reader(settings)
     assign_all(consumer, topic)
     seen = 0
     last = time.monotonic()
+    table: dict[Any, bytes | None] = {}  # --live: the latest value per key (what compaction would keep)
     try:
-        while args.limit is None or seen < args.limit:
+        while args.live or args.limit is None or seen < args.limit:
             batch = consumer.poll(timeout_ms=500)
             if batch:
                 last = time.monotonic()
             for records in batch.values():
                 for r in records:
-                    value = r.value.decode("utf-8", "replace") if r.value is not None else "null"
-                    sys.stdout.write(value + "\n")
+                    if args.live:
+                        keep_latest(table, r.key, r.value)
+                        continue
+                    sys.stdout.write(tail_line(r.key, r.value) + "\n")
                     seen += 1
                     if args.limit is not None and seen >= args.limit:
                         break
@@ -208,6 +230,11 @@ def cmd_tail(args: argparse.Namespace) -> int:
         pass
     finally:
         consumer.close()
+    if args.live:
+        rows = [v for v in table.values() if v is not None]  # tombstoned keys left out
+        for value in rows[-args.limit:] if args.limit is not None else rows:
+            sys.stdout.write(value.decode("utf-8", "replace") + "\n")
+        sys.stdout.flush()
     return 0
 
 
@@ -316,6 +343,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--limit", type=int, default=None)
     p.add_argument("--timeout", type=float, default=10.0, help="stop after this many idle seconds")
     p.add_argument("--follow", action="store_true")
+    p.add_argument("--live", action="store_true",
+                   help="read the topic as a table (a compacted topic: suggestions, clusters, labels): the latest "
+                        "value per key, deleted keys left out; --limit keeps the newest rows")
     p.set_defaults(func=cmd_tail)
 
     p = sub.add_parser("console", help="web console: suggestions, clusters, seeds; writes control messages")

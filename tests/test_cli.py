@@ -75,6 +75,31 @@ def test_tail_prints_json_lines(broker):
     assert sorted(m["id"] for m in lines) == ["x0", "x1", "x2"]
 
 
+def test_tail_shows_tombstones_with_their_key_and_live_reads_a_compacted_topic_as_a_table(broker):
+    from kafka_utils import producer
+
+    topics = Topics()
+    topics.create(broker.bootstrap)
+    p = producer(broker.bootstrap)
+    records = [(doc_id, {"id": doc_id, "rank": rank}) for doc_id, rank in (("s1", 0), ("s2", 1), ("s3", 2), ("s1", 5))]
+    records += [("s2", None), (None, {"id": "keyless", "rank": 9})]  # s2 was labelled: its suggestion is deleted
+    for key, value in records:  # one partition: the order of the table is the order of writing
+        p.send(topics.suggestions, key=None if key is None else key.encode(),
+               value=None if value is None else json.dumps(value).encode(), partition=0)
+    p.flush()
+    flags = ["--bootstrap-servers", broker.bootstrap, "--topic", topics.suggestions, "--timeout", "5"]
+    plain = [json.loads(line) for line in run("tail", *flags).stdout.splitlines()]
+    assert plain[4] == {"key": "s2", "tombstone": True} and len(plain) == 6
+    live = run("tail", *flags, "--live")
+    assert live.returncode == 0
+    assert [json.loads(line) for line in live.stdout.splitlines()] == [
+        {"id": "s3", "rank": 2}, {"id": "s1", "rank": 5}, {"id": "keyless", "rank": 9}]
+    newest = run("tail", *flags, "--live", "--limit", "1")
+    assert [json.loads(line) for line in newest.stdout.splitlines()] == [{"id": "keyless", "rank": 9}]
+    refused = run("tail", *flags, "--live", "--follow")
+    assert refused.returncode == 2 and "--live" in refused.stderr
+
+
 def test_unreachable_broker_gives_a_clear_error():
     port = free_port()
     out = run("produce", "--bootstrap-servers", f"127.0.0.1:{port}", "--corpus", "reuters-r8", "--limit", "1",
