@@ -511,6 +511,19 @@ def test_seeds_labelled_from_the_queue_do_not_judge_the_stream_accuracy_nor_the_
     assert eng.primary == other
 
 
+@pytest.mark.parametrize(("host", "served"), [("127.0.0.1", True), ("localhost", True), ("::1", True),
+                                             ("0.0.0.0", False), ("10.1.2.3", False), ("::", False)])
+def test_suggestions_route_only_on_a_loopback_metrics_host(host, served):
+    """Snippets are document text and the metrics server has no token: worker and refitter serve
+    ``/suggestions`` on a loopback address only."""
+    from streamsemi.service.config import resolve
+    from streamsemi.service.worker import suggestion_routes
+
+    eng = Engine(EngineConfig(algorithms=["constrained-kmeans"]))
+    routes = suggestion_routes(resolve({"metrics_host": host}), eng)
+    assert (routes == {"/suggestions": eng.suggestions}) is served
+
+
 # ---------------------------------------------------------------- a real worker on the embedded broker
 def test_worker_publishes_suggestions_after_its_first_refit_and_a_seed_tombstones_one(broker, tmp_path):
     topics = Topics()

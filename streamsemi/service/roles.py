@@ -61,7 +61,7 @@ from streamsemi.service.models_topic import (
     ModelsReader,
     Publication,
 )
-from streamsemi.service.worker import Worker, _loopback, adopt_suggestions
+from streamsemi.service.worker import Worker, adopt_suggestions, suggestion_routes
 
 log = logging.getLogger("streamsemi.service.roles")
 
@@ -302,10 +302,8 @@ class Refitter:
 
     def start(self) -> None:
         s = self.settings
-        # /suggestions carries document snippets: only on a loopback address (this server has no token)
-        routes = {"/suggestions": self.engine.suggestions} if _loopback(s.metrics_host) else {}
         self.http = StatusServer(s.metrics_host, s.metrics_port, self.telemetry.registry, self.health,
-                                 self.readiness, routes).start()
+                                 self.readiness, suggestion_routes(s, self.engine)).start()
         ensure_topics(s)
         ensure_role_topics(s)
         event(log, "refitter_starting", worker=self.instance_id, algorithms=s.algorithm_list,

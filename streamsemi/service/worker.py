@@ -126,6 +126,12 @@ def _error(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"[:MAX_ERROR_CHARS]
 
 
+def suggestion_routes(settings: Settings, engine: Any) -> dict[str, Any]:
+    """The metrics server's ``/suggestions`` route (the published queue as JSON), only on a loopback
+    ``metrics_host``: it carries document snippets and that server has no token."""
+    return {"/suggestions": engine.suggestions} if _loopback(settings.metrics_host) else {}
+
+
 def live_suggestion_ids(settings: Settings, timeout_s: float = 10.0) -> list[str]:
     """The ids with a live suggestion on ``settings.suggestions_topic`` (the newest last).
 
@@ -270,10 +276,8 @@ class Worker:
 
     def start(self) -> None:
         s = self.settings
-        # /suggestions carries document snippets: only on a loopback address (this server has no token)
-        routes = {"/suggestions": self.engine.suggestions} if _loopback(s.metrics_host) else {}
         self.http = StatusServer(s.metrics_host, s.metrics_port, self.telemetry.registry, self.health,
-                                 self.readiness, routes).start()
+                                 self.readiness, suggestion_routes(s, self.engine)).start()
         if self.fitter is not None:
             self.fitter.start()  # it imports the algorithms while the worker connects
         created = ensure_topics(s)
