@@ -125,6 +125,18 @@ def read_topic(bootstrap: str, topic: str, expect: int | None = None, timeout: f
     return out
 
 
+def read_table(bootstrap: str, topic: str, timeout: float = 10.0, idle: float = 1.0) -> dict[str, dict]:
+    """A compacted topic as its readers see it: the last JSON value per key, keys whose last record is a
+    tombstone left out."""
+    table: dict[str, dict] = {}
+    for r in read_topic(bootstrap, topic, timeout=timeout, idle=idle):
+        key = r.key.decode()
+        table.pop(key, None)
+        if r.value is not None:
+            table[key] = json.loads(r.value)
+    return table
+
+
 def committed_offsets(bootstrap: str, topic: str, group: str) -> dict[int, int | None]:
     from kafka import KafkaConsumer
 

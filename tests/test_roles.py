@@ -15,7 +15,15 @@ from dataclasses import dataclass
 
 import numpy as np
 import pytest
-from kafka_utils import Topics, WorkerProcess, producer, read_topic, send_json, wait_until
+from kafka_utils import (
+    Topics,
+    WorkerProcess,
+    producer,
+    read_table,
+    read_topic,
+    send_json,
+    wait_until,
+)
 
 from streamsemi.core.messages import Document
 from streamsemi.engine import Engine, EngineConfig
@@ -270,10 +278,12 @@ def _stop(*workers: WorkerProcess) -> None:
 
 
 @pytest.mark.slow
-def test_one_refitter_three_assigners_same_labels_and_a_rebalance_without_loss(broker, tmp_path):
+def test_one_refitter_three_assigners_same_labels_a_rebalance_without_loss_and_the_leaders_queue(broker, tmp_path):
     """Every document gets its output; per model version every worker gives one document the same label.
 
-    Then an assigner joins and one leaves (SIGTERM) while documents flow: none is lost.
+    Then an assigner joins and one leaves (SIGTERM) while documents flow: none is lost. The leader ranks
+    and publishes the suggestion queue (issue 15); the assigner that joins later holds no window and must
+    not tombstone it at its start; a seed of a suggested document removes its suggestion.
     """
     topics = _setup(broker)
     rng = random.Random(1)
@@ -312,6 +322,12 @@ def test_one_refitter_three_assigners_same_labels_and_a_rebalance_without_loss(b
         assert served == [float(version)] * 3
         assert refit.metric("streamsemi_serving_model_version", {"role": "refit"}) == version
         assert refit.metric("streamsemi_refit_leader") == 1
+        assert wait_until(lambda: len(read_table(broker.bootstrap, topics.suggestions)) >= 10, 60), "no queue"
+        queue = read_table(broker.bootstrap, topics.suggestions)
+        assert set(queue) <= set(ids), "suggestions are window documents, never seeds"
+        assert all(m["id"] == k and m["algorithm"] == "constrained-kmeans" and m["reason"] for k, m in queue.items())
+        code, body = refit.get("/suggestions")
+        assert code == 200 and {m["id"] for m in json.loads(body)} == set(queue)
 
         # rebalance: one joins, one leaves, documents keep flowing
         late = _role(broker, topics, "assign", tmp_path, "assign-3").start()
@@ -324,56 +340,13 @@ def test_one_refitter_three_assigners_same_labels_and_a_rebalance_without_loss(b
         missing = set(more) - {o["id"] for o in out}
         assert not missing, f"{len(missing)} documents lost in the rebalance"
         assert any(o["worker"] == "assign-3" for o in out if o["id"] in set(more))
-    finally:
-        _stop(*workers)
-
-
-def _live_suggestions(broker, topics: Topics) -> dict[str, dict]:
-    """The suggestions topic as a compacted topic reads: the last value per key, tombstones removed."""
-    live: dict[str, dict] = {}
-    for r in read_topic(broker.bootstrap, topics.suggestions, timeout=10, idle=1.0):
-        key = r.key.decode()
-        live.pop(key, None)
-        if r.value is not None:
-            live[key] = json.loads(r.value)
-    return live
-
-
-@pytest.mark.slow
-def test_leading_refitter_publishes_the_suggestion_queue_and_a_new_assigner_leaves_it(broker, tmp_path):
-    """With roles the leader ranks and publishes the queue (issue 15); an assigner holds no window and must not
-    tombstone it when it starts; a seed of a suggested document removes its suggestion."""
-    topics = _setup(broker, partitions=2)
-    rng = random.Random(4)
-    refit = _role(broker, topics, "refit", tmp_path, "refit-a").start()
-    assigner = _role(broker, topics, "assign", tmp_path, "assign-0").start()
-    workers = [refit, assigner]
-    try:
-        assert assigner.wait_assigned(60)
-        p = producer(broker.bootstrap)
-        _seed(p, topics, rng)
-        ids = _docs(p, topics, rng, "a", 150)
-        _wait_outputs(broker, topics, ids, 90)
-        assert wait_until(lambda: len(_live_suggestions(broker, topics)) >= 10, 60), "the leader published no queue"
-        live = _live_suggestions(broker, topics)
-        assert set(live) <= set(ids), "suggestions are window documents, never seeds"
-        assert all(m["id"] == k and m["algorithm"] == "constrained-kmeans" and m["reason"] for k, m in live.items())
-        code, body = refit.get("/suggestions")
-        assert code == 200 and {m["id"] for m in json.loads(body)} == set(live)
-        assert not _events(assigner, "suggestions_adopted")
-
-        late = _role(broker, topics, "assign", tmp_path, "assign-1").start()  # the group rebalances
-        workers.append(late)
-        assert late.wait_assigned(60)
-        more = _docs(p, topics, rng, "b", 40)
-        _wait_outputs(broker, topics, more, 60)
-        assert set(_live_suggestions(broker, topics)) == set(live), "an assigner's start touched the leader's queue"
-
-        target = sorted(live, key=lambda k: live[k]["rank"])[0]
+        assert set(read_table(broker.bootstrap, topics.suggestions)) == set(queue), "an assigner touched the queue"
+        assert not any(_events(w, "suggestions_adopted") for w in [*assigners, late])
+        target = min(queue, key=lambda k: queue[k]["rank"])
         send_json(p, topics.control, {"op": "label", "id": target, "labels": [CLASSES[int(target[1:]) % 4]]},
                   key=target)
         p.flush()
-        assert wait_until(lambda: target not in _live_suggestions(broker, topics), 60), "no tombstone for the seed"
+        assert wait_until(lambda: target not in read_table(broker.bootstrap, topics.suggestions), 60), "no tombstone"
         assert wait_until(lambda: target not in refit.get("/suggestions")[1], 10)
     finally:
         _stop(*workers)
@@ -419,7 +392,7 @@ def test_refitter_kill9_failover_continues_from_the_latest_published_model(broke
 
         def queue_is_the_new_leaders() -> bool:
             ranked = {m["id"] for m in json.loads(second.get("/suggestions")[1])}
-            return bool(ranked) and set(_live_suggestions(broker, topics)) == ranked
+            return bool(ranked) and set(read_table(broker.bootstrap, topics.suggestions)) == ranked
 
         assert wait_until(queue_is_the_new_leaders, 30)
         assert assigner.wait_metric("streamsemi_serving_model_version", v1 + 1, timeout=30) == v1 + 1

@@ -451,7 +451,15 @@ def test_worker_with_two_streams_of_disjoint_classes_restarts_with_both(broker, 
 def test_roles_refitter_publishes_per_stream_and_the_assigner_serves_each_streams_model(broker, tmp_path):
     """One refitter and one assigner with streams news and tech: the models topic is keyed by stream, versions
     count per stream (a refit of tech alone moves only tech's), and each document is served by its stream's model."""
-    from kafka_utils import Topics, WorkerProcess, producer, read_topic, send_json, wait_until
+    from kafka_utils import (
+        Topics,
+        WorkerProcess,
+        producer,
+        read_table,
+        read_topic,
+        send_json,
+        wait_until,
+    )
 
     from streamsemi.service.kafka_io import ensure_topics
 
@@ -498,12 +506,7 @@ def test_roles_refitter_publishes_per_stream_and_the_assigner_serves_each_stream
         assert keys == {"news", "tech"}
         # the leader publishes each stream's suggestion queue (issue 15), tagged with the stream
         def queued() -> dict[str, str]:
-            live: dict[str, str] = {}
-            for r in read_topic(broker.bootstrap, topics.suggestions, timeout=10, idle=1.0):
-                live.pop(r.key.decode(), None)
-                if r.value is not None:
-                    live[r.key.decode()] = json.loads(r.value)["stream"]
-            return live
+            return {k: m["stream"] for k, m in read_table(broker.bootstrap, topics.suggestions).items()}
 
         assert wait_until(lambda: set(queued().values()) == {"news", "tech"}, 30)
         assert all(truth[k][0] == stream for k, stream in queued().items())
