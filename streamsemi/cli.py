@@ -8,6 +8,7 @@ import json
 import signal
 import sys
 import time
+from collections.abc import Iterable
 from typing import Any
 
 from streamsemi import __version__
@@ -130,25 +131,43 @@ def _send_control(settings: Settings, messages: list[dict], stream: str | None =
     print(json.dumps({"event": "control_sent", "messages": len(messages), "topic": settings.control_topic}))
 
 
+def label_messages(lines: Iterable[str], source: str) -> list[dict]:
+    """``label`` control messages from JSON lines ``{id, labels | label, text?, stream?}`` (blank lines skipped).
+
+    A line that is not a JSON object is a :class:`ConfigError` naming ``source`` and the line
+    number; the messages themselves are validated when sent (as every control message is).
+    """
+    messages: list[dict] = []
+    for lineno, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except ValueError as exc:
+            raise ConfigError(f"{source}:{lineno}: not JSON: {exc}") from None
+        if not isinstance(obj, dict):
+            raise ConfigError(f"{source}:{lineno}: not a JSON object ({{\"id\": ..., \"labels\": [...]}})")
+        labels = obj.get("labels", [obj["label"]] if "label" in obj else None)
+        msg = {"op": "label", "id": obj.get("id"), "labels": labels}
+        if obj.get("text"):
+            msg["text"] = obj["text"]
+        if "stream" in obj:
+            msg["stream"] = obj["stream"]
+        messages.append(msg)
+    return messages
+
+
 def cmd_label(args: argparse.Namespace) -> int:
     settings = _client_settings(args)
     messages: list[dict] = []
-    if args.file:
-        with open(args.file, encoding="utf-8") as fh:
-            for lineno, line in enumerate(fh, 1):
-                if not line.strip():
-                    continue
-                try:
-                    obj = json.loads(line)
-                except ValueError as exc:
-                    raise ConfigError(f"{args.file}:{lineno}: not JSON: {exc}") from None
-                labels = obj.get("labels", [obj["label"]] if "label" in obj else None)
-                msg = {"op": "label", "id": obj.get("id"), "labels": labels}
-                if obj.get("text"):
-                    msg["text"] = obj["text"]
-                if "stream" in obj:
-                    msg["stream"] = obj["stream"]
-                messages.append(msg)
+    if args.file == "-":
+        messages = label_messages(sys.stdin, "<stdin>")
+    elif args.file:
+        try:
+            with open(args.file, encoding="utf-8") as fh:
+                messages = label_messages(fh, args.file)
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"label: cannot read --file {args.file}: {exc}") from None
     if args.id:
         if not args.label:
             raise ConfigError("label: --label is required with --id")
@@ -314,7 +333,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--id")
     p.add_argument("--label", action="append")
     p.add_argument("--text", default=None, help="the document's text (for documents the worker has not seen)")
-    p.add_argument("--file", default=None, help="JSON lines: {id, labels|label, text?, stream?}")
+    p.add_argument("--file", default=None, help="JSON lines: {id, labels|label, text?, stream?}; - reads standard input")
     p.add_argument("--stream", default=None, help="per-stream models: the stream it is for (default: default_stream)")
     p.set_defaults(func=cmd_label)
 

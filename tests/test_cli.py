@@ -13,8 +13,9 @@ from kafka_utils import Topics, read_topic
 from streamsemi.devtools.broker import free_port
 
 
-def run(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "streamsemi", *args], capture_output=True, text=True, timeout=timeout)
+def run(*args: str, timeout: float = 240, stdin: str | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "streamsemi", *args], capture_output=True, text=True, timeout=timeout,
+                          input=stdin)
 
 
 @pytest.mark.slow
@@ -58,6 +59,26 @@ def test_label_unlabel_refit_reach_the_control_topic(broker):
     msgs = [json.loads(r.value) for r in read_topic(broker.bootstrap, topics.control, expect=3, timeout=30)]
     ops = sorted((m["op"], m.get("id"), tuple(m.get("labels", ()))) for m in msgs)
     assert ops == [("label", "doc-1", ("grain", "wheat")), ("refit", None, ()), ("unlabel", "doc-1", ())]
+
+
+def test_label_reads_standard_input_and_refuses_an_unreadable_file_in_one_line(broker, tmp_path):
+    """``--file -`` takes the seeds from a pipe (e.g. ``streamsemi tail --live | jq ... |``); a missing file or a
+    line that is not a JSON object is one error line naming it (exit 2), never a traceback."""
+    topics = Topics()
+    flags = ["--bootstrap-servers", broker.bootstrap, "--control-topic", topics.control]
+    piped = run("label", *flags, "--file", "-", stdin='{"id": "d1", "labels": ["grain"]}\n\n{"id": "d2", "label": "crude"}\n')
+    assert piped.returncode == 0, piped.stderr
+    msgs = [json.loads(r.value) for r in read_topic(broker.bootstrap, topics.control, expect=2, timeout=30)]
+    assert sorted((m["id"], tuple(m["labels"])) for m in msgs) == [("d1", ("grain",)), ("d2", ("crude",))]
+    missing = run("label", *flags, "--file", str(tmp_path / "nope.jsonl"))
+    assert missing.returncode == 2 and "Traceback" not in missing.stderr
+    assert missing.stderr.strip().splitlines() == [
+        f"streamsemi: configuration error: label: cannot read --file {tmp_path / 'nope.jsonl'}: "
+        f"[Errno 2] No such file or directory: '{tmp_path / 'nope.jsonl'}'"]
+    not_object = run("label", *flags, "--file", "-", stdin='{"id": "d3", "labels": ["grain"]}\n["d4"]\n')
+    assert not_object.returncode == 2 and "<stdin>:2: not a JSON object" in not_object.stderr
+    assert "Traceback" not in not_object.stderr
+    assert len(read_topic(broker.bootstrap, topics.control, timeout=10, idle=1.0)) == 2, "a bad file sends nothing"
 
 
 def test_tail_prints_json_lines(broker):
