@@ -216,14 +216,22 @@ def keep_latest(table: dict[Any, bytes | None], key: bytes | None, value: bytes 
 
 
 def cmd_tail(args: argparse.Namespace) -> int:
+    from kafka.errors import KafkaError
+
     from streamsemi.service.kafka_io import assign_all, make_reader
 
     if args.live and args.follow:
         print("streamsemi tail: --live prints the table once the topic is read; it cannot --follow", file=sys.stderr)
         return 2
+    if args.limit is not None and args.limit < 1:
+        raise ConfigError(f"tail: --limit must be at least 1, got {args.limit}")
     settings = _client_settings(args)
     topic = args.topic or settings.assignments_topic
-    consumer = make_reader(settings)
+    try:
+        consumer = make_reader(settings, bootstrap_timeout_ms=10000)  # an unreachable broker: fail in 10 s, not 30
+    except KafkaError as exc:
+        raise ConnectionError(f"cannot reach Kafka at {settings.bootstrap_servers} to read {topic}: "
+                              f"{exc}") from None
     assign_all(consumer, topic)
     seen = 0
     last = time.monotonic()

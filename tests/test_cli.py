@@ -126,6 +126,11 @@ def test_unreachable_broker_gives_a_clear_error():
     out = run("produce", "--bootstrap-servers", f"127.0.0.1:{port}", "--corpus", "reuters-r8", "--limit", "1",
               timeout=120)
     assert out.returncode == 1 and f"cannot reach Kafka at 127.0.0.1:{port}" in out.stderr
+    tail = run("tail", "--bootstrap-servers", f"127.0.0.1:{port}", "--timeout", "1", timeout=120)
+    assert tail.returncode == 1 and "Traceback" not in tail.stderr
+    assert tail.stderr.startswith(f"streamsemi: cannot reach Kafka at 127.0.0.1:{port} to read streamsemi.assignments")
+    bad_limit = run("tail", "--bootstrap-servers", f"127.0.0.1:{port}", "--limit", "0")
+    assert bad_limit.returncode == 2 and "--limit must be at least 1, got 0" in bad_limit.stderr
 
 
 def _missing_codec() -> str | None:
