@@ -481,3 +481,34 @@ def test_per_stream_console_writes_name_the_stream_of_the_item_through_the_broke
         "name": {"op": "name", "cluster": "new-0", "label": "gpu", "stream": "tech", "algorithm": "ck"},
         "refit": {"op": "refit", "stream": "tech"}}
     assert [m["op"] for m in sent if m.get("id") == "t1"] == ["label", "unlabel"]
+
+
+def test_a_console_started_before_its_broker_warns_on_every_page_until_the_broker_comes(tmp_path):
+    """Without a reachable Kafka the pages said nothing but "no labels yet"; now each page names the broker and
+    the error until the reader connects, and the warning goes away once it has."""
+    from kafka_utils import kill_broker, start_own_broker, wait_until
+
+    from streamsemi.devtools.broker import free_port
+
+    kafka_port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "streamsemi", "console", "--bootstrap-servers",
+                             f"127.0.0.1:{kafka_port}", "--port", "0"], stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, text=True)
+    broker = None
+    try:
+        url = json.loads(proc.stdout.readline())["url"]
+
+        def page(path: str) -> str:
+            return _request(url.rstrip("/") + path)[1]
+
+        assert wait_until(lambda: 'id="kafka-down"' in page("/"), 40), "no warning while Kafka is unreachable"
+        for path in ("/", "/queue", "/clusters", "/seeds"):
+            body = page(path)
+            assert f"Kafka at 127.0.0.1:{kafka_port} cannot be reached" in body and "Unable to bootstrap" in body
+        broker = start_own_broker(tmp_path, port=kafka_port)
+        assert wait_until(lambda: 'id="kafka-down"' not in page("/"), 60), "the warning stays after the broker came"
+    finally:
+        proc.terminate()
+        proc.wait(20)
+        if broker is not None:
+            kill_broker(broker)

@@ -60,6 +60,8 @@ class ConsoleOptions:
     bootstrap_servers: str = ""
     control_topic: str = ""
     suggestions_topic: str = "streamsemi.suggestions"
+    #: the topic reader's :meth:`~streamsemi.console.reader.TopicReader.status` (None: not shown)
+    kafka_status: Callable[[], dict[str, Any]] | None = None
 
 
 def is_loopback_host(host: str) -> bool:
@@ -173,6 +175,8 @@ def create_app(state: ConsoleState, writer: ControlWriter, options: ConsoleOptio
         body = env.get_template(template).render(
             csrf=csrf_token, path=request.url.path, full_path=_full_path(request), msg=request.query_params.get("msg"),
             err=err, auth=token is not None, streams=state.streams(), multi=state.multi_stream(), only=only,
+            kafka=options.kafka_status() if options.kafka_status is not None else None,
+            kafka_servers=options.bootstrap_servers,
             q=("?" + urllib.parse.urlencode({"stream": only})) if only else "", **ctx)
         return HTMLResponse(body, status_code=status)
 

@@ -41,6 +41,10 @@ def topic_kinds(settings: Settings) -> dict[str, str]:
     }
 
 
+#: how long the reader waits for a broker before it reports the failure and tries again (kafka-python: 30 s)
+BOOTSTRAP_TIMEOUT_MS = 10_000
+
+
 class TopicReader(threading.Thread):
     """Feeds :class:`ConsoleState` from the topics, on a daemon thread.
 
@@ -65,6 +69,9 @@ class TopicReader(threading.Thread):
         self.caught_up = threading.Event()
         self.assigned: set[str] = set()
         self.errors = 0
+        #: a client to Kafka is up (set once one bootstraps, cleared by a failure) and the last failure's text
+        self.connected = False
+        self.last_error: str | None = None
         # stream partitions whose first fetch is checked against the high watermark: a broker whose
         # ListOffsets answer is behind its log (the embedded Tansu reports one past the last batch's
         # base) would otherwise make the console replay the whole stream
@@ -101,7 +108,9 @@ class TopicReader(threading.Thread):
         while not self.stop_event.is_set():
             consumer = None
             try:
-                consumer = make_reader(self.settings, client_id="streamsemi-console", allow_auto_create_topics=False)
+                consumer = make_reader(self.settings, client_id="streamsemi-console", allow_auto_create_topics=False,
+                                       bootstrap_timeout_ms=BOOTSTRAP_TIMEOUT_MS)
+                self.connected, self.last_error = True, None
                 self.assigned.clear()
                 self._check_backfill.clear()
                 last_scan = 0.0
@@ -129,7 +138,8 @@ class TopicReader(threading.Thread):
                         self.caught_up.set()
             except Exception as exc:  # noqa: BLE001 - keep reading after broker trouble
                 self.errors += 1
-                event(log, "console_reader_error", logging.WARNING, error=f"{type(exc).__name__}: {exc}")
+                self.connected, self.last_error = False, f"{type(exc).__name__}: {exc}"[:500]
+                event(log, "console_reader_error", logging.WARNING, error=self.last_error)
                 self.stop_event.wait(1.0)
             finally:
                 if consumer is not None:
@@ -137,6 +147,11 @@ class TopicReader(threading.Thread):
                         consumer.close()
                     except Exception:  # noqa: BLE001
                         pass
+
+    def status(self) -> dict[str, Any]:
+        """``connected``, the last ``error`` (None after a successful connection) and how many ``errors``:
+        every console page warns when Kafka cannot be reached, instead of showing empty tables."""
+        return {"connected": self.connected, "error": self.last_error, "errors": self.errors}
 
     def stop(self) -> None:
         self.stop_event.set()

@@ -115,7 +115,7 @@ def serve(settings: Settings, opts: ServeOptions) -> int:
     app = create_app(state, writer, ConsoleOptions(
         auth_token=opts.auth_token, worker_url=opts.worker_url, loopback_only=opts.auth_token is None,
         bootstrap_servers=settings.bootstrap_servers, control_topic=settings.control_topic,
-        suggestions_topic={k: t for t, k in topic_kinds(settings).items()}["suggestions"]))
+        suggestions_topic={k: t for t, k in topic_kinds(settings).items()}["suggestions"], kafka_status=reader.status))
     port = sock.getsockname()[1]
     shown = f"[{opts.host}]" if ":" in opts.host else opts.host
     reader.start()
