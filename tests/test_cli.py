@@ -108,8 +108,8 @@ def test_tail_shows_tombstones_with_their_key_and_live_reads_a_compacted_topic_a
         p.send(topics.suggestions, key=None if key is None else key.encode(),
                value=None if value is None else json.dumps(value).encode(), partition=0)
     p.flush()
-    flags = ["--bootstrap-servers", broker.bootstrap, "--topic", topics.suggestions, "--timeout", "5"]
-    plain = [json.loads(line) for line in run("tail", *flags).stdout.splitlines()]
+    flags = ["--bootstrap-servers", broker.bootstrap, "--topic", topics.suggestions, "--timeout", "2"]
+    plain = [json.loads(line) for line in run("tail", *flags, "--limit", "6").stdout.splitlines()]
     assert plain[4] == {"key": "s2", "tombstone": True} and len(plain) == 6
     live = run("tail", *flags, "--live")
     assert live.returncode == 0
@@ -126,11 +126,31 @@ def test_unreachable_broker_gives_a_clear_error():
     out = run("produce", "--bootstrap-servers", f"127.0.0.1:{port}", "--corpus", "reuters-r8", "--limit", "1",
               timeout=120)
     assert out.returncode == 1 and f"cannot reach Kafka at 127.0.0.1:{port}" in out.stderr
-    tail = run("tail", "--bootstrap-servers", f"127.0.0.1:{port}", "--timeout", "1", timeout=120)
-    assert tail.returncode == 1 and "Traceback" not in tail.stderr
-    assert tail.stderr.startswith(f"streamsemi: cannot reach Kafka at 127.0.0.1:{port} to read streamsemi.assignments")
-    bad_limit = run("tail", "--bootstrap-servers", f"127.0.0.1:{port}", "--limit", "0")
-    assert bad_limit.returncode == 2 and "--limit must be at least 1, got 0" in bad_limit.stderr
+
+
+def test_tail_without_a_broker_or_with_a_bad_limit_is_one_line(monkeypatch, capsys):
+    """An unreachable broker makes kafka-python's consumer raise at bootstrap (``KafkaTimeoutError`` after
+    ``bootstrap_timeout_ms``, 10 s for ``tail``): one line and exit 1, not a traceback. In process, the
+    consumer's failure stands in for the 10-second wait."""
+    from kafka.errors import KafkaTimeoutError
+
+    from streamsemi import cli
+    from streamsemi.service import kafka_io
+
+    asked = {}
+
+    def unreachable(settings, **overrides):
+        asked.update(overrides)
+        raise KafkaTimeoutError("Unable to bootstrap from 127.0.0.1:1")
+
+    monkeypatch.setattr(kafka_io, "make_reader", unreachable)
+    assert cli.main(["tail", "--bootstrap-servers", "127.0.0.1:1", "--topic", "streamsemi.suggestions"]) == 1
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "streamsemi: cannot reach Kafka at 127.0.0.1:1 to read streamsemi.suggestions: "
+        "KafkaTimeoutError: Unable to bootstrap from 127.0.0.1:1"]
+    assert asked["bootstrap_timeout_ms"] == 10000
+    assert cli.main(["tail", "--bootstrap-servers", "127.0.0.1:1", "--limit", "0"]) == 2
+    assert "--limit must be at least 1, got 0" in capsys.readouterr().err
 
 
 def _missing_codec() -> str | None:
