@@ -19,6 +19,11 @@ TOPIC_FLAGS = ("documents_topic", "control_topic", "assignments_topic", "deadlet
                "clusters_topic", "suggestions_topic")
 
 
+#: how long a command (produce, label, tail, ...) waits for an unreachable broker before it says so; the worker
+#: waits 30 s at start (a broker may still be starting), kafka-python's own default
+CLI_KAFKA_TIMEOUT_S = 10.0
+
+
 def _client_settings(args: argparse.Namespace) -> Settings:
     flags = {k: getattr(args, k, None) for k in ("bootstrap_servers", *TOPIC_FLAGS)}
     return resolve(flags, config_file=getattr(args, "config", None))
@@ -91,7 +96,7 @@ def cmd_produce(args: argparse.Namespace) -> int:
     order = replay_order(ds, args.order, args.seed)
     order = order[args.skip: None if args.limit is None else args.skip + args.limit]
     seeds = stratified_seeds(ds, order, args.seed_fraction, args.seed)
-    ensure_topics(settings)
+    ensure_topics(settings, timeout_s=CLI_KAFKA_TIMEOUT_S)
     producer = _producer(settings)
     n_docs = n_seeds = 0
     t0 = time.monotonic()
@@ -121,7 +126,7 @@ def _send_control(settings: Settings, messages: list[dict], stream: str | None =
         parsed = parse_control(encode_json(m), limits)
         if isinstance(parsed, Rejected):
             raise ConfigError(f"invalid control message {m}: {parsed.detail}")
-    ensure_topics(settings, [settings.control_topic])
+    ensure_topics(settings, [settings.control_topic], timeout_s=CLI_KAFKA_TIMEOUT_S)
     producer = _producer(settings)
     for m in messages:
         key = m.get("id")
@@ -218,7 +223,7 @@ def keep_latest(table: dict[Any, bytes | None], key: bytes | None, value: bytes 
 def cmd_tail(args: argparse.Namespace) -> int:
     from kafka.errors import KafkaError
 
-    from streamsemi.service.kafka_io import assign_all, make_reader
+    from streamsemi.service.kafka_io import assign_all, bootstrap_timeout, make_reader
 
     if args.live and args.follow:
         print("streamsemi tail: --live prints the table once the topic is read; it cannot --follow", file=sys.stderr)
@@ -228,7 +233,7 @@ def cmd_tail(args: argparse.Namespace) -> int:
     settings = _client_settings(args)
     topic = args.topic or settings.assignments_topic
     try:
-        consumer = make_reader(settings, bootstrap_timeout_ms=10000)  # an unreachable broker: fail in 10 s, not 30
+        consumer = make_reader(settings, **bootstrap_timeout(int(CLI_KAFKA_TIMEOUT_S * 1000)))
     except KafkaError as exc:
         raise ConnectionError(f"cannot reach Kafka at {settings.bootstrap_servers} to read {topic}: "
                               f"{exc}") from None

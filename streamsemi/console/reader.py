@@ -20,7 +20,7 @@ from kafka import TopicPartition
 from streamsemi.console.state import ConsoleState
 from streamsemi.core.logs import event
 from streamsemi.service.config import Settings
-from streamsemi.service.kafka_io import make_reader
+from streamsemi.service.kafka_io import bootstrap_timeout, make_reader
 
 log = logging.getLogger("streamsemi.console")
 
@@ -109,7 +109,7 @@ class TopicReader(threading.Thread):
             consumer = None
             try:
                 consumer = make_reader(self.settings, client_id="streamsemi-console", allow_auto_create_topics=False,
-                                       bootstrap_timeout_ms=BOOTSTRAP_TIMEOUT_MS)
+                                       **bootstrap_timeout(BOOTSTRAP_TIMEOUT_MS))
                 self.connected, self.last_error = True, None
                 self.assigned.clear()
                 self._check_backfill.clear()

@@ -68,9 +68,12 @@ def create_missing_topics(settings: Settings, specs: dict[str, tuple[int, dict[s
     deadline = time.monotonic() + timeout_s
     last: Exception | None = None
     while time.monotonic() < deadline:
+        # one bootstrap may not outlast the deadline (kafka-python's own default is 30 s)
+        left_ms = max(1000, int((deadline - time.monotonic()) * 1000))
+        wait = {"bootstrap_timeout_ms": left_ms} if "bootstrap_timeout_ms" in KafkaAdminClient.DEFAULT_CONFIG else {}
         try:
             admin = _client(KafkaAdminClient, bootstrap_servers=settings.bootstrap_servers,
-                            client_id="streamsemi-admin", request_timeout_ms=10000, **kafka_security(settings))
+                            client_id="streamsemi-admin", request_timeout_ms=10000, **wait, **kafka_security(settings))
             try:
                 existing = set(admin.list_topics())
                 created = []
@@ -138,6 +141,12 @@ def make_document_consumer(settings: Settings) -> KafkaConsumer:
         fetch_max_bytes=64 * 1024 * 1024, max_partition_fetch_bytes=max(1_048_576, settings.max_message_bytes * 2),
         **kafka_security(settings),
     )
+
+
+def bootstrap_timeout(ms: int) -> dict[str, int]:
+    """``{"bootstrap_timeout_ms": ms}`` for a consumer when the installed kafka-python has that setting (its
+    default is 30 s), else ``{}``: how long an interactive client waits for an unreachable broker."""
+    return {"bootstrap_timeout_ms": ms} if "bootstrap_timeout_ms" in KafkaConsumer.DEFAULT_CONFIG else {}
 
 
 def make_reader(settings: Settings, **overrides: Any) -> KafkaConsumer:
