@@ -226,8 +226,7 @@ def cmd_tail(args: argparse.Namespace) -> int:
     from streamsemi.service.kafka_io import assign_all, bootstrap_timeout, make_reader
 
     if args.live and args.follow:
-        print("streamsemi tail: --live prints the table once the topic is read; it cannot --follow", file=sys.stderr)
-        return 2
+        raise ConfigError("tail: --live prints the table once the topic is read; it cannot --follow")
     if args.limit is not None and args.limit < 1:
         raise ConfigError(f"tail: --limit must be at least 1, got {args.limit}")
     settings = _client_settings(args)
