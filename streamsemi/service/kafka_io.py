@@ -52,6 +52,12 @@ def topic_configs(settings: Settings, topic: str) -> dict[str, str]:
     return next((conf for name, conf in TOPIC_CONFIGS.items() if settings.values.get(name) == topic), {})
 
 
+def bootstrap_timeout(ms: int, client: type = KafkaConsumer) -> dict[str, int]:
+    """``{"bootstrap_timeout_ms": ms}`` when the installed kafka-python's ``client`` has that setting (its
+    default is 30 s), else ``{}``: how long a client waits for an unreachable broker."""
+    return {"bootstrap_timeout_ms": ms} if "bootstrap_timeout_ms" in getattr(client, "DEFAULT_CONFIG", {}) else {}
+
+
 def ensure_topics(settings: Settings, topics: list[str] | None = None, timeout_s: float = 30.0) -> list[str]:
     """Create missing topics (explicitly: auto-created topics get the broker's defaults). Returns those created."""
     topics = topics or topics_of(settings)
@@ -69,8 +75,7 @@ def create_missing_topics(settings: Settings, specs: dict[str, tuple[int, dict[s
     last: Exception | None = None
     while time.monotonic() < deadline:
         # one bootstrap may not outlast the deadline (kafka-python's own default is 30 s)
-        left_ms = max(1000, int((deadline - time.monotonic()) * 1000))
-        wait = {"bootstrap_timeout_ms": left_ms} if "bootstrap_timeout_ms" in KafkaAdminClient.DEFAULT_CONFIG else {}
+        wait = bootstrap_timeout(max(1000, int((deadline - time.monotonic()) * 1000)), KafkaAdminClient)
         try:
             admin = _client(KafkaAdminClient, bootstrap_servers=settings.bootstrap_servers,
                             client_id="streamsemi-admin", request_timeout_ms=10000, **wait, **kafka_security(settings))
@@ -141,12 +146,6 @@ def make_document_consumer(settings: Settings) -> KafkaConsumer:
         fetch_max_bytes=64 * 1024 * 1024, max_partition_fetch_bytes=max(1_048_576, settings.max_message_bytes * 2),
         **kafka_security(settings),
     )
-
-
-def bootstrap_timeout(ms: int) -> dict[str, int]:
-    """``{"bootstrap_timeout_ms": ms}`` for a consumer when the installed kafka-python has that setting (its
-    default is 30 s), else ``{}``: how long an interactive client waits for an unreachable broker."""
-    return {"bootstrap_timeout_ms": ms} if "bootstrap_timeout_ms" in KafkaConsumer.DEFAULT_CONFIG else {}
 
 
 def make_reader(settings: Settings, **overrides: Any) -> KafkaConsumer:
