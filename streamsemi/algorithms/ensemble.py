@@ -113,9 +113,17 @@ def accuracy_weights(accuracy: np.ndarray, temperature: float) -> np.ndarray:
 def temper(P: np.ndarray, power: float) -> np.ndarray:
     """``P ** power`` with every row scaled to sum 1 (computed in log space; zeros stay 0 for
     ``power > 0``; ``power = 1`` returns the rows of ``P`` renormalised)."""
-    P = np.asarray(P, dtype=np.float64)
+    return _temper_log(_log(P), power)
+
+
+def _log(P: np.ndarray) -> np.ndarray:
     with np.errstate(divide="ignore"):
-        Z = power * np.log(P)
+        return np.log(np.asarray(P, dtype=np.float64))
+
+
+def _temper_log(logP: np.ndarray, power: float) -> np.ndarray:
+    """:func:`temper` from ``log P`` (the bisection of :func:`tempering_powers` takes the log once)."""
+    Z = power * logP
     Z -= Z.max(axis=1, keepdims=True)
     E = np.exp(Z)
     return E / E.sum(axis=1, keepdims=True)
@@ -150,16 +158,17 @@ def tempering_powers(probas: list[np.ndarray], *, bounds: tuple[float, float] = 
     lo_b, hi_b = np.log(bounds[0]), np.log(bounds[1])
     powers = np.ones(len(probas))
     for m, P in enumerate(probas):
+        logP = _log(P)
         lo, hi = lo_b, hi_b
-        if mean_top(temper(P, np.exp(hi))) <= target:
+        if mean_top(_temper_log(logP, np.exp(hi))) <= target:
             powers[m] = np.exp(hi)
             continue
-        if mean_top(temper(P, np.exp(lo))) >= target:
+        if mean_top(_temper_log(logP, np.exp(lo))) >= target:
             powers[m] = np.exp(lo)
             continue
         for _ in range(40):  # the bracket on log a shrinks from 13.8 to 13.8 / 2**40
             mid = 0.5 * (lo + hi)
-            if mean_top(temper(P, np.exp(mid))) < target:
+            if mean_top(_temper_log(logP, np.exp(mid))) < target:
                 lo = mid
             else:
                 hi = mid
