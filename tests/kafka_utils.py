@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -17,7 +18,7 @@ from typing import Any
 from kafka import KafkaAdminClient, KafkaProducer, TopicPartition
 from kafka.admin import NewTopic
 
-from streamsemi.devtools.broker import EmbeddedBroker, free_port
+from streamsemi.devtools.broker import EmbeddedBroker, free_port, port_free
 from streamsemi.service.config import resolve
 from streamsemi.service.kafka_io import assign_all, ensure_topics, make_reader
 
@@ -148,12 +149,31 @@ def committed_offsets(bootstrap: str, topic: str, group: str) -> dict[int, int |
         c.close()
 
 
+def listen_port() -> int:
+    """A free port below the kernel's ephemeral range, for a process started later to listen on.
+
+    ``free_port`` hands out a port from the ephemeral range, which the outgoing Kafka connections
+    of every process also draw from: between the pick and the worker's bind one of them can take
+    it (seen once in CI: the refitter stopped with "metrics_port ... Address already in use").
+    """
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return free_port()
+    rng = random.Random()
+    for _ in range(200):
+        port = rng.randrange(max(1024, low - 12000), low)
+        if port_free("127.0.0.1", port):
+            return port
+    return free_port()
+
+
 class WorkerProcess:
     """``streamsemi run`` as a separate process."""
 
     def __init__(self, bootstrap: str, topics: Topics, extra: list[str] | None = None, log_dir: Path | None = None,
                  env: dict[str, str] | None = None) -> None:
-        self.metrics_port = free_port()
+        self.metrics_port = listen_port()
         self.cmd = [sys.executable, "-m", "streamsemi", "run", "--bootstrap-servers", bootstrap,
                     "--group-id", topics.group, *topics.flags(), "--metrics-port", str(self.metrics_port),
                     "--session-timeout-ms", "6000", "--heartbeat-interval-ms", "1000", *(extra or [])]
