@@ -77,6 +77,57 @@ def test_constrained_kmeans_state_is_plain_arrays_and_json(r8):
     assert state["attrs"]["classes_"]["object"] is True  # object array of str, restored as object
 
 
+def test_mostly_zero_arrays_are_stored_as_their_entries_and_restored_bit_for_bit(r8):
+    feat = TextFeaturizer()
+    X = feat.transform(r8.texts[:120])
+    est = make_estimator("constrained-kmeans", random_state=0).fit(X, [r8.labels[i] if i % 3 == 0 else None for i in range(120)])
+    dense_bytes = est.cluster_centers_.nbytes
+    odd = np.zeros((3, 5000))
+    odd[0, 7], odd[1, 9], odd[2, 11], odd[2, 4999] = -0.0, np.nan, np.inf, 1e-300
+    est.odd_ = odd
+    est.ints_ = np.where(np.arange(10_000) % 97 == 0, -3, 0).astype(np.int64)
+    state, arrays = estimator_state(est)
+    assert state["attrs"]["cluster_centers_"]["t"] == "zeros"
+    assert state["attrs"]["idf_"]["t"] == "ndarray"  # dense: stored as it is
+    assert state["attrs"]["odd_"]["t"] == "zeros" and state["attrs"]["ints_"]["t"] == "zeros"
+    entry = state["attrs"]["cluster_centers_"]
+    stored = arrays[entry["index"]].nbytes + arrays[entry["values"]].nbytes
+    assert 0 < stored < dense_bytes / 10, (stored, dense_bytes)
+    back = _roundtrip(est, "constrained-kmeans")
+    for name in ("cluster_centers_", "odd_", "ints_", "idf_"):
+        a, b = getattr(est, name), getattr(back, name)
+        assert b.dtype == a.dtype and b.shape == a.shape and b.flags.c_contiguous
+        assert a.tobytes() == b.tobytes(), name  # -0.0 and NaN included
+    np.testing.assert_array_equal(back.predict_proba(X), est.predict_proba(X))
+
+
+ZEROS_HOSTILE = {
+    "an index past the end": (lambda s, a: a.__setitem__(s["index"], np.array([0, 10**6], dtype=np.int32)),
+                              "outside 0..99999 or not increasing"),
+    "a repeated index": (lambda s, a: a.__setitem__(s["index"], np.array([5, 5], dtype=np.int32)), "not increasing"),
+    "a negative index": (lambda s, a: a.__setitem__(s["index"], np.array([-1, 5], dtype=np.int32)), "outside"),
+    "fewer values than indices": (lambda s, a: a.__setitem__(s["values"], np.array([1.0])), "for 1 values"),
+    "a shape of 10^12 entries": (lambda s, a: s.__setitem__("shape", [10**6, 10**6]), "would take more than"),
+    "a shape that is not integers": (lambda s, a: s.__setitem__("shape", ["1e5"]), "bad shape"),
+    "text values": (lambda s, a: a.__setitem__(s["values"], np.array(["a", "b"])), "values of dtype <U1"),
+    "a missing index array": (lambda s, a: s.__setitem__("index", "a99"), "missing array 'a99'"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(ZEROS_HOSTILE))
+def test_a_hostile_zeros_entry_is_refused_before_anything_is_allocated(case):
+    est = make_estimator("constrained-kmeans")
+    est.sparse_ = np.zeros(100_000)
+    est.sparse_[[3, 70_000]] = [1.5, -2.0]
+    state, arrays = estimator_state(est)
+    entry = state["attrs"]["sparse_"]
+    assert entry["t"] == "zeros"
+    damage, message = ZEROS_HOSTILE[case]
+    damage(entry, arrays)
+    with pytest.raises(CheckpointError, match=message.replace("(", r"\(")):
+        restore_estimator(state, arrays, "constrained-kmeans")
+
+
 def test_unsupported_attribute_is_refused():
     est = make_estimator("constrained-kmeans")
     est.callback_ = lambda x: x
@@ -145,6 +196,32 @@ def test_engine_state_round_trip(r8, tmp_path):
     # the next refit gets the next version
     b.request_refit()
     assert b.version == a.version + 1
+
+
+def test_a_version_1_checkpoint_with_dense_arrays_is_still_restored_and_version_3_is_refused(r8, tmp_path,
+                                                                                              monkeypatch):
+    a = _engine()
+    _fill(a, r8)
+    with monkeypatch.context() as m:  # what the previous release wrote: format 1, every array dense
+        m.setattr(checkpoint, "FORMAT_VERSION", 1)
+        m.setattr(checkpoint, "ZEROS_MIN_SIZE", 2**62)
+        path = Path(checkpoint.save(a, tmp_path)["path"])
+    manifest = json.loads((path / "manifest.json").read_text())
+    assert manifest["format_version"] == 1
+    assert '"zeros"' not in (path / "model-0.json").read_text()
+    b = _engine()
+    report = checkpoint.restore(b, tmp_path)
+    assert report.status == "restored", report.problems
+    new = [Document(f"n{i}", r8.texts[i]) for i in range(300, 330)]
+    assert [(x.id, x.algorithm, x.label, x.score) for x in a.process(new).assignments] == \
+           [(x.id, x.algorithm, x.label, x.score) for x in b.process(new).assignments]
+    # what this release writes is version 2, with the centroids as their nonzero entries
+    path2 = Path(checkpoint.save(a, tmp_path)["path"])
+    assert json.loads((path2 / "manifest.json").read_text())["format_version"] == 2
+    assert '"zeros"' in (path2 / "model-0.json").read_text()
+    manifest["format_version"] = 3
+    with pytest.raises(CheckpointError, match="format version 3, this streamsemi reads versions 1, 2"):
+        checkpoint.validate_manifest(manifest)
 
 
 def test_missing_and_corrupted_checkpoints_give_an_empty_engine(r8, tmp_path, caplog):

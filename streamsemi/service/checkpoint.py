@@ -21,7 +21,10 @@ checkpoint is ever unpickled or executed. Estimators are stored generically
 (:func:`estimator_state`): constructor parameters plus every other instance
 attribute, as long as each value is a whitelisted type (numbers, strings, numpy
 arrays of numeric/bool/str dtype, scipy sparse matrices, lists/tuples/dicts/sets of
-those, nested estimators of the package). Classes are re-created only through the
+those, nested estimators of the package). A mostly-zero numeric array (k-means centroids over
+the hashed features) is stored as its nonzero entries and expanded bit for bit on restore
+(format version 2; version-1 checkpoints, every array dense, are still read). Classes are
+re-created only through the
 algorithm registry (:data:`streamsemi.algorithms.REGISTRY`) and the package's own
 class list, never from a path found in the file. A model that cannot be stored is
 skipped (and logged); the next refit rebuilds it.
@@ -60,13 +63,23 @@ if TYPE_CHECKING:  # pragma: no cover
 log = logging.getLogger("streamsemi.service.checkpoint")
 
 FORMAT = "streamsemi-checkpoint"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+#: versions this code reads: 1 (every array stored dense) and 2 (mostly-zero arrays stored as their
+#: nonzero entries, ``"t": "zeros"``); a reader of version 1 refuses a version-2 file by its version
+READABLE_FORMAT_VERSIONS = (1, 2)
 CURRENT = "CURRENT"
 KEEP = 2
 _FILE_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
 _DIR_NAME = re.compile(r"^ckpt-[0-9]{1,12}$")
 _ARRAY_KINDS = "biufcUS"
 _SPARSE_FORMATS = ("csr", "csc", "coo")
+#: a numeric array of at least this many entries whose nonzero entries (index + value) take at most
+#: half its dense bytes is stored as those entries (k-means centroids over 2^18 hashed features
+#: are 96% zeros: 42 MB dense, 2.5 MB so)
+ZEROS_MIN_SIZE = 4096
+ZEROS_MAX_RATIO = 0.5
+#: the largest array a ``zeros`` entry may expand to (a hostile shape must not allocate without bound)
+ZEROS_MAX_DENSE_BYTES = 4 << 30
 
 
 class CheckpointError(StreamsemiError):
@@ -143,6 +156,11 @@ class _Encoder:
             return {"t": "ndarray", "key": self._array(as_str), "object": True}
         if a.dtype.kind not in _ARRAY_KINDS or a.dtype.fields is not None:
             raise UnsupportedState(f"{where}: arrays of dtype {a.dtype} are not stored")
+        nonzero = nonzero_entries(a)
+        if nonzero is not None:
+            index, values = nonzero
+            return {"t": "zeros", "shape": [int(x) for x in a.shape], "index": self._array(index),
+                    "values": self._array(values)}
         return {"t": "ndarray", "key": self._array(a)}
 
     def _encode_sparse(self, m: Any, where: str) -> dict:
@@ -155,6 +173,54 @@ class _Encoder:
         else:
             out.update(indptr=self._array(m.indptr), indices=self._array(m.indices), data=self._array(m.data))
         return out
+
+
+def nonzero_entries(a: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """``(flat C-order index, values)`` of the entries of ``a`` that are not +0, or None when
+    ``a`` is not a mostly-zero numeric array (:data:`ZEROS_MIN_SIZE`, :data:`ZEROS_MAX_RATIO`).
+
+    Zero is tested on the bits, so ``-0.0`` and NaN are kept as entries and
+    :func:`expand_nonzero` gives back an array equal bit for bit.
+    """
+    if a.dtype.kind not in "iuf" or a.size < ZEROS_MIN_SIZE or a.dtype.fields is not None:
+        return None
+    flat = np.ascontiguousarray(a).reshape(-1)
+    bits = flat.view(np.dtype(f"u{flat.dtype.itemsize}")) if flat.dtype.kind == "f" else flat
+    index_dtype = np.int32 if flat.size < 2**31 else np.int64
+    # the count first: a dense array (most models' other arrays) costs one pass and no index
+    nnz = int(np.count_nonzero(bits))
+    if nnz * (flat.dtype.itemsize + np.dtype(index_dtype).itemsize) > ZEROS_MAX_RATIO * flat.nbytes:
+        return None
+    index = np.flatnonzero(bits).astype(index_dtype, copy=False)
+    return index, flat[index]
+
+
+def expand_nonzero(shape: Any, index: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """The dense array of a ``zeros`` entry (:func:`nonzero_entries`), its inputs checked.
+
+    Raises
+    ------
+    CheckpointError
+        A shape that is not a list of non-negative integers or would take more than
+        :data:`ZEROS_MAX_DENSE_BYTES`, values that are not numeric, or an index that is not
+        an integer array of the values' length, strictly increasing, within the shape.
+    """
+    if not isinstance(shape, list) or not all(type(x) is int and x >= 0 for x in shape):
+        raise CheckpointError(f"zeros entry with a bad shape {shape!r}")
+    if values.ndim != 1 or values.dtype.kind not in "iuf" or values.dtype.fields is not None:
+        raise CheckpointError(f"zeros entry with values of dtype {values.dtype} and {values.ndim} dimensions")
+    size = math.prod(shape)
+    if size * values.dtype.itemsize > ZEROS_MAX_DENSE_BYTES:
+        raise CheckpointError(f"zeros entry of shape {tuple(shape)} would take more than "
+                              f"{ZEROS_MAX_DENSE_BYTES} bytes")
+    if index.ndim != 1 or index.dtype.kind not in "iu" or index.size != values.size:
+        raise CheckpointError(f"zeros entry with an index of dtype {index.dtype}, {index.ndim} dimensions and "
+                              f"{index.size} entries for {values.size} values")
+    if index.size and (int(index[0]) < 0 or int(index[-1]) >= size or np.any(np.diff(index) <= 0)):
+        raise CheckpointError(f"zeros entry with an index outside 0..{size - 1} or not increasing")
+    out = np.zeros(size, dtype=values.dtype)
+    out[index] = values
+    return out.reshape(shape)
 
 
 def _decode(v: Any, arrays: dict[str, np.ndarray]) -> Any:
@@ -175,6 +241,8 @@ def _decode(v: Any, arrays: dict[str, np.ndarray]) -> Any:
     if t == "ndarray":
         a = _get_array(arrays, v["key"])
         return a.astype(object) if v.get("object") else a
+    if t == "zeros":
+        return expand_nonzero(v.get("shape"), _get_array(arrays, v.get("index")), _get_array(arrays, v.get("values")))
     if t == "sparse":
         return _decode_sparse(v, arrays)
     if t in ("list", "tuple", "set", "frozenset"):
@@ -600,8 +668,9 @@ def validate_manifest(m: Any, where: str = "manifest.json") -> None:
         With the first problem found, e.g. ``manifest.json: 'models' must be a list``.
     """
     _require(isinstance(m, dict) and m.get("format") == FORMAT, where, "not a streamsemi checkpoint")
-    _require(m.get("format_version") == FORMAT_VERSION and _is_int(m.get("format_version")), where,
-             f"format version {m.get('format_version')!r}, this streamsemi reads version {FORMAT_VERSION}")
+    _require(_is_int(m.get("format_version")) and m.get("format_version") in READABLE_FORMAT_VERSIONS, where,
+             f"format version {m.get('format_version')!r}, this streamsemi reads versions "
+             f"{', '.join(map(str, READABLE_FORMAT_VERSIONS))}")
     _require(_is_number(m.get("created")), where, "'created' must be a number", m.get("created"))
     _require(_is_int(m.get("n_features")) and m["n_features"] > 0, where, "'n_features' must be a positive integer", m.get("n_features"))
     _require(m.get("stop_words") is None or isinstance(m.get("stop_words"), str), where,
