@@ -237,6 +237,31 @@ def test_a_model_from_an_earlier_checkpoint_without_powers_pools_by_the_mean():
     np.testing.assert_allclose(old.predict_proba(X), mean)
 
 
+def test_the_engine_scores_the_fit_window_from_the_fit_without_predicting_again(monkeypatch):
+    from streamsemi.engine import score_rows
+    from streamsemi.service.checkpoint import estimator_state, restore_estimator
+
+    X, y = corpus()
+    ens = Ensemble(["constrained-kmeans", "fsl-ck", "cle"], temperature=0.05, random_state=0).fit(X, y)
+    assert (ens.weights_ > 0).sum() >= 2
+    kept = ens.fitted_proba()
+    np.testing.assert_array_equal(kept, ens.predict_proba(X))  # the same numbers, not close ones
+    calls = []
+    monkeypatch.setattr(Ensemble, "predict_proba", lambda self, X: calls.append(X) or kept)
+    P, ind = score_rows(ens, X, multilabel=False)
+    assert calls == [] and ind is None
+    np.testing.assert_array_equal(P, kept)
+    monkeypatch.undo()
+    # a refit replaces them; a restored model, a plain mean or a lone member keeps none: the engine predicts
+    ens.fit(X, [lb if i % 2 else None for i, lb in enumerate(y)])
+    assert ens.fitted_proba() is not kept
+    np.testing.assert_array_equal(ens.fitted_proba(), ens.predict_proba(X))
+    state, arrays = estimator_state(ens)
+    assert restore_estimator(state, arrays).fitted_proba() is None
+    assert Ensemble(["constrained-kmeans", "fsl-ck"], pooling="mean").fit(X, y).fitted_proba() is None
+    assert Ensemble(["constrained-kmeans"]).fit(X, y).fitted_proba() is None
+
+
 def test_tempering_powers_stop_at_their_bounds():
     uniform = np.full((3, 4), 0.25)  # no power changes a uniform row: its mean top stays 0.25
     sharp = np.array([[0.97, 0.01, 0.01, 0.01]] * 3)

@@ -49,10 +49,12 @@ from typing import Any, ClassVar
 
 import numpy as np
 from sklearn.utils._param_validation import Interval, StrOptions
+from sklearn.utils.validation import check_is_fitted
 
 from streamsemi.algorithms.base import (
     RANDOM_STATE,
     DegenerateInputError,
+    DerivedArrays,
     ScoresClassifierMixin,
     StreamsemiEstimator,
 )
@@ -245,6 +247,10 @@ def heldout_scores(correct: np.ndarray, predicted: np.ndarray, support: np.ndarr
         return (correct[:, has] / support[has]).mean(axis=1)
     f1 = 2.0 * correct[:, has] / (support[has] + np.asarray(predicted, dtype=np.float64)[:, has])
     return f1.mean(axis=1)
+
+
+#: per fitted ensemble, the pooled probabilities of its fit window (:meth:`Ensemble.fitted_proba`)
+_FITTED_PROBA: DerivedArrays[np.ndarray | None] = DerivedArrays()
 
 
 class Ensemble(ScoresClassifierMixin, StreamsemiEstimator):
@@ -442,9 +448,32 @@ class Ensemble(ScoresClassifierMixin, StreamsemiEstimator):
         self.classes_ = classes
         self.powers_ = np.ones(len(names))
         fitted = [m for m, est in enumerate(self.estimators_) if est is not None]
+        _FITTED_PROBA.drop(self)
         if self.pooling == "tempered" and len(fitted) > 1:
-            self.powers_[fitted] = tempering_powers([self._member_proba(self.estimators_[m], X) for m in fitted])
+            probas = {m: self._member_proba(self.estimators_[m], X) for m in fitted}
+            self.powers_[fitted] = tempering_powers([probas[m] for m in fitted])
+            # the pooled probabilities of the fit window come from the members' probabilities the powers
+            # needed: the engine's scores of its snapshot (fitted_proba) then cost no second prediction
+            used = self._used_members()
+            pooled = pool_members([probas[m] for m in used], self.weights_[used], self.powers_[used])
+            _FITTED_PROBA.get(self, (self.powers_, self.weights_), lambda: pooled)
         return self
+
+    def _used_members(self) -> list[int]:
+        """Members that take part in the pooling: fitted, with a positive weight."""
+        return [m for m, est in enumerate(self.estimators_) if est is not None and self.weights_[m] > 0]
+
+    def fitted_proba(self) -> np.ndarray | None:
+        """``predict_proba`` of the rows the model was fitted on, kept from ``fit`` (tempered
+        pooling computes every member's probabilities of them), or None when ``fit`` did not
+        keep them (plain mean pooling, one member, a model restored from a checkpoint).
+
+        Equal to ``predict_proba(X_fit)``; kept outside the fitted attributes
+        (:class:`~streamsemi.algorithms.base.DerivedArrays`), so checkpoints and
+        publications do not grow.
+        """
+        check_is_fitted(self)
+        return _FITTED_PROBA.get(self, (getattr(self, "powers_", None), self.weights_), lambda: None)
 
     def _prior_of(self, names: list[str]) -> np.ndarray:
         prior = DEFAULT_PRIOR if self.prior is None else self.prior
@@ -465,7 +494,7 @@ class Ensemble(ScoresClassifierMixin, StreamsemiEstimator):
         """The members' class probabilities pooled with their weights (:func:`pool_members`;
         columns follow ``classes_``)."""
         X = self._validate_counts(X, reset=False)
-        used = [m for m, est in enumerate(self.estimators_) if est is not None and self.weights_[m] > 0]
+        used = self._used_members()
         # a model restored from a checkpoint of an earlier version has no powers_: it pools by the plain mean
         powers = getattr(self, "powers_", None)
         return pool_members([self._member_proba(self.estimators_[m], X) for m in used],
