@@ -483,12 +483,16 @@ def test_per_stream_console_writes_name_the_stream_of_the_item_through_the_broke
     assert [m["op"] for m in sent if m.get("id") == "t1"] == ["label", "unlabel"]
 
 
-def test_a_console_started_before_its_broker_warns_on_every_page_until_the_broker_comes(tmp_path):
+def test_a_console_warns_on_every_page_while_its_broker_is_unreachable_at_start_or_later(tmp_path):
     """Without a reachable Kafka the pages said nothing but "no labels yet"; now each page names the broker and
-    the error until the reader connects, and the warning goes away once it has."""
+    the error until the reader connects, and the warning goes away once it has. A broker lost later (kafka-python
+    reconnects without raising) brings the warning back until it returns."""
     from kafka_utils import kill_broker, start_own_broker, wait_until
 
+    from streamsemi.console.reader import topic_kinds
     from streamsemi.devtools.broker import free_port
+    from streamsemi.service.config import resolve
+    from streamsemi.service.kafka_io import ensure_topics
 
     kafka_port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "streamsemi", "console", "--bootstrap-servers",
@@ -506,7 +510,21 @@ def test_a_console_started_before_its_broker_warns_on_every_page_until_the_broke
             body = page(path)
             assert f"Kafka at 127.0.0.1:{kafka_port} cannot be reached" in body and "Unable to bootstrap" in body
         broker = start_own_broker(tmp_path, port=kafka_port)
+        # every topic the console reads exists, so its reader stops looking for topics (a failed look-up would
+        # raise and warn by itself): only the reader's watch of its connections can see the broker go
+        settings = resolve({"bootstrap_servers": f"127.0.0.1:{kafka_port}"})
+        ensure_topics(settings, list(topic_kinds(settings)))
         assert wait_until(lambda: 'id="kafka-down"' not in page("/"), 60), "the warning stays after the broker came"
+        time.sleep(1.0)
+        # a broker lost after the console connected: kafka-python retries without an error, the pages warn anyway
+        kill_broker(broker)
+        broker = None
+        assert wait_until(lambda: 'id="kafka-down"' in page("/"), 30), "no warning after the broker went away"
+        body = page("/queue")
+        assert f"Kafka at 127.0.0.1:{kafka_port} cannot be reached" in body
+        assert "no connection to any broker for 5 s" in body
+        broker = start_own_broker(tmp_path, port=kafka_port)
+        assert wait_until(lambda: 'id="kafka-down"' not in page("/"), 60), "the warning stays after the broker came back"
     finally:
         proc.terminate()
         proc.wait(20)

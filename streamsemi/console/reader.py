@@ -43,6 +43,19 @@ def topic_kinds(settings: Settings) -> dict[str, str]:
 
 #: how long the reader waits for a broker before it reports the failure and tries again (kafka-python: 30 s)
 BOOTSTRAP_TIMEOUT_MS = 10_000
+#: seconds with no open connection to any broker after which a connected reader reports Kafka unreachable
+#: (kafka-python reconnects by itself and raises nothing, so a broker lost after start was never shown)
+DISCONNECTED_AFTER_S = 5.0
+
+
+def broker_connections(consumer: Any) -> float | None:
+    """Open broker connections of a kafka-python client (its ``connection-count`` metric); None when
+    the client does not report it (metrics disabled), which counts as connected."""
+    try:
+        value = consumer.metrics().get("consumer-metrics", {}).get("connection-count")
+    except Exception:  # noqa: BLE001 - a metric that cannot be read says nothing about the broker
+        return None
+    return None if value is None else float(value)
 
 
 class TopicReader(threading.Thread):
@@ -114,7 +127,9 @@ class TopicReader(threading.Thread):
                 self.assigned.clear()
                 self._check_backfill.clear()
                 last_scan = 0.0
+                down_since: float | None = None
                 while not self.stop_event.is_set():
+                    down_since = self._watch_connection(consumer, down_since)
                     if time.monotonic() - last_scan >= self.rescan_s and len(self.assigned) < len(self.kinds):
                         self._assign_new(consumer)
                         last_scan = time.monotonic()
@@ -147,6 +162,26 @@ class TopicReader(threading.Thread):
                         consumer.close()
                     except Exception:  # noqa: BLE001
                         pass
+
+    def _watch_connection(self, consumer: Any, down_since: float | None) -> float | None:
+        """Mark the reader disconnected after :data:`DISCONNECTED_AFTER_S` without a broker connection, and
+        connected again once one is open; returns when the connections went (None while some are open)."""
+        n = broker_connections(consumer)
+        now = time.monotonic()
+        if n is None or n > 0:
+            if not self.connected:
+                self.connected, self.last_error = True, None
+                event(log, "console_reader_reconnected")
+            return None
+        if down_since is None:
+            return now
+        if self.connected and now - down_since >= DISCONNECTED_AFTER_S:
+            self.errors += 1
+            self.connected = False
+            self.last_error = (f"no connection to any broker for {DISCONNECTED_AFTER_S:.0f} s "
+                               "(the reader keeps trying)")
+            event(log, "console_reader_error", logging.WARNING, error=self.last_error)
+        return down_since
 
     def status(self) -> dict[str, Any]:
         """``connected``, the last ``error`` (None after a successful connection) and how many ``errors``:
