@@ -295,6 +295,28 @@ def test_held_out_documents(r8_subset):
     assert acc > 0.8
 
 
+def test_the_stored_state_holds_the_fit_rows_once_and_their_transpose_is_derived(r8_subset):
+    from streamsemi.service.checkpoint import estimator_state, restore_estimator
+
+    X, y, _, _, _ = r8_subset
+    train = np.arange(X.shape[0]) < 220
+    est = CLE().fit(X[train], y[train])
+    state, arrays = estimator_state(est)
+    assert "X_fit_" in state["attrs"] and "X_fit_T_" not in state["attrs"]
+    back = restore_estimator(state, arrays)
+    np.testing.assert_array_equal(back.predict_proba(X[~train]), est.predict_proba(X[~train]))
+    T = back._fit_transpose()
+    assert back._fit_transpose() is T  # built once per model
+    assert (T != back.X_fit_.T).nnz == 0 and T.format == "csr"
+    # a model stored before session 29 kept the transpose as an attribute: it is used, and a refit drops it
+    old = restore_estimator(state, arrays)
+    old.X_fit_T_ = sp.csr_matrix(old.X_fit_.T)
+    assert old._fit_transpose() is old.X_fit_T_
+    np.testing.assert_array_equal(old.predict_proba(X[~train]), est.predict_proba(X[~train]))
+    old.fit(X[~train], y[~train])
+    assert not hasattr(old, "X_fit_T_") and old._fit_transpose().shape == (X.shape[1], int((~train).sum()))
+
+
 def test_explain_uses_member_tfidf(r8_subset):
     X, y, _, _, sketch = r8_subset
     est = CLE().fit(X, y)

@@ -68,6 +68,7 @@ from streamsemi.algorithms._discovery import (
 )
 from streamsemi.algorithms.base import (
     RANDOM_STATE,
+    DerivedArrays,
     ScoresClassifierMixin,
     StreamsemiEstimator,
     TransformerMixin,
@@ -524,6 +525,10 @@ def fit_temperature(S: np.ndarray, target: np.ndarray) -> float:
 
 # ----------------------------------------------------------------------------- estimator
 
+#: per fitted CLE, ``X_fit_.T`` as CSR (:meth:`CLE._fit_transpose`)
+_TRANSPOSE: DerivedArrays[sp.csr_matrix] = DerivedArrays()
+
+
 class CLE(DiscoveryMixin, ScoresClassifierMixin, TransformerMixin, StreamsemiEstimator):
     """Constrained Laplacian Eigenmap, then an assignment in the r-dimensional embedding.
 
@@ -742,7 +747,11 @@ class CLE(DiscoveryMixin, ScoresClassifierMixin, TransformerMixin, StreamsemiEst
         self.class_term_weights_ = sp.csr_matrix(sp.diags(1.0 / counts) @ Hl @ Xt)
 
         self.X_fit_ = Xn
-        self.X_fit_T_ = XnT
+        # the transpose is derived, not a fitted attribute: checkpoints and publications hold X_fit_ once
+        # (a third of a CLE publication); the fitting process keeps the one it built
+        _TRANSPOSE.drop(self)
+        _TRANSPOSE.get(self, (Xn,), lambda: XnT)
+        vars(self).pop("X_fit_T_", None)  # a restored model of an earlier version stored it: not this fit's
         self.graph_ = W
         self.embedding_ = Y
         self.labels_ = labels
@@ -765,10 +774,18 @@ class CLE(DiscoveryMixin, ScoresClassifierMixin, TransformerMixin, StreamsemiEst
         # transform without scikit-learn's set_output wrapper (its checks cost ~20 us per predict call)
         X = self._validate_counts(X, reset=False)
         Q = unit_rows(X, self.weighting, self.idf_)
-        idx, sim = find_neighbors(Q, self.X_fit_, self.X_fit_T_, int(self.n_neighbors),
+        idx, sim = find_neighbors(Q, self.X_fit_, self._fit_transpose(), int(self.n_neighbors),
                                   self.knn_method, block_memory_mb=self.block_memory_mb)
         raw_fit = self.embedding_ * self.map_scale_ + self.map_offset_
         return (nystrom(raw_fit, idx, sim, self.eigenvalues_) - self.map_offset_) / self.map_scale_
+
+    def _fit_transpose(self) -> sp.csr_matrix:
+        """``X_fit_.T`` as CSR (the neighbour search's inverted index), built once per fitted or restored model;
+        a model restored from a checkpoint that stored it (``X_fit_T_``, before session 29) uses that."""
+        stored = getattr(self, "X_fit_T_", None)
+        if stored is not None:
+            return stored
+        return _TRANSPOSE.get(self, (self.X_fit_,), lambda: sp.csr_matrix(self.X_fit_.T))
 
     def _scores_from_embedding(self, Y: np.ndarray) -> np.ndarray:
         if self.assign == "kmeans":
