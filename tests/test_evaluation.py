@@ -258,6 +258,34 @@ def test_results_page_regenerates(tmp_path) -> None:
     assert "constrained-kmeans [stream-prequential]" in text and "river-mnb [stream-final]" in text
 
 
+def test_results_page_full_mode_one_protocol_at_a_time(tmp_path) -> None:
+    """Full mode takes hours: each protocol run is saved in the records directory and the page is written
+    from every saved protocol of the same mode, each section naming its commit."""
+    out, records_dir = tmp_path / "results.md", tmp_path / "runs"
+    tiny = {"semi-ldc": {"datasets": ["20ng-talk4"], "labels": [5], "runs": 1, "max_docs": 200, "stream": None},
+            "pseudo-lsc": {"labels": [50], "runs": 1, "max_docs": 200}}
+    first = results_page.generate(out, quick=True, protocols=["semi-ldc"], algorithms=["constrained-kmeans"],
+                                  progress=False, settings_override=tiny, records_dir=records_dir)
+    saved = json.loads((records_dir / "semi-ldc.json").read_text())
+    assert saved["mode"] == "quick" and saved["protocol"] == "semi-ldc" and saved["records"] == first
+    assert saved["commit"] and saved["wall_s"] > 0 and "documents: at most 200" in saved["settings"]
+    # a run saved in the other mode is never mixed in
+    results_page.save_protocol_run(records_dir, {**saved, "protocol": "cle", "mode": "full"})
+    results_page.generate(out, quick=True, protocols=["pseudo-lsc"], algorithms=["pseudo-lsc"], progress=False,
+                          settings_override=tiny, records_dir=records_dir)
+    text = out.read_text()
+    sections = {part.splitlines()[0]: part for part in text.split("\n## ")[1:]}
+    assert list(sections) == ["semi-ldc", "cle", "d-lda", "fsl", "pseudo-lsc", "robustness"]
+    ck = next(r for r in first if r["algorithm"] == "constrained-kmeans")
+    assert f"Commit {saved['commit']}, {saved['generated']}." in sections["semi-ldc"]
+    assert f"| constrained-kmeans | {ck['mean']:.3f}" in sections["semi-ldc"]  # kept from the first run
+    assert "| pseudo-lsc |" in sections["pseudo-lsc"]
+    for name in ("cle", "d-lda", "fsl", "robustness"):
+        assert f"(not run in quick mode yet: `streamsemi evaluate --results-page docs/results.md --quick " \
+               f"--records-dir DIR --protocol {name}`)" in sections[name]
+    assert "each protocol's section names the commit" in text
+
+
 def test_results_page_flag_dispatches(monkeypatch, tmp_path) -> None:
     calls = {}
 

@@ -73,6 +73,10 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--results-page", metavar="FILE",
                         help="regenerate the results page (every protocol, every available "
                              "algorithm, against the baselines) into FILE")
+    parser.add_argument("--records-dir", metavar="DIR", default=None,
+                        help="with --results-page: save each protocol run in DIR/<protocol>.json and write "
+                             "the page from every protocol saved there in the same mode (full mode one "
+                             "protocol at a time: add --protocol NAME)")
     parser.add_argument("--quick", action="store_true",
                         help="with --results-page: reduced settings (subsampled documents, fewer "
                              f"runs and label amounts); with --protocol: 1 run and at most "

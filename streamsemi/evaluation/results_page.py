@@ -9,12 +9,21 @@ Full mode uses each protocol's own settings (labels, runs, all documents) and
 replays the semi-ldc datasets as streams; ``--quick`` subsamples documents and
 uses fewer runs and label amounts (minutes instead of hours). The page states
 the settings it was made with, and puts the papers' own figures beside ours.
+
+Full mode takes hours, so it can be made one protocol at a time::
+
+    streamsemi evaluate --results-page docs/results.md --records-dir benchmarks/results/page_full --protocol cle
+
+runs ``cle`` only, saves its records with their commit, date, settings and wall time in
+``DIR/cle.json``, and writes the page from every protocol saved in ``DIR`` in the same
+mode (each section names the commit that made it; a protocol not run yet says so).
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime as _dt
+import json
 import platform
 import re
 import subprocess
@@ -85,10 +94,39 @@ def _describe(settings: dict[str, Any], protocol: str) -> str:
     return "; ".join(parts)
 
 
+def _mode(quick: bool) -> str:
+    return "quick" if quick else "full"
+
+
+def save_protocol_run(records_dir: str | Path, run: dict[str, Any]) -> Path:
+    """Write one protocol's run (:func:`generate`'s ``runs`` entry) to ``records_dir/<protocol>.json``."""
+    path = Path(records_dir) / f"{run['protocol']}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(run, indent=1) + "\n", encoding="utf-8")
+    return path
+
+
+def load_protocol_runs(records_dir: str | Path, quick: bool) -> dict[str, dict[str, Any]]:
+    """The saved runs in ``records_dir`` made in the mode of ``quick``, by protocol (unreadable files,
+    other modes and unknown protocols are left out)."""
+    out: dict[str, dict[str, Any]] = {}
+    for name in PROTOCOLS:
+        path = Path(records_dir) / f"{name}.json"
+        try:
+            run = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if (isinstance(run, dict) and run.get("protocol") == name and run.get("mode") == _mode(quick)
+                and isinstance(run.get("records"), list)):
+            out[name] = run
+    return out
+
+
 def generate(out_path: str | Path, *, quick: bool = False, protocols: Sequence[str] | None = None,
              algorithms: Sequence[str] | None = None, jobs: int = 1, seed: int = 0,
              progress: bool = True, json_path: str | Path | None = None,
-             settings_override: dict[str, dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+             settings_override: dict[str, dict[str, Any]] | None = None,
+             records_dir: str | Path | None = None) -> list[dict[str, Any]]:
     """Run the protocols and write the markdown page; return all records.
 
     Parameters
@@ -107,14 +145,16 @@ def generate(out_path: str | Path, *, quick: bool = False, protocols: Sequence[s
         Also write the records as JSON.
     settings_override : dict, optional
         Per-protocol settings replacing :func:`page_settings` entries (tests).
+    records_dir : path, optional
+        Save each protocol run here (:func:`save_protocol_run`) and write the page from every
+        protocol saved here in the same mode, not only those run now (:func:`load_protocol_runs`).
     """
     settings = page_settings(quick)
     for k, v in (settings_override or {}).items():
         settings[k] = {**settings.get(k, {}), **v}
     names = list(protocols or PROTOCOLS)
     records: list[dict[str, Any]] = []
-    notes: list[str] = []
-    timings: dict[str, float] = {}
+    runs: dict[str, dict[str, Any]] = {}
     for name in names:
         p = PROTOCOLS[name]
         s = settings[name]
@@ -122,22 +162,32 @@ def generate(out_path: str | Path, *, quick: bool = False, protocols: Sequence[s
         methods = resolve_methods(p, algorithms or PAGE_ALGORITHMS[name])
         wanted = list(algorithms or PAGE_ALGORITHMS[name])
         missing = [a for a in wanted if a not in methods]
-        if missing:
-            notes.append(f"{name}: not available: {', '.join(missing)}")
-        records += evaluate(p, methods=methods, datasets=s["datasets"], labels=s["labels"],
-                            runs=s["runs"], jobs=jobs, max_docs=s["max_docs"], seed=seed,
-                            progress=progress)
+        recs = evaluate(p, methods=methods, datasets=s["datasets"], labels=s["labels"],
+                        runs=s["runs"], jobs=jobs, max_docs=s["max_docs"], seed=seed, progress=progress)
         if s.get("stream"):
             ds, lab = s["stream"]
-            records += evaluate(p, methods=methods, datasets=ds, labels=lab, runs=s["runs"],
-                                batch=False, stream=True, jobs=jobs, max_docs=s["max_docs"],
-                                seed=seed, stream_settings=StreamSettings(), progress=progress)
-        timings[name] = time.perf_counter() - t0
+            recs += evaluate(p, methods=methods, datasets=ds, labels=lab, runs=s["runs"],
+                             batch=False, stream=True, jobs=jobs, max_docs=s["max_docs"],
+                             seed=seed, stream_settings=StreamSettings(), progress=progress)
+        records += recs
+        runs[name] = {"protocol": name, "mode": _mode(quick), "settings": _describe(s, name),
+                      "commit": _git_commit(), "generated": _now(), "wall_s": time.perf_counter() - t0,
+                      "notes": [f"{name}: not available: {', '.join(missing)}"] if missing else [],
+                      "records": recs}
+        if records_dir is not None:
+            save_protocol_run(records_dir, runs[name])
     if json_path:
         report.write_json(records, json_path)
-    page = render(records, names, settings, quick, timings, notes)
+    if records_dir is not None:
+        runs = {**load_protocol_runs(records_dir, quick), **runs}
+        names = [n for n in PROTOCOLS if n in runs or n in PAGE_ALGORITHMS]
+    page = render(runs, names, quick, per_protocol_commit=records_dir is not None)
     Path(out_path).write_text(page + hand_written_sections(out_path, page), encoding="utf-8")
     return records
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
 
 
 def hand_written_sections(path: str | Path, page: str) -> str:
@@ -153,10 +203,14 @@ def hand_written_sections(path: str | Path, page: str) -> str:
     return "".join("\n" + part for part in kept)
 
 
-def render(records: Sequence[dict[str, Any]], protocols: Sequence[str], settings: dict[str, dict[str, Any]],
-           quick: bool, timings: dict[str, float], notes: Sequence[str]) -> str:
-    """The markdown page."""
+def render(runs: dict[str, dict[str, Any]], protocols: Sequence[str], quick: bool, *,
+           per_protocol_commit: bool = False) -> str:
+    """The markdown page of the protocol ``runs`` (:func:`generate`), sections in the order of
+    ``protocols``; a protocol without a run says it has not been run in this mode yet."""
     cmd = "streamsemi evaluate --results-page docs/results.md" + (" --quick" if quick else "")
+    if per_protocol_commit:
+        cmd += " --records-dir DIR --protocol NAME"
+    notes = [n for name in protocols if name in runs for n in runs[name].get("notes", [])]
     lines = [
         "# Results",
         "",
@@ -164,8 +218,9 @@ def render(records: Sequence[dict[str, Any]], protocols: Sequence[str], settings
         "baselines). Do not edit by hand: regenerate it whenever an algorithm lands.",
         "",
         f"- mode: **{'quick (reduced settings, indicative only)' if quick else 'full'}**",
-        f"- generated: {_dt.datetime.now(_dt.UTC).strftime('%Y-%m-%d %H:%M UTC')}, commit "
-        f"{_git_commit()}, Python {platform.python_version()}, {platform.machine()}",
+        f"- generated: {_now()}, commit {_git_commit()}, Python {platform.python_version()}, {platform.machine()}"
+        + ("; each protocol's section names the commit and date of its own run (one protocol at a time, "
+           "`--records-dir`)" if per_protocol_commit else ""),
         "- every score is computed on the documents that are NOT seeds; mean ± std (ddof=0) over runs",
         "- `fit s`: mean seconds of one fit (batch) or of the whole replay including every refit "
         "(stream)",
@@ -181,10 +236,15 @@ def render(records: Sequence[dict[str, Any]], protocols: Sequence[str], settings
         lines.append("")
     for name in protocols:
         p = PROTOCOLS[name]
-        lines += [f"## {name}", "", f"{p.paper}. {p.description}", "",
-                  f"Settings: {_describe(settings[name], name)}. Wall time: {timings.get(name, 0):.0f} s.",
-                  ""]
-        tables = report.markdown_tables(records, name)
+        lines += [f"## {name}", "", f"{p.paper}. {p.description}", ""]
+        run = runs.get(name)
+        if run is None:
+            lines += [f"(not run in {_mode(quick)} mode yet: `streamsemi evaluate --results-page docs/results.md"
+                      f"{' --quick' if quick else ''} --records-dir DIR --protocol {name}`)", ""]
+            continue
+        made = f" Commit {run['commit']}, {run['generated']}." if per_protocol_commit else ""
+        lines += [f"Settings: {run['settings']}. Wall time: {run['wall_s']:.0f} s.{made}", ""]
+        tables = report.markdown_tables(run["records"], name)
         lines += tables if tables else ["(no results)", ""]
     return "\n".join(lines).rstrip() + "\n"
 
@@ -194,7 +254,8 @@ def generate_from_args(args: argparse.Namespace) -> int:
     generate(args.results_page, quick=bool(getattr(args, "quick", False)),
              protocols=[args.protocol] if getattr(args, "protocol", None) else None,
              algorithms=args.algorithm, jobs=args.jobs, seed=args.seed,
-             progress=not args.no_progress, json_path=args.json)
+             progress=not args.no_progress, json_path=args.json,
+             records_dir=getattr(args, "records_dir", None))
     print(f"wrote {args.results_page}", file=sys.stderr)
     return 0
 
@@ -211,10 +272,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=1)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", default=None)
+    parser.add_argument("--records-dir", default=None)
     parser.add_argument("--no-progress", action="store_true")
     a = parser.parse_args(argv)
     generate(a.out, quick=a.quick, protocols=a.protocol, algorithms=a.algorithm, jobs=a.jobs,
-             seed=a.seed, progress=not a.no_progress, json_path=a.json)
+             seed=a.seed, progress=not a.no_progress, json_path=a.json, records_dir=a.records_dir)
     print(f"wrote {a.out}", file=sys.stderr)
     return 0
 
