@@ -78,7 +78,8 @@ _SPARSE_FORMATS = ("csr", "csc", "coo")
 #: are 96% zeros: 42 MB dense, 2.5 MB so)
 ZEROS_MIN_SIZE = 4096
 ZEROS_MAX_RATIO = 0.5
-#: the largest array a ``zeros`` entry may expand to (a hostile shape must not allocate without bound)
+#: the most a model's ``zeros`` entries may expand to, all together (a hostile state of small files must not
+#: allocate without bound; checked before any is expanded)
 ZEROS_MAX_DENSE_BYTES = 4 << 30
 
 
@@ -223,6 +224,24 @@ def expand_nonzero(shape: Any, index: np.ndarray, values: np.ndarray) -> np.ndar
     return out.reshape(shape)
 
 
+def zeros_expanded_bytes(tree: Any, arrays: dict[str, np.ndarray]) -> int:
+    """Bytes that every ``zeros`` entry of a model state (nested estimators included) expands to;
+    entries with a malformed shape count 0 here and are refused by :func:`expand_nonzero`."""
+    total, stack = 0, [tree]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, list):
+            stack.extend(v)
+        elif isinstance(v, dict):
+            if v.get("t") == "zeros":
+                shape, values = v.get("shape"), arrays.get(v.get("values")) if isinstance(v.get("values"), str) else None
+                if isinstance(shape, list) and all(type(x) is int and x >= 0 for x in shape) and values is not None:
+                    total += math.prod(shape) * values.dtype.itemsize
+            else:
+                stack.extend(v.values())
+    return total
+
+
 def _decode(v: Any, arrays: dict[str, np.ndarray]) -> Any:
     if v is None or isinstance(v, (bool, int, float, str)):
         return v
@@ -315,6 +334,11 @@ def restore_estimator(state: dict, arrays: dict[str, np.ndarray], registry_name:
         if cls_name not in allowed:
             raise CheckpointError(f"class {cls_name!r} is not an estimator of streamsemi")
         cls = allowed[cls_name]
+    if registry_name is not None:  # a whole model (nested estimators are counted with it)
+        expanded = zeros_expanded_bytes(state, arrays)
+        if expanded > ZEROS_MAX_DENSE_BYTES:
+            raise CheckpointError(f"model state whose mostly-zero arrays would take {expanded} bytes, more than "
+                                  f"{ZEROS_MAX_DENSE_BYTES}")
     params = {str(k): _decode(v, arrays) for k, v in state["params"].items()}
     est = cls(**params)
     for k, v in state["attrs"].items():
