@@ -158,7 +158,7 @@ def generate(out_path: str | Path, *, quick: bool = False, protocols: Sequence[s
     for name in names:
         p = PROTOCOLS[name]
         s = settings[name]
-        t0 = time.perf_counter()
+        t0, commit = time.perf_counter(), _git_commit()  # the code the run starts with
         methods = resolve_methods(p, algorithms or PAGE_ALGORITHMS[name])
         wanted = list(algorithms or PAGE_ALGORITHMS[name])
         missing = [a for a in wanted if a not in methods]
@@ -171,7 +171,7 @@ def generate(out_path: str | Path, *, quick: bool = False, protocols: Sequence[s
                              seed=seed, stream_settings=StreamSettings(), progress=progress)
         records += recs
         runs[name] = {"protocol": name, "mode": _mode(quick), "settings": _describe(s, name),
-                      "commit": _git_commit(), "generated": _now(), "wall_s": time.perf_counter() - t0,
+                      "commit": commit, "generated": _now(), "wall_s": time.perf_counter() - t0,
                       "notes": [f"{name}: not available: {', '.join(missing)}"] if missing else [],
                       "records": recs}
         if records_dir is not None:
