@@ -19,6 +19,7 @@ from streamsemi.algorithms.ensemble import (
     accuracy_weights,
     heldout_scores,
     pool_members,
+    row_keys,
     seed_folds,
     shrink_to_prior,
     temper,
@@ -51,6 +52,33 @@ def test_seed_folds_deal_every_class_round_robin():
         per_fold = np.bincount(folds[codes == c], minlength=3)
         assert per_fold.sum() == n and per_fold.max() - per_fold.min() <= 1
     assert not np.array_equal(folds, seed_folds(codes, 3, np.random.default_rng(1)))
+
+
+def test_folds_follow_the_seeds_contents_so_any_row_order_gives_the_same_model():
+    X, y = corpus()
+    codes = np.array([CLASSES.index(v) if v else -1 for v in y])
+    seeds = np.flatnonzero(codes >= 0)
+    keys = row_keys(X, seeds)
+    assert (keys[codes < 0] == 0).all() and np.unique(keys[seeds]).size == seeds.size
+    perm = np.random.default_rng(3).permutation(codes.size)
+    # the same rows elsewhere, and their indices stored in another order: the same keys
+    Xp = sp.csr_matrix(X[perm])
+    Xp.indices, Xp.data = Xp.indices.copy(), Xp.data.copy()
+    for r in range(Xp.shape[0]):
+        lo, hi = Xp.indptr[r], Xp.indptr[r + 1]
+        Xp.indices[lo:hi], Xp.data[lo:hi] = Xp.indices[lo:hi][::-1], Xp.data[lo:hi][::-1]
+    Xp.has_sorted_indices = False
+    np.testing.assert_array_equal(row_keys(Xp, np.flatnonzero(codes[perm] >= 0)), keys[perm])
+    folds = seed_folds(codes, 3, np.random.default_rng(0), keys=keys)
+    np.testing.assert_array_equal(seed_folds(codes[perm], 3, np.random.default_rng(0), keys=keys[perm]), folds[perm])
+    assert set(np.bincount(folds[seeds])) <= {8, 9}  # round-robin as without keys: 26 seeds, 3 folds
+    assert not np.array_equal(folds, seed_folds(codes, 3, np.random.default_rng(1), keys=keys))  # another salt
+    members = ["constrained-kmeans", "fsl-ck", "cle"]
+    a = Ensemble(members, temperature=0.05, random_state=0).fit(X, y)
+    b = Ensemble(members, temperature=0.05, random_state=0).fit(X[perm], [y[i] for i in perm])
+    np.testing.assert_array_equal(a.heldout_correct_, b.heldout_correct_)
+    np.testing.assert_allclose(a.weights_, b.weights_)
+    np.testing.assert_allclose(a.predict_proba(X)[perm], b.predict_proba(X[perm]), atol=1e-9)
 
 
 def test_accuracy_weights_are_a_softmax_and_skip_failed_members():
@@ -112,7 +140,7 @@ def test_heldout_scores_weights_and_probabilities_are_what_the_docstring_says(sc
     members = ["constrained-kmeans", "fsl-ck"]
     ens = Ensemble(members, n_folds=3, temperature=0.05, heldout_score=score, prior_seeds=0, random_state=4).fit(X, y)
     codes = np.array([CLASSES.index(v) if v else -1 for v in y])
-    folds = seed_folds(codes, 3, np.random.default_rng(4))
+    folds = seed_folds(codes, 3, np.random.default_rng(4), keys=row_keys(X, np.flatnonzero(codes >= 0)))
     labels = np.array(y, dtype=object)
     expected = []
     for m, name in enumerate(members):

@@ -5,7 +5,9 @@ k-means on Reuters top-10, CLE and FSL on R8, ... The seeds themselves say which
 member suits the window at hand. :class:`Ensemble`
 
 1. splits the seeds of every class round-robin into ``n_folds`` folds (after a
-   seeded shuffle, so every fold holds seeds of the large classes);
+   seeded shuffle, so every fold holds seeds of the large classes; the shuffle orders
+   the seeds by a salted hash of their contents, so the same window in any row order
+   gets the same folds);
 2. for each fold, refits every member on all documents with that fold's seeds
    hidden (they become unlabeled rows) and records which hidden seeds it predicts
    right (``predict`` of those rows). A hidden seed whose class has no seed left in
@@ -44,10 +46,12 @@ seeds.
 
 from __future__ import annotations
 
+import hashlib
 from numbers import Integral, Real
 from typing import Any, ClassVar
 
 import numpy as np
+import scipy.sparse as sp
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
 
@@ -87,18 +91,56 @@ DEFAULT_PRIOR: dict[str, float] = {"semi-ldc": 0.018, "cle": 0.062, "d-lda": -0.
                                    "constrained-kmeans": -0.008}
 
 
-def seed_folds(codes: np.ndarray, n_folds: int, rng: np.random.Generator) -> np.ndarray:
+def seed_folds(codes: np.ndarray, n_folds: int, rng: np.random.Generator,
+               keys: np.ndarray | None = None) -> np.ndarray:
     """Fold of every seed row (``-1`` for unlabeled rows): each class's seeds, shuffled, are
     dealt round-robin, the deal of each class starting where the previous one stopped, so
     fold sizes differ by at most one and a class with ``s`` seeds is in ``min(s, n_folds)``
-    folds."""
+    folds.
+
+    ``keys`` (uint64 per row, :func:`row_keys`): the shuffle is the order of the keys mixed
+    with one salt drawn from ``rng``, so the deal follows the seeds' contents, not their
+    positions: the same window in any row order gets the same folds (rows with equal keys,
+    identical documents, keep their order).
+    """
     folds = np.full(codes.size, -1, dtype=np.int64)
+    salt = np.uint64(rng.integers(0, 2**63)) if keys is not None else None
     start = 0
     for c in np.unique(codes[codes >= 0]):
-        members = rng.permutation(np.flatnonzero(codes == c))
+        members = np.flatnonzero(codes == c)
+        if keys is None:
+            members = rng.permutation(members)
+        else:
+            members = members[np.argsort(_mix(keys[members] ^ salt), kind="stable")]
         folds[members] = (start + np.arange(members.size)) % n_folds
         start = (start + members.size) % n_folds
     return folds
+
+
+def _mix(x: np.ndarray) -> np.ndarray:
+    """splitmix64's finaliser: a salted key order that is a fresh shuffle for every salt."""
+    x = np.asarray(x, dtype=np.uint64).copy()
+    with np.errstate(over="ignore"):
+        x ^= x >> np.uint64(30)
+        x *= np.uint64(0xBF58476D1CE4E5B9)
+        x ^= x >> np.uint64(27)
+        x *= np.uint64(0x94D049BB133111EB)
+        x ^= x >> np.uint64(31)
+    return x
+
+
+def row_keys(X: sp.csr_matrix, rows: np.ndarray) -> np.ndarray:
+    """A 64-bit hash of the content (column indices and values) of each of ``rows`` of ``X``
+    (0 for the other rows): equal rows get equal keys whatever their position."""
+    keys = np.zeros(X.shape[0], dtype=np.uint64)
+    indptr = X.indptr
+    for r in rows:  # seeds only: a few thousand short rows
+        lo, hi = indptr[r], indptr[r + 1]
+        order = np.argsort(X.indices[lo:hi], kind="stable")
+        h = hashlib.blake2b(np.asarray(X.indices[lo:hi][order], dtype=np.int64).tobytes(), digest_size=8)
+        h.update(np.asarray(X.data[lo:hi][order], dtype=np.float64).tobytes())
+        keys[r] = int.from_bytes(h.digest(), "little")
+    return keys
 
 
 def accuracy_weights(accuracy: np.ndarray, temperature: float) -> np.ndarray:
@@ -401,7 +443,9 @@ class Ensemble(ScoresClassifierMixin, StreamsemiEstimator):
         X, codes, classes = self._fit_inputs(X, y)
         names = self._member_names()
         rng = np.random.default_rng(self.random_state)
-        folds = seed_folds(codes, int(self.n_folds), rng)
+        # dealt by the seeds' contents: a worker's window holds documents in the order they were consumed,
+        # which differs between runs and between workers; the held-out weights should not
+        folds = seed_folds(codes, int(self.n_folds), rng, keys=row_keys(X, np.flatnonzero(codes >= 0)))
         labels = np.where(codes >= 0, classes[np.maximum(codes, 0)], None).astype(object)
         # correct[m, k]: member m's correct predictions of held-out seeds of class k;
         # scored[k]: held-out seeds of class k whose class kept a seed in the fold's fit
@@ -521,4 +565,4 @@ class Ensemble(ScoresClassifierMixin, StreamsemiEstimator):
 
 
 __all__ = ["DEFAULT_MEMBERS", "DEFAULT_MEMBER_PARAMS", "Ensemble", "accuracy_weights", "heldout_scores",
-           "pool_members", "seed_folds", "temper", "tempering_powers"]
+           "pool_members", "row_keys", "seed_folds", "temper", "tempering_powers"]
