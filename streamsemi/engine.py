@@ -1338,6 +1338,13 @@ class Engine:
             self._judged_models = models
             self._choose_primary()
 
+    def refresh_primary(self) -> str:
+        """``primary = auto``: choose the primary now if the models were swapped since it was last chosen
+        (on the polling thread); returns it. A refitter calls it before publishing, since it assigns
+        nothing (assignment is where a worker chooses)."""
+        self._on_swap()
+        return self.primary
+
     def _publish_primary(self) -> None:
         for a in self.config.algorithms:
             self.telemetry.primary.labels(a).set(1 if a == self.primary else 0)
@@ -2327,6 +2334,7 @@ class Engine:
                 self._first_doc_at = self._last_doc_at
         self._run_seed_checks()
         self.tick()
+        self._on_swap()  # a refitter assigns nothing: the primary (auto) is chosen here after a swap
         return n
 
     def serve(self, docs: Sequence[Document]) -> ProcessResult:

@@ -187,6 +187,52 @@ def test_publisher_and_reader_through_the_broker_with_tombstones(broker):
         pub.close()
 
 
+def test_the_refitter_chooses_primary_auto_and_publishes_it(broker):
+    """A refitter assigns nothing, and assignment is where an engine chose ``primary = auto``: the leader kept
+    publishing the first algorithm as the primary whatever its held-out seeds said, and the assigners served it
+    (here pseudo-LSC, held-out accuracy 0.64, over constrained k-means, 0.82; a worker serves the latter)."""
+    from streamsemi.core.datasets import load
+    from streamsemi.service.models_topic import ModelsReader
+    from streamsemi.service.roles import Refitter, ensure_role_topics
+
+    r8 = load("reuters-r8")
+
+    def refitted() -> Engine:
+        e = Engine(EngineConfig(algorithms=["pseudo-lsc", "constrained-kmeans"], primary="auto",
+                                background_refit=False, window_max_docs=3000, refit_every_docs=0, refit_growth=0,
+                                refit_idle_s=0, drift_detection=False, first_fit_max_wait_s=0, min_docs_first_refit=1))
+        for i in range(0, 2000, 10):
+            e.label(f"d{i}", [r8.labels[i]])
+        e.absorb([Document(f"d{i}", r8.texts[i]) for i in range(2000)], update_sketch=True)
+        e.request_refit()  # the round (and its held-out probes) ran; nothing has judged the new models yet
+        return e
+
+    # the refitter's windowing loop chooses after a swap
+    eng = refitted()
+    assert eng.primary == "pseudo-lsc"
+    eng.learn([Document("late", r8.texts[2100])])
+    assert eng.primary == "constrained-kmeans"
+    # and the leader chooses before it publishes, whatever ran in between
+    eng = refitted()
+    acc = eng.held_out_accuracy()
+    assert acc["constrained-kmeans"] > acc["pseudo-lsc"] + 0.1 and eng.primary == "pseudo-lsc"
+    topics = Topics()
+    s = resolve({"bootstrap_servers": broker.bootstrap, "models_topic": f"{topics.prefix}.models",
+                 "refit_leader_topic": f"{topics.prefix}.leader", "algorithms": "pseudo-lsc,constrained-kmeans"})
+    ensure_role_topics(s)
+    refitter = Refitter(s)
+    refitter.engine, refitter.leading = eng, True
+    reader = ModelsReader(s, eng.config)
+    reader.start()
+    try:
+        refitter._publish_if_due()
+        assert wait_until(lambda: reader.latest() is not None, 30)
+        assert reader.latest().primary == "constrained-kmeans" == eng.primary
+    finally:
+        reader.stop()
+        refitter.publisher.close()
+
+
 def test_role_settings_are_checked_at_start():
     from streamsemi.core.errors import ConfigError
     from streamsemi.service.config import instance_name

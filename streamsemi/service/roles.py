@@ -465,7 +465,7 @@ class Refitter:
         obsolete = self.models_reader.obsolete(keep=1) if self.models_reader is not None else []
         try:
             info = self.publisher.publish(e.models, version=version, parent_version=self.published_version or None,
-                                          primary=e.primary, n_features=e.config.n_features,
+                                          primary=e.refresh_primary(), n_features=e.config.n_features,
                                           stop_words=e.config.stop_words, window=window, seeds=len(e.seeds),
                                           obsolete=obsolete)
         except Exception as exc:  # noqa: BLE001 - published again after the next round

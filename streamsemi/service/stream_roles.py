@@ -193,7 +193,7 @@ class StreamRefitter(Refitter):
                       "max_docs": e.config.window_max_docs, "n_train": max(slot.n_train for slot in e.models.values())}
             try:
                 info = publisher.publish(e.models, version=version, parent_version=published or None,
-                                         primary=e.primary, n_features=e.config.n_features,
+                                         primary=e.refresh_primary(), n_features=e.config.n_features,
                                          stop_words=e.config.stop_words, window=window, seeds=len(e.seeds),
                                          obsolete=self.models_reader.obsolete_of(name, keep=1))
             except Exception as exc:  # noqa: BLE001 - published again at the next step
