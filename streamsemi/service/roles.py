@@ -87,6 +87,20 @@ def ensure_role_topics(settings: Settings, timeout_s: float = 30.0) -> list[str]
     return create_missing_topics(settings, specs, timeout_s, what="the role topics")
 
 
+def round_fitted(e: Engine) -> bool:
+    """Whether a refit leader may publish ``e.models``: no round runs, or the running one has every enabled
+    algorithm's new model in and only its held-out probes are left (``primary = auto``: one more fit per
+    algorithm, which a worker serves the new models during). A round whose algorithm failed is published
+    when it ends, with that algorithm's fallback."""
+    if not e.refitting:
+        return True
+    models = e.models
+    if not models or not set(e.config.algorithms) <= set(models):
+        return False
+    version = max(slot.version for slot in models.values())
+    return all(models[a].version == version and not models[a].fallback for a in e.config.algorithms)
+
+
 class RoleMetrics:
     """The role metrics of :class:`~streamsemi.core.telemetry.Telemetry` for one process (role, worker name).
 
@@ -450,11 +464,15 @@ class Refitter:
         event(log, "model_adopted", version=pub.version, writer=pub.writer, leader=self.leading)
 
     def _publish_if_due(self) -> None:
-        """The leader publishes a refit round once it ended (checked before any new round can start)."""
+        """The leader publishes a refit round once its models are in: when the round ends, or earlier when only
+        its held-out probes (``primary = auto``) are left (checked before any new round can start)."""
         e = self.engine
-        if not self.leading or e.refitting or e.refit_count == self.published_refits or not e.ready:
+        if not self.leading or not e.ready or not round_fitted(e):
             return
-        self.published_refits = e.refit_count
+        if not e.refitting:
+            if e.refit_count == self.published_refits:
+                return
+            self.published_refits = e.refit_count
         version = max(slot.version for slot in e.models.values())
         if version <= self.published_version:
             return

@@ -35,7 +35,7 @@ from streamsemi.service.models_topic import (
     Publication,
     _headers,
 )
-from streamsemi.service.roles import AssignWorker, Refitter
+from streamsemi.service.roles import AssignWorker, Refitter, round_fitted
 from streamsemi.service.streams import StreamEngines
 
 log = logging.getLogger("streamsemi.service.stream_roles")
@@ -179,9 +179,12 @@ class StreamRefitter(Refitter):
             return
         self._number_above_published()
         for name, e in list(self.engine.engines.items()):
-            if e.refitting or e.refit_count == self.published_rounds.get(name) or not e.ready:
+            if not e.ready or not round_fitted(e):
                 continue
-            self.published_rounds[name] = e.refit_count
+            if not e.refitting:
+                if e.refit_count == self.published_rounds.get(name):
+                    continue
+                self.published_rounds[name] = e.refit_count
             version = max(slot.version for slot in e.models.values())
             published = self.published_versions.get(name, 0)
             if version <= published:
