@@ -1,11 +1,14 @@
 # Quick start:  make demo   (install + embedded broker + worker + web console + Reuters R8 streaming through)
-#               make test   (install the test extras + run the suite, about 11 minutes on 2 cores)
-#               make test-long   (the long fault-injection end-to-end checks, about 7 minutes; CI runs both)
+#               make test   (install the test extras + run the suite, about 6 minutes on 2 cores)
+#               make test-long   (the long fault-injection end-to-end checks, about 4 minutes; CI runs both)
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 DEMO_ARGS ?=
 PYTEST_ARGS ?=
+# test processes (pytest-xdist): the end-to-end tests mostly wait on their broker and worker processes,
+# so two halve the wall time on 2 cores; PYTEST_WORKERS=0 runs everything in one process
+PYTEST_WORKERS ?= 2
 
 .PHONY: demo test test-long install-demo install-test lint results clean mutation
 
@@ -23,10 +26,10 @@ demo: install-demo
 	$(BIN)/streamsemi demo $(DEMO_ARGS)
 
 test: install-test
-	$(BIN)/python -m pytest -m "not long" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -m "not long" -n $(PYTEST_WORKERS) $(PYTEST_ARGS)
 
 test-long: install-test
-	$(BIN)/python -m pytest -m long $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -m long -n $(PYTEST_WORKERS) $(PYTEST_ARGS)
 
 lint: install-test
 	$(BIN)/ruff check .

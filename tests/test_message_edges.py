@@ -180,7 +180,7 @@ _OBJ = object()
     (math.nan, None),     # ValueError (allow_nan=False)
     ("x\ud800", "x\ufffd"),  # UnicodeEncodeError (a ValueError) when encoding to UTF-8
     (_Odd(), "odd-\ufffd"),  # TypeError; its str form holds a lone surrogate
-])
+], ids=["object", "set", "nan", "lone-surrogate", "odd-str"])
 def test_each_kind_of_refused_value_takes_the_fallback_alone(bad, safe) -> None:
     assert _strict(encode_json({"v": bad, "w": "\u00e9"})) == {"v": safe, "w": "\u00e9"}
 
