@@ -14,8 +14,12 @@ from streamsemi.algorithms.fsl import (
     affinity_propagation,
     ap_preferences,
     bursty_features,
+    chosen_rounds,
     confidence,
     cumulative_confidence,
+    gain_se,
+    held_out_folds,
+    macro_f1_by_round,
     rich_information_features,
     seed_agreement,
     select_trust_samples,
@@ -395,3 +399,98 @@ def test_weighted_cosine_with_precomputed_terms_and_prediction_cache(corpus):
     m.fit(Xtr[::-1], seeds[::-1])  # a refit drops the cached terms of the former model
     fresh = FSL(max_iter=3).fit(Xtr[::-1], seeds[::-1])
     np.testing.assert_array_equal(m.predict_proba(Xte), fresh.predict_proba(Xte))
+
+
+# ------------------------------------------------------------------ held-out round selection
+
+def test_held_out_folds_keep_every_class_seeded_in_every_fit():
+    rng = np.random.default_rng(0)
+    # class 0: 7 seeds, class 1: 2, class 2: 1 (never held out), class 3: 3; 20 unlabeled rows
+    codes = np.array([0] * 7 + [1] * 2 + [2] + [3] * 3 + [-1] * 20)
+    codes = codes[rng.permutation(codes.size)]
+    for seed in range(5):
+        folds = held_out_folds(codes, 3, np.random.default_rng(seed))
+        assert (folds[codes < 0] == -1).all()
+        assert (folds[codes == 2] == -1).all(), "a one-seed class keeps its seed in every fit"
+        for c, s in ((0, 7), (1, 2), (3, 3)):
+            assert (folds[codes == c] >= 0).all()
+            for f in range(3):
+                held = int(((codes == c) & (folds == f)).sum())
+                assert held <= -(-s // 3) and s - held >= 1
+    keys = np.arange(codes.size, dtype=np.uint64) * np.uint64(7919) + np.uint64(1)
+    a = held_out_folds(codes, 3, np.random.default_rng(1), keys)
+    p = np.random.default_rng(9).permutation(codes.size)
+    b = held_out_folds(codes[p], 3, np.random.default_rng(1), keys[p])
+    np.testing.assert_array_equal(a[p], b, err_msg="dealt by content: the same folds in any row order")
+
+
+def test_macro_f1_by_round_counts_precision_and_the_chosen_round():
+    truth = np.array([0, 0, 0, 0, 1])
+    history = np.array([[0, 0, 0, 0, 1],    # both classes right: 1
+                        [0, 0, 0, 0, 0],    # class 0 takes class 1's row: (8/9 + 0) / 2
+                        [1, 0, 0, 0, 1],    # (6/7 + 2/3) / 2: class 1 loses precision
+                        [2, 0, 0, 0, 1]])   # a class not held out takes a row: (6/7 + 1) / 2
+    np.testing.assert_allclose(macro_f1_by_round(history, truth),
+                               [1.0, 4 / 9, (6 / 7 + 2 / 3) / 2, (6 / 7 + 1) / 2])
+    assert chosen_rounds(np.array([0.9, 0.5, 0.875])) == 1
+    assert chosen_rounds(np.array([0.5, 0.9, 0.9, 0.7])) == 3, "the later of equal rounds"
+    assert chosen_rounds(np.array([0.8])) == 1
+    assert chosen_rounds(np.array([0.7, 0.7, 0.7])) == 3, "no gain over the last round: every round"
+    # the best round replaces the last only when its gain exceeds two standard errors of it
+    scores = np.array([0.70, 0.62, 0.66, 0.65])
+    assert chosen_rounds(scores, np.array([0.02, 0.0, 0.0, 0.0])) == 1, "a gain of 2.5 standard errors"
+    assert chosen_rounds(scores, np.array([0.03, 0.0, 0.0, 0.0])) == 4, "a gain of 1.7 standard errors"
+    assert chosen_rounds(np.array([0.60, 0.66, 0.62]), np.array([0.0, 0.015, 0.0])) == 2
+
+
+def test_gain_se_is_paired_and_zero_for_identical_rounds():
+    rng = np.random.default_rng(0)
+    truth = rng.integers(0, 3, 60)
+    same = np.stack([truth, truth, truth])
+    np.testing.assert_array_equal(gain_se(same, truth, 50, np.random.default_rng(1)), 0.0)
+    noisy = np.where(rng.random(60) < 0.3, (truth + 1) % 3, truth)
+    history = np.stack([noisy, noisy, truth])
+    se = gain_se(history, truth, 200, np.random.default_rng(1))
+    assert se[2] == 0.0 and se[0] == se[1] > 0.0
+    assert se[0] < 0.2
+
+
+def test_round_selection_scores_held_out_seeds_it_did_not_train_on(corpus, monkeypatch):
+    Xtr, seeds, *_ = corpus
+    calls = []
+    original = FSL._kmeans_rounds
+
+    def spy(self, Xv, Xn, Xn_sq, codes, n_known, n_new, rng, rounds, watch=None):
+        calls.append((codes.copy(), rounds, None if watch is None else watch.copy()))
+        return original(self, Xv, Xn, Xn_sq, codes, n_known, n_new, rng, rounds, watch)
+
+    monkeypatch.setattr(FSL, "_kmeans_rounds", spy)
+    m = FSL(variant="ck", max_iter=6).fit(Xtr, seeds)
+    folds, final = calls[:-1], calls[-1]
+    assert len(folds) == 3 and final[2] is None
+    held = np.concatenate([w for _, _, w in folds])
+    assert np.unique(held).size == held.size and np.isin(held, np.flatnonzero(seeds != None)).all()  # noqa: E711
+    for codes, rounds, watch in folds:
+        assert rounds == 6 and (codes[watch] == -1).all(), "a held-out seed is not a seed of its fold's fit"
+        assert (codes >= 0).sum() == (seeds != None).sum() - watch.size  # noqa: E711
+    assert m.round_scores_.shape == m.round_scores_se_.shape == (6,)
+    assert ((m.round_scores_ >= 0) & (m.round_scores_ <= 1)).all() and (m.round_scores_se_ >= 0).all()
+    assert final[1] == m.rounds_ == chosen_rounds(m.round_scores_, m.round_scores_se_) and m.n_iter_ <= m.rounds_
+
+
+@pytest.mark.parametrize("rounds", [1, 6])
+def test_the_chosen_number_of_rounds_is_the_final_fits(corpus, monkeypatch, rounds):
+    """One round is constrained k-means; every round is the paper's loop (round_selection="all")."""
+    Xtr, seeds, _, Xte, _, _ = corpus
+    monkeypatch.setattr("streamsemi.algorithms.fsl.chosen_rounds", lambda *scores: rounds)
+    m = FSL(variant="ck", max_iter=6).fit(Xtr, seeds)
+    assert m.rounds_ == rounds and m.round_scores_ is not None
+    if rounds == 1:
+        ref = ConstrainedKMeans().fit(Xtr, seeds)
+        assert m.trust_samples_ == [] and not m.feature_weights_.any()
+        assert (m.classes_[m.labels_] == ref.classes_[ref.labels_]).all()
+    else:
+        ref = FSL(variant="ck", max_iter=6, round_selection="all").fit(Xtr, seeds)
+        assert ref.round_scores_ is None and ref.rounds_ == 6
+        np.testing.assert_array_equal(m.labels_, ref.labels_)
+        np.testing.assert_array_equal(m.predict_proba(Xte), ref.predict_proba(Xte))

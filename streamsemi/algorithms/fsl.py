@@ -505,6 +505,68 @@ def seed_agreement(Xn: sp.csr_matrix, codes: np.ndarray, labels: np.ndarray, n_k
     return (labels >= n_known) | (nearest == labels)
 
 
+ROUND_FOLDS = 3  # folds of the held-out round selection (``round_selection="held-out"``)
+ROUND_BOOTSTRAP = 200  # resamples of the held-out seeds for the standard error of their scores
+ROUND_GAIN_Z = 2.0  # standard errors by which the best round must beat the last (one-sided, about 2%)
+
+
+def held_out_folds(codes: np.ndarray, n_folds: int, rng: np.random.Generator,
+                   keys: np.ndarray | None = None) -> np.ndarray:
+    """Fold of every seed row that may be held out, ``-1`` for the others: each class's seeds
+    dealt round-robin over ``n_folds`` folds (the ensemble's deal,
+    :func:`streamsemi.algorithms.ensemble.seed_folds`, by content when ``keys`` are given),
+    except the seed of a class that has only one, which stays in every fit. A class with
+    ``s >= 2`` seeds keeps at least ``s - ceil(s / n_folds) >= 1`` of them in each fit.
+    """
+    from streamsemi.algorithms.ensemble import seed_folds  # noqa: PLC0415 - the ensemble's deal
+
+    folds = seed_folds(codes, n_folds, rng, keys)
+    seeded = codes >= 0
+    counts = np.bincount(codes[seeded], minlength=int(codes.max(initial=-1)) + 1)
+    folds[seeded & (counts[np.where(seeded, codes, 0)] < 2)] = -1
+    return folds
+
+
+def macro_f1_by_round(history: np.ndarray, truth: np.ndarray) -> np.ndarray:
+    """Macro-F1 of each row of ``history`` (rounds x held-out rows, class codes) against
+    ``truth``, over the classes in ``truth``: a class that takes other classes' rows loses
+    precision, which recall alone (balanced accuracy) does not see."""
+    history = np.asarray(history, dtype=np.int64)
+    truth = np.asarray(truth, dtype=np.int64)
+    R = history.shape[0]
+    K = int(max(history.max(initial=0), truth.max(initial=0))) + 1
+    offsets = (np.arange(R, dtype=np.int64) * K)[:, None]
+    right = history == truth[None, :]
+    tp = np.bincount((history + offsets)[right], minlength=R * K).reshape(R, K)
+    predicted = np.bincount((history + offsets).ravel(), minlength=R * K).reshape(R, K)
+    actual = np.bincount(truth, minlength=K)
+    present = np.flatnonzero(actual)
+    return (2.0 * tp[:, present] / (predicted[:, present] + actual[present])).mean(axis=1)
+
+
+def gain_se(history: np.ndarray, truth: np.ndarray, n_boot: int, rng: np.random.Generator) -> np.ndarray:
+    """Bootstrap standard error of each round's :func:`macro_f1_by_round` minus the last
+    round's, over ``n_boot`` resamples of the held-out rows (with replacement; paired: both
+    rounds scored on the same resample)."""
+    n = truth.size
+    draws = np.stack([macro_f1_by_round(history[:, idx], truth[idx])
+                      for idx in (rng.integers(0, n, n) for _ in range(n_boot))])
+    return (draws - draws[:, -1:]).std(axis=0)
+
+
+def chosen_rounds(scores: np.ndarray, se: np.ndarray | None = None) -> int:
+    """Number of outer rounds to keep (1-based). The best round by held-out score (the latest
+    of equal ones) replaces the paper's full loop (the last round) only when it beats the last
+    round by more than ``ROUND_GAIN_Z`` standard errors ``se`` of that gain (paired
+    bootstrap, :func:`gain_se`): the paper's loop is left only on evidence. The best of
+    ``max_iter`` rounds is the maximum of several noisy scores, hence two standard errors
+    rather than one."""
+    scores = np.asarray(scores, dtype=np.float64)
+    best = int(scores.size - 1 - np.argmax(scores[::-1]))
+    margin = 0.0 if se is None else ROUND_GAIN_Z * float(se[best])
+    return best + 1 if scores[best] - scores[-1] > margin else scores.size
+
+
 class FSL(DiscoveryMixin, ScoresClassifierMixin, TransformerMixin, StreamsemiEstimator):
     """Feature space learning around k-means or affinity propagation (four variants).
 
@@ -539,6 +601,17 @@ class FSL(DiscoveryMixin, ScoresClassifierMixin, TransformerMixin, StreamsemiEst
         ``max_trust_per_seed`` times its seed count (None: one per iteration, the paper).
         A class with one seed otherwise gets up to ``max_iter - 1`` trust samples from its
         cluster, which outvote its seed once the cluster drifts to a bigger class.
+    round_selection : {"held-out", "all"}, default="held-out"
+        k-means variants: how many of the ``max_iter`` outer rounds the fit keeps.
+        ``"held-out"``: the outer loop first runs ``ROUND_FOLDS`` times, each time with one
+        fold of every class's seeds held out (:func:`held_out_folds`); the final fit stops
+        after the round whose labels of the held-out seeds have the highest macro-F1 when it
+        beats the last round by more than two standard errors of that gain (paired
+        bootstrap), else runs every round (:func:`chosen_rounds`). One round is the base
+        clusterer (FSCK: constrained k-means). ``"all"``: every round, the paper. On
+        whole corpora every round after the first tends to lose (docs/algorithms/fsl.md,
+        "Robustness"), in small windows the rounds are FSL's gain; the held-out seeds tell
+        the two apart, for ``ROUND_FOLDS`` more fits.
     warm_start : bool, default=False
         k-means variants: start each outer iteration's k-means from the previous
         centres (False: re-initialise from the labeled set, seeds + trust samples).
@@ -603,6 +676,13 @@ class FSL(DiscoveryMixin, ScoresClassifierMixin, TransformerMixin, StreamsemiEst
     trust_samples_ : list of ndarray
         Row indices of the trust samples chosen at each iteration.
     n_iter_ : int
+    rounds_ : int
+        k-means variants: the outer rounds the fit was allowed (``max_iter``, or fewer by
+        ``round_selection``).
+    round_scores_ : ndarray of shape (max_iter,) or None
+        k-means variants: held-out macro-F1 after each round (None: not measured).
+    round_scores_se_ : ndarray of shape (max_iter,) or None
+        Standard error of each round's held-out gain over the last round.
     """
 
     _parameter_constraints = {
@@ -627,6 +707,7 @@ class FSL(DiscoveryMixin, ScoresClassifierMixin, TransformerMixin, StreamsemiEst
         "warm_start": ["boolean"],
         "anchor_weight": [Interval(Real, 0, None, closed="neither")],
         "trust_check": [StrOptions({"labeled", "seeds", "none"})],
+        "round_selection": [StrOptions({"held-out", "all"})],
         "max_trust_per_seed": [Interval(Real, 0, None, closed="left"), None],
         "temperature": [Interval(Real, 0, None, closed="neither")],
         "random_state": RANDOM_STATE,
@@ -641,8 +722,8 @@ class FSL(DiscoveryMixin, ScoresClassifierMixin, TransformerMixin, StreamsemiEst
                  alpha: float = 1.0, beta: float = 0.5, gamma: float = 0.5,
                  rif_values: str = "tfidf", trust_new_clusters: bool = True,
                  warm_start: bool = False, anchor_weight: float = 1.0, trust_check: str = "none",
-                 max_trust_per_seed: float | None = None, temperature: float = 0.05,
-                 random_state: int | None = 0) -> None:
+                 max_trust_per_seed: float | None = None, round_selection: str = "held-out",
+                 temperature: float = 0.05, random_state: int | None = 0) -> None:
         self.variant = variant
         self.feature_learning = feature_learning
         self.max_iter = max_iter
@@ -669,6 +750,7 @@ class FSL(DiscoveryMixin, ScoresClassifierMixin, TransformerMixin, StreamsemiEst
         self.anchor_weight = anchor_weight
         self.trust_check = trust_check
         self.max_trust_per_seed = max_trust_per_seed
+        self.round_selection = round_selection
         self.temperature = temperature
         self.random_state = random_state
 
@@ -720,19 +802,72 @@ class FSL(DiscoveryMixin, ScoresClassifierMixin, TransformerMixin, StreamsemiEst
 
     def _fit_kmeans(self, Xv: sp.csr_matrix, Xn: sp.csr_matrix, codes: np.ndarray, n_known: int,
                     n_new: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        Xn_sq = Xn.multiply(Xn).tocsr()
+        T = int(self.max_iter) if self.feature_learning else 1
+        rounds = T
+        self.round_scores_ = self.round_scores_se_ = None
+        if self.round_selection == "held-out" and T > 1:
+            held_out = self._held_out_round_scores(Xv, Xn, Xn_sq, codes, n_known, n_new)
+            if held_out is not None:
+                self.round_scores_, self.round_scores_se_ = held_out
+                rounds = chosen_rounds(*held_out)
+        labels, C, W, trust, t, _ = self._kmeans_rounds(Xv, Xn, Xn_sq, codes, n_known, n_new, rng, rounds)
+        self.trust_samples_ = trust
+        self.n_iter_ = t
+        self.rounds_ = rounds
+        return labels, C, W
+
+    def _held_out_round_scores(self, Xv: sp.csr_matrix, Xn: sp.csr_matrix, Xn_sq: sp.csr_matrix,
+                               codes: np.ndarray, n_known: int, n_new: int,
+                               ) -> tuple[np.ndarray, np.ndarray] | None:
+        """Macro-F1 (:func:`macro_f1_by_round`) after each outer round of the held-out seeds of
+        all ``ROUND_FOLDS`` folds (:func:`held_out_folds`), each fold's seeds predicted by a fit
+        on the other seeds, and the standard error of each round's gain over the last
+        (:func:`gain_se`); None when no seed can be held out."""
+        from streamsemi.algorithms.ensemble import row_keys  # noqa: PLC0415 - the ensemble's content keys
+
+        seeds = np.flatnonzero(codes >= 0)
+        rng = np.random.default_rng(self.random_state)
+        folds = held_out_folds(codes, ROUND_FOLDS, rng, row_keys(Xn, seeds))
+        if not (folds >= 0).any():
+            return None
+        T = int(self.max_iter)
+        held, predicted = [], []
+        for f in range(ROUND_FOLDS):
+            out = np.flatnonzero(folds == f)
+            if out.size == 0:
+                continue
+            train = codes.copy()
+            train[out] = -1
+            *_, history = self._kmeans_rounds(Xv, Xn, Xn_sq, train, n_known, n_new,
+                                              np.random.default_rng(self.random_state), T, watch=out)
+            held.append(out)
+            predicted.append(history)
+        history, truth = np.hstack(predicted), codes[np.concatenate(held)]
+        return macro_f1_by_round(history, truth), gain_se(history, truth, ROUND_BOOTSTRAP, rng)
+
+    def _kmeans_rounds(self, Xv: sp.csr_matrix, Xn: sp.csr_matrix, Xn_sq: sp.csr_matrix, codes: np.ndarray,
+                       n_known: int, n_new: int, rng: np.random.Generator, rounds: int,
+                       watch: np.ndarray | None = None,
+                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[np.ndarray], int, np.ndarray]:
+        """The outer loop for at most ``rounds`` rounds (the confidence schedule of Eq. 3 keeps
+        ``T = max_iter``). Returns labels, centres, weights, trust samples per round, rounds
+        run and the labels of the ``watch`` rows after each of the ``rounds`` rounds (a
+        stopped loop repeats its last labels)."""
         n, m = Xn.shape
         K = n_known + n_new
-        Xn_sq = Xn.multiply(Xn).tocsr()
         W = np.zeros((K, m))
         lab = codes.copy()  # labeled set: seeds + trust samples (-1 = unlabeled)
         C_prev: np.ndarray | None = None
         labels = np.full(n, -1)
         T = int(self.max_iter) if self.feature_learning else 1
         anchor = float(self.anchor_weight) if self.feature_learning else 1.0  # without FSL: constrained k-means
+        watch = np.zeros(0, dtype=np.int64) if watch is None else watch
+        history = np.zeros((rounds, watch.size), dtype=np.int64)
         stable = 0
-        self.trust_samples_ = []
+        trust_samples: list[np.ndarray] = []
         t = 0
-        for t in range(1, T + 1):  # noqa: B007
+        for t in range(1, rounds + 1):  # noqa: B007
             G = 1.0 + float(self.feature_gain) * W
             if C_prev is None:
                 # step 1 / step 6: centres from the labeled set (same-class pairs merged)
@@ -751,8 +886,9 @@ class FSL(DiscoveryMixin, ScoresClassifierMixin, TransformerMixin, StreamsemiEst
                                                    int(self.kmeans_max_iter), anchor)
             stable = stable + 1 if np.array_equal(new_labels, labels) else 0
             labels = new_labels
+            history[t - 1:] = labels[watch]
             C_prev = C
-            if stable >= int(self.patience) or t == T:
+            if stable >= int(self.patience) or t == rounds:
                 break
             # Eq. 7: the unlabeled member closest to its centre, in the learned space
             eligible = lab < 0
@@ -764,11 +900,10 @@ class FSL(DiscoveryMixin, ScoresClassifierMixin, TransformerMixin, StreamsemiEst
                 trust[n_known:] = -1
             if self.max_trust_per_seed is not None:
                 trust[:n_known][trust_quota_reached(lab, codes, n_known, float(self.max_trust_per_seed))] = -1
-            self.trust_samples_.append(trust[trust >= 0])
+            trust_samples.append(trust[trust >= 0])
             W = self._learn_step(Xv, trust, labels, W, t, T)
             lab[trust[trust >= 0]] = np.flatnonzero(trust >= 0)
-        self.n_iter_ = t
-        return labels, C, W
+        return labels, C, W, trust_samples, t, history
 
     # -- affinity propagation variants ------------------------------------------------------------
 
