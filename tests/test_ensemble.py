@@ -131,6 +131,17 @@ def test_semi_ldc_member_keeps_the_300_cap_unless_member_params_say_otherwise():
     assert ens.estimators_[0].get_params()["max_components"] == 300
 
 
+def test_fsl_member_runs_the_papers_loop_unless_member_params_say_otherwise():
+    # session 30 (DEFAULT_MEMBER_PARAMS): held-out round selection is FSL's own default, not the member's
+    assert make_estimator("fsl-ck").round_selection == "held-out"
+    X, y = corpus()
+    ens = Ensemble(["fsl-ck", "constrained-kmeans"], random_state=0).fit(X, y)
+    assert ens.estimators_[0].round_selection == "all" and ens.estimators_[0].round_scores_ is None
+    own = Ensemble(["fsl-ck", "constrained-kmeans"], random_state=0,
+                   member_params={"fsl-ck": {"round_selection": "held-out"}}).fit(X, y)
+    assert own.estimators_[0].round_scores_ is not None
+
+
 @pytest.mark.parametrize("score", ["accuracy", "balanced_accuracy", "macro_f1"])
 def test_heldout_scores_weights_and_probabilities_are_what_the_docstring_says(score):
     X, y = corpus()
