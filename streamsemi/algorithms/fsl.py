@@ -139,6 +139,7 @@ from streamsemi.algorithms.base import (
     new_cluster_names,
 )
 from streamsemi.algorithms.constrained_kmeans import farthest_point_centroids, seed_means
+from streamsemi.algorithms.ensemble import heldout_scores, row_keys, seed_folds
 from streamsemi.core.features import idf_weights, l1_normalize_rows, l2_normalize_rows, tfidf
 
 #: Per fitted model, :func:`centre_terms` of its centres and feature scales.
@@ -518,8 +519,6 @@ def held_out_folds(codes: np.ndarray, n_folds: int, rng: np.random.Generator,
     except the seed of a class that has only one, which stays in every fit. A class with
     ``s >= 2`` seeds keeps at least ``s - ceil(s / n_folds) >= 1`` of them in each fit.
     """
-    from streamsemi.algorithms.ensemble import seed_folds  # noqa: PLC0415 - the ensemble's deal
-
     folds = seed_folds(codes, n_folds, rng, keys)
     seeded = codes >= 0
     counts = np.bincount(codes[seeded], minlength=int(codes.max(initial=-1)) + 1)
@@ -529,8 +528,9 @@ def held_out_folds(codes: np.ndarray, n_folds: int, rng: np.random.Generator,
 
 def macro_f1_by_round(history: np.ndarray, truth: np.ndarray) -> np.ndarray:
     """Macro-F1 of each row of ``history`` (rounds x held-out rows, class codes) against
-    ``truth``, over the classes in ``truth``: a class that takes other classes' rows loses
-    precision, which recall alone (balanced accuracy) does not see."""
+    ``truth``, over the classes in ``truth`` (the ensemble's held-out macro-F1,
+    :func:`~streamsemi.algorithms.ensemble.heldout_scores`, with rounds for members): a class
+    that takes other classes' rows loses precision, which recall alone does not see."""
     history = np.asarray(history, dtype=np.int64)
     truth = np.asarray(truth, dtype=np.int64)
     R = history.shape[0]
@@ -539,9 +539,7 @@ def macro_f1_by_round(history: np.ndarray, truth: np.ndarray) -> np.ndarray:
     right = history == truth[None, :]
     tp = np.bincount((history + offsets)[right], minlength=R * K).reshape(R, K)
     predicted = np.bincount((history + offsets).ravel(), minlength=R * K).reshape(R, K)
-    actual = np.bincount(truth, minlength=K)
-    present = np.flatnonzero(actual)
-    return (2.0 * tp[:, present] / (predicted[:, present] + actual[present])).mean(axis=1)
+    return heldout_scores(tp, predicted, np.bincount(truth, minlength=K), "macro_f1")
 
 
 def gain_se(history: np.ndarray, truth: np.ndarray, n_boot: int, rng: np.random.Generator) -> np.ndarray:
@@ -824,8 +822,6 @@ class FSL(DiscoveryMixin, ScoresClassifierMixin, TransformerMixin, StreamsemiEst
         all ``ROUND_FOLDS`` folds (:func:`held_out_folds`), each fold's seeds predicted by a fit
         on the other seeds, and the standard error of each round's gain over the last
         (:func:`gain_se`); None when no seed can be held out."""
-        from streamsemi.algorithms.ensemble import row_keys  # noqa: PLC0415 - the ensemble's content keys
-
         seeds = np.flatnonzero(codes >= 0)
         rng = np.random.default_rng(self.random_state)
         folds = held_out_folds(codes, ROUND_FOLDS, rng, row_keys(Xn, seeds))
