@@ -146,6 +146,46 @@ def test_kill_9_of_the_producer_process_fails_its_records_and_the_next_batch_sta
     assert len(deaths) == 1, "closing is not a death"
 
 
+class _BrokenPipe:
+    """The child's connection with a send that fails as a pipe to a dead reader does."""
+
+    def __init__(self, conn):
+        self.conn = conn
+
+    def send_bytes(self, data):
+        raise BrokenPipeError(32, "Broken pipe")
+
+    def __getattr__(self, name):
+        return getattr(self.conn, name)
+
+
+def test_a_broken_pipe_names_how_the_producer_process_ended_not_only_the_pipe(broker):
+    """The CI race of session 30: the send saw the broken pipe before the reader saw end of file after kill -9.
+
+    Both paths give the process's exit code; a process still running is named as such.
+    """
+    t = _topic(broker, 1)
+    deaths: list[str] = []
+    p = kafka_io.make_process_producer(t.settings(broker.bootstrap), on_death=deaths.append)
+    try:
+        child = p._child
+        os.kill(child.pid, signal.SIGSTOP)  # alive, and the reader sees no end of file
+        child.conn = _BrokenPipe(child.conn)
+        futures = [p.send(t.assignments, key=b"k%d" % i, value=b"x") for i in range(5)]
+        p.ship()
+        assert len(deaths) == 1 and all(isinstance(f.exception, ProducerProcessDied) for f in futures)
+        assert deaths[0] == (f"the pipe to the producer process broke ([Errno 32] Broken pipe); "
+                             f"the producer process (pid {child.pid}) is still running")
+        os.kill(child.pid, signal.SIGKILL)
+        child.proc.wait(10)
+        assert child.exit_reason("the pipe broke") == "the pipe broke; the producer process exited (exit code -9)"
+        later = [p.send(t.assignments, key=b"later%d" % i, value=b"y") for i in range(3)]
+        p.flush(timeout=30)
+        assert all(f.succeeded() for f in later), "the next batch starts a new process"
+    finally:
+        p.close(timeout=5)
+
+
 def test_settings_kafka_python_refuses_fail_at_start_naming_them(broker):
     with pytest.raises(KafkaConfigurationError, match="no_such_option"):
         ProcessProducer({"bootstrap_servers": broker.bootstrap, "no_such_option": 1})

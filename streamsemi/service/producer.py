@@ -626,8 +626,19 @@ class _Child:
                 self.cond.notify_all()
             if failed:
                 self.on_failed(failed)
-        self._join(2.0)
-        self.mark_dead(f"the producer process exited (exit code {self.proc.poll()})")
+        self.mark_dead(self.exit_reason("the producer process closed its pipe"))
+
+    def exit_reason(self, cause: str, wait_s: float = 2.0) -> str:
+        """``cause`` with the process's exit code, waiting up to ``wait_s`` for it to exit.
+
+        A broken pipe and the reader's end of file race when the process is killed; either
+        way the reason names how the process ended (``exit code -9`` for SIGKILL).
+        """
+        self._join(wait_s)
+        code = self.proc.poll()
+        if code is None:
+            return f"{cause}; the producer process (pid {self.proc.pid}) is still running"
+        return f"{cause}; the producer process exited (exit code {code})"
 
     def mark_dead(self, reason: str) -> None:
         """Fail every record not answered yet (the ledger sends them again) and report the death unless closing."""
@@ -891,7 +902,7 @@ class ProcessProducer:
             try:
                 child.conn.send_bytes(frame)
             except (OSError, EOFError, ValueError) as exc:
-                child.mark_dead(f"the pipe to the producer process broke: {exc}")
+                child.mark_dead(child.exit_reason(f"the pipe to the producer process broke ({exc})"))
 
     @property
     def unanswered(self) -> int:
