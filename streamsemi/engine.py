@@ -323,6 +323,19 @@ class Assignment:
                                   self.provisional, self.ts, self.fallback, self.stream, worker)
 
 
+def fit_summary(model: Any) -> dict[str, Any]:
+    """``model.fit_summary()`` (what the fit chose: FSL's rounds, the ensemble's weights ...) for the
+    ``refit_done`` event; ``{}`` for a model without one, and the error instead of raising: a summary
+    never fails a refit."""
+    fn = getattr(model, "fit_summary", None)
+    if fn is None:
+        return {}
+    try:
+        return dict(fn())
+    except Exception as exc:  # noqa: BLE001
+        return {"error": f"{type(exc).__name__}: {exc}"}
+
+
 @dataclass
 class ModelSlot:
     """A fitted model in use and what the engine derived from it."""
@@ -2058,9 +2071,12 @@ class Engine:
                 self.models = {**self.models, name: slot}
             if name == FALLBACK_ALGORITHM:
                 fallback_slot = slot
+            summary = fit_summary(slot.model)
+            for member, weight in (summary.get("weights") or {}).items():
+                self.telemetry.member_weight.labels(name, member).set(weight or 0.0)
             event(log, "refit_done", algorithm=name, version=snap.version, seconds=round(dt, 3),
                   documents=snap.X.shape[0], seeds=sum(1 for lb in snap.seed_labels if lb),
-                  trigger=snap.trigger, new_clusters=len(slot.new_clusters))
+                  trigger=snap.trigger, new_clusters=len(slot.new_clusters), fit=summary)
         missing = [n for n in failed if n not in new_models]
         if missing:
             if fallback_slot is None:

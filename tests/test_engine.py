@@ -233,3 +233,41 @@ def test_prequential_seed_accuracy(r8):
     eng.flush()
     acc = sample(eng.telemetry.seed_accuracy, algorithm="constrained-kmeans")
     assert 0.5 < acc <= 1.0
+
+
+def test_refit_done_carries_what_each_fit_chose_and_ensemble_weights_are_exported(r8, caplog, monkeypatch):
+    """FSL's rounds and the ensemble's member weights reach the log (``fit``) and the ensemble's weights
+    the ``streamsemi_ensemble_member_weight`` gauge; a summary that fails never fails the refit."""
+    import logging
+
+    from streamsemi.algorithms.fsl import FSL
+
+    caplog.set_level(logging.INFO, logger="streamsemi.engine")
+    ds, order = r8
+    algs = ["constrained-kmeans", "fsl-ck", "ensemble"]
+    eng = Engine(cfg(algorithms=algs, min_docs_first_refit=300,
+                     algorithm_params={"ensemble": {"members": ["constrained-kmeans", "fsl-ck"]}}))
+    for i in order[:60]:
+        eng.label(f"r{i}", [ds.labels[i]])
+    eng.process(docs(ds, order[:300]))
+    done = {r.fields["algorithm"]: r.fields for r in caplog.records if r.getMessage() == "refit_done"}
+    assert set(done) == set(algs) and done["constrained-kmeans"]["fit"] == {}
+    fsl = eng.models["fsl-ck"].model
+    assert done["fsl-ck"]["fit"] == fsl.fit_summary() and done["fsl-ck"]["fit"]["rounds"] == fsl.rounds_
+    ens = eng.models["ensemble"].model
+    weights = done["ensemble"]["fit"]["weights"]
+    assert weights == ens.fit_summary()["weights"] and set(weights) == {"constrained-kmeans", "fsl-ck"}
+    for member, w in zip(ens.members_, ens.weights_, strict=True):
+        assert sample(eng.telemetry.member_weight, algorithm="ensemble", member=member) == pytest.approx(w, abs=5e-5)
+    assert sample(eng.telemetry.member_weight, algorithm="fsl-ck") == 0.0, "only ensembles export weights"
+
+    def broken(self):
+        raise RuntimeError("no summary")
+
+    monkeypatch.setattr(FSL, "_fit_summary", broken)
+    caplog.clear()
+    eng.request_refit()
+    done = {r.fields["algorithm"]: r.fields for r in caplog.records if r.getMessage() == "refit_done"}
+    assert done["fsl-ck"]["fit"] == {"error": "RuntimeError: no summary"}
+    assert eng.models["fsl-ck"].version == 2 and not eng.models["fsl-ck"].fallback
+    assert sample(eng.telemetry.refits, algorithm="fsl-ck", outcome="success") == 2

@@ -6,6 +6,8 @@ every registry name, ``ensemble`` included, in ``test_estimator_contract.py``.
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -318,6 +320,22 @@ def test_a_member_that_cannot_fit_gets_no_weight(monkeypatch):
     assert np.isnan(ens.heldout_accuracy_[0]) and ens.weights_.tolist() == [0.0, 1.0]
     alone = make_estimator("constrained-kmeans").fit(X, y)
     np.testing.assert_allclose(ens.predict_proba(X), alone.predict_proba(X))
+    assert ens.fit_summary() == {"weights": {"broken": 0.0, "constrained-kmeans": 1.0},
+                                 "heldout_scores": {"broken": None,
+                                                    "constrained-kmeans": round(float(ens.heldout_accuracy_[1]), 4)},
+                                 "heldout_seeds": ens.heldout_scored_, "failed": ["broken"]}
+
+
+def test_the_fit_summary_gives_each_members_weight_and_held_out_score():
+    X, y = corpus()
+    ens = Ensemble(["constrained-kmeans", "fsl-ck", "cle"], temperature=0.05, random_state=0).fit(X, y)
+    summary = ens.fit_summary()
+    assert summary["weights"] == {n: round(float(w), 4) for n, w in zip(ens.members_, ens.weights_, strict=True)}
+    assert sum(summary["weights"].values()) == pytest.approx(1.0, abs=1e-3)
+    assert summary["heldout_scores"] == {n: round(float(a), 4)
+                                         for n, a in zip(ens.members_, ens.heldout_accuracy_, strict=True)}
+    assert summary["heldout_seeds"] == 24 and summary["failed"] == []
+    json.dumps(summary)  # the refit_done log event carries it
 
 
 def test_new_clusters_of_a_member_are_dropped_and_rows_renormalised():

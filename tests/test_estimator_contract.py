@@ -13,6 +13,7 @@ expected failure explained.
 from __future__ import annotations
 
 import inspect
+import json
 import re
 
 import numpy as np
@@ -124,6 +125,8 @@ def test_not_fitted_error_before_fit(name):
             getattr(est, method)(X)
     with pytest.raises(NotFittedError):
         est.explain()
+    with pytest.raises(NotFittedError):
+        est.fit_summary()
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -246,6 +249,19 @@ def test_explain_names_every_class(name, fitted):
     assert list(words) == [str(c) for c in est.classes_]
     for k, c in enumerate(CLASSES):  # the top words of a seeded topic are its own columns
         assert all(10 * k <= int(w[1:]) < 10 * (k + 1) for w in words[c][:2]), (c, words[c])
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_fit_summary_is_small_json_for_the_refit_log(name, fitted):
+    """What the worker's ``refit_done`` event carries: a JSON object of a few fields, never arrays."""
+    summary = fitted[name].fit_summary()
+    assert isinstance(summary, dict)
+    text = json.dumps(summary, allow_nan=False)
+    assert json.loads(text) == summary and len(text) < 2000
+    expected = {"fsl-ck": {"rounds", "max_rounds", "round_selection", "round_scores"}, "fsl-sk": {"rounds", "max_rounds",
+                "round_selection", "round_scores"}, "ensemble": {"weights", "heldout_scores", "heldout_seeds", "failed"},
+                "semi-ldc": {"n_components", "explained_variance", "n_iter"}}
+    assert set(summary) == expected.get(name, set())
 
 
 # -- parameters: validated by fit and by build_estimator (the worker's start) ----------------------

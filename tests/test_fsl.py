@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from sklearn.exceptions import NotFittedError
 
 from streamsemi.algorithms import DegenerateInputError, make_estimator
 from streamsemi.algorithms.constrained_kmeans import ConstrainedKMeans
@@ -494,3 +495,30 @@ def test_the_chosen_number_of_rounds_is_the_final_fits(corpus, monkeypatch, roun
         assert ref.round_scores_ is None and ref.rounds_ == 6
         np.testing.assert_array_equal(m.labels_, ref.labels_)
         np.testing.assert_array_equal(m.predict_proba(Xte), ref.predict_proba(Xte))
+
+
+def test_the_fit_summary_names_the_rounds_run_and_an_old_checkpoint_restores_as_the_papers_loop(corpus, monkeypatch):
+    """The worker logs ``fit_summary()`` at each refit; a model checkpointed before session 30 has no
+    ``rounds_`` and must still restore, predict as it did and summarise as the paper's loop."""
+    from streamsemi.service.checkpoint import estimator_state, restore_estimator
+
+    Xtr, seeds, _, Xte, _, _ = corpus
+    monkeypatch.setattr("streamsemi.algorithms.fsl.chosen_rounds", lambda *scores: 2)
+    m = FSL(variant="ck", max_iter=6).fit(Xtr, seeds)
+    summary = m.fit_summary()
+    assert summary == {"rounds": 2, "max_rounds": 6, "round_selection": "held-out",
+                       "round_scores": [round(float(v), 4) for v in m.round_scores_]}
+    assert len(summary["round_scores"]) == 6
+    assert FSL(variant="ck", max_iter=4, round_selection="all").fit(Xtr, seeds).fit_summary() == {
+        "rounds": 4, "max_rounds": 4, "round_selection": "all", "round_scores": None}
+    assert FSL(variant="ck", max_iter=4, feature_learning=False).fit(Xtr, seeds).fit_summary()["max_rounds"] == 1
+    assert FSL(variant="ap").fit(Xtr, seeds).fit_summary() == {}
+    with pytest.raises(NotFittedError):
+        FSL().fit_summary()
+    state, arrays = estimator_state(m)
+    for name in ("rounds_", "round_scores_", "round_scores_se_"):
+        del state["attrs"][name]  # written before session 30
+    state["params"].pop("round_selection")
+    old = restore_estimator(state, arrays)
+    np.testing.assert_array_equal(old.predict_proba(Xte), m.predict_proba(Xte))
+    assert old.fit_summary() == {"rounds": 6, "max_rounds": 6, "round_selection": "all", "round_scores": None}

@@ -214,6 +214,26 @@ class StreamsemiEstimator(BaseEstimator):
         check_is_fitted(self)
         return None
 
+    def fit_summary(self) -> dict[str, Any]:
+        """What the last fit chose from the data, for the worker's ``refit_done`` log event.
+
+        Small and JSON-safe (ints, floats, strings, lists and dicts of them): e.g. FSL's number
+        of outer rounds, the ensemble's member weights. Empty (the default) when the
+        estimator chooses nothing a person running the worker needs to see.
+
+        Raises
+        ------
+        sklearn.exceptions.NotFittedError
+            Before ``fit``.
+        """
+        check_is_fitted(self)
+        known = getattr(self, "known_model_", None)  # calibrated discovery: the known-class model chose it
+        return known.fit_summary() if known is not None else self._fit_summary()
+
+    def _fit_summary(self) -> dict[str, Any]:
+        """The estimator's part of :meth:`fit_summary` (fitted; ``{}`` by default)."""
+        return {}
+
     def _explain_weights(self) -> Any:
         """(n_classes x n_features_in_) non-negative word weights per class (dense or sparse)."""
         raise NotImplementedError

@@ -527,6 +527,17 @@ class Ensemble(ScoresClassifierMixin, StreamsemiEstimator):
         check_is_fitted(self)
         return _FITTED_PROBA.get(self, (getattr(self, "powers_", None), self.weights_), lambda: None)
 
+    def _fit_summary(self) -> dict[str, Any]:
+        """Each member's weight and held-out score (a member whose fit failed: weight 0, score
+        ``None``, named in ``failed``), and how many held-out seeds were scored."""
+
+        def num(v: float) -> float | None:
+            return None if not np.isfinite(v) else round(float(v), 4)
+
+        return {"weights": {n: num(w) for n, w in zip(self.members_, self.weights_, strict=True)},
+                "heldout_scores": {n: num(a) for n, a in zip(self.members_, self.heldout_accuracy_, strict=True)},
+                "heldout_seeds": int(self.heldout_scored_), "failed": sorted(self.member_errors_)}
+
     def _prior_of(self, names: list[str]) -> np.ndarray:
         prior = DEFAULT_PRIOR if self.prior is None else self.prior
         return np.array([float(prior.get(n, 0.0)) for n in names])

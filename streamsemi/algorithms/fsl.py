@@ -1079,6 +1079,19 @@ class FSL(DiscoveryMixin, ScoresClassifierMixin, TransformerMixin, StreamsemiEst
             out.append(self.columns_[pos[np.argsort(-w[pos], kind="stable")]])
         return out
 
+    def _fit_summary(self) -> dict[str, Any]:
+        """k-means variants: the outer rounds run (``rounds``, of ``max_rounds``), how they were
+        chosen and, with ``round_selection="held-out"``, the held-out macro-F1 after each round.
+        A model restored from a checkpoint written before session 30 ran every round."""
+        if self.variant not in ("sk", "ck"):
+            return {}
+        T = int(self.max_iter) if self.feature_learning else 1
+        if not hasattr(self, "rounds_"):  # restored from before session 30: the paper's loop
+            return {"rounds": T, "max_rounds": T, "round_selection": "all", "round_scores": None}
+        scores = self.round_scores_
+        return {"rounds": int(self.rounds_), "max_rounds": T, "round_selection": str(self.round_selection),
+                "round_scores": None if scores is None else [round(float(v), 4) for v in scores]}
+
     def _explain_weights(self) -> sp.csr_matrix:
         """Each cluster's learned feature space: RIF weights first, then the centre."""
         W = self.feature_weights_

@@ -929,6 +929,13 @@ class SemiLDC(DiscoveryMixin, ScoresClassifierMixin, TransformerMixin, Streamsem
     def _softmax_temperature(self) -> float:
         return float(self.temperature_)
 
+    def _fit_summary(self) -> dict[str, Any]:
+        """The PCA dimension kept (``n_components``), the variance it explains and the
+        refinement iterations run."""
+        return {"n_components": int(self.n_components_),
+                "explained_variance": round(float(self.explained_variance_ratio_), 4),
+                "n_iter": int(self.n_iter_)}
+
     def _explain_weights(self) -> np.ndarray:
         """Top words per class from the constrained-PLSA Theta (see ConstrainedPLSA)."""
         return self.plsa_._explain_weights()

@@ -66,6 +66,9 @@ class Telemetry:
         self.assigned = Counter("streamsemi_documents_assigned", "Documents assigned, per algorithm", ["algorithm"], registry=r)
         self.assignments = Counter("streamsemi_assignments", "Assignments by algorithm and class (bounded)", ["algorithm", "class"], registry=r)
         self.new_clusters = Gauge("streamsemi_new_clusters", "Discovered (unseeded) clusters in the current model", ["algorithm"], registry=r)
+        self.member_weight = Gauge("streamsemi_ensemble_member_weight",
+                                   "Weight of each member of an ensemble algorithm in its current model",
+                                   ["algorithm", "member"], registry=r)
         self.dead_letters = Counter("streamsemi_dead_letters", "Messages sent to the dead-letter topic, by reason", ["reason"], registry=r)
         self.control = Counter("streamsemi_control_messages", "Control messages applied, by op", ["op"], registry=r)
         self.control_rejections_replayed = Counter(
