@@ -11,6 +11,7 @@ from streamsemi.algorithms import DegenerateInputError, make_estimator
 from streamsemi.algorithms.constrained_kmeans import ConstrainedKMeans
 from streamsemi.algorithms.fsl import (
     FSL,
+    ROUND_FIRST_MIN_DOCS,
     _spherical_kmeans,
     affinity_propagation,
     ap_preferences,
@@ -18,6 +19,7 @@ from streamsemi.algorithms.fsl import (
     chosen_rounds,
     confidence,
     cumulative_confidence,
+    default_round,
     gain_se,
     held_out_folds,
     macro_f1_by_round,
@@ -442,6 +444,20 @@ def test_macro_f1_by_round_counts_precision_and_the_chosen_round():
     assert chosen_rounds(scores, np.array([0.02, 0.0, 0.0, 0.0])) == 1, "a gain of 2.5 standard errors"
     assert chosen_rounds(scores, np.array([0.03, 0.0, 0.0, 0.0])) == 4, "a gain of 1.7 standard errors"
     assert chosen_rounds(np.array([0.60, 0.66, 0.62]), np.array([0.0, 0.015, 0.0])) == 2
+    # with the first round as the default (large windows) the later rounds must beat it instead
+    assert chosen_rounds(np.array([0.60, 0.66, 0.62]), np.array([0.0, 0.015, 0.0]), default=0) == 2
+    assert chosen_rounds(np.array([0.60, 0.66, 0.62]), np.array([0.0, 0.04, 0.0]), default=0) == 1, "1.5 SE"
+    assert chosen_rounds(np.array([0.7, 0.7, 0.7]), default=0) == 1, "no gain over the first round: one round"
+    assert chosen_rounds(np.array([0.9, 0.5, 0.875]), default=0) == 1
+    assert chosen_rounds(np.array([0.5, 0.9, 0.9, 0.7]), default=0) == 3
+
+
+def test_the_default_round_is_the_first_from_the_window_size_on_and_the_last_below():
+    big, small = ROUND_FIRST_MIN_DOCS, ROUND_FIRST_MIN_DOCS - 1
+    assert default_round("held-out", big) == 0 and default_round("held-out", small) == -1
+    assert default_round("held-out-all", big) == default_round("held-out-all", small) == -1
+    assert default_round("held-out-first", big) == default_round("held-out-first", small) == 0
+    assert 1200 < ROUND_FIRST_MIN_DOCS <= 7674, "between the windows where the rounds won and where they lost"
 
 
 def test_gain_se_is_paired_and_zero_for_identical_rounds():
@@ -454,6 +470,8 @@ def test_gain_se_is_paired_and_zero_for_identical_rounds():
     se = gain_se(history, truth, 200, np.random.default_rng(1))
     assert se[2] == 0.0 and se[0] == se[1] > 0.0
     assert se[0] < 0.2
+    first = gain_se(history, truth, 200, np.random.default_rng(1), reference=0)
+    assert first[0] == first[1] == 0.0 and first[2] == se[0], "against the first round: the same paired spread"
 
 
 def test_round_selection_scores_held_out_seeds_it_did_not_train_on(corpus, monkeypatch):
@@ -483,7 +501,7 @@ def test_round_selection_scores_held_out_seeds_it_did_not_train_on(corpus, monke
 def test_the_chosen_number_of_rounds_is_the_final_fits(corpus, monkeypatch, rounds):
     """One round is constrained k-means; every round is the paper's loop (round_selection="all")."""
     Xtr, seeds, _, Xte, _, _ = corpus
-    monkeypatch.setattr("streamsemi.algorithms.fsl.chosen_rounds", lambda *scores: rounds)
+    monkeypatch.setattr("streamsemi.algorithms.fsl.chosen_rounds", lambda *scores, **kw: rounds)
     m = FSL(variant="ck", max_iter=6).fit(Xtr, seeds)
     assert m.rounds_ == rounds and m.round_scores_ is not None
     if rounds == 1:
@@ -503,7 +521,7 @@ def test_the_fit_summary_names_the_rounds_run_and_an_old_checkpoint_restores_as_
     from streamsemi.service.checkpoint import estimator_state, restore_estimator
 
     Xtr, seeds, _, Xte, _, _ = corpus
-    monkeypatch.setattr("streamsemi.algorithms.fsl.chosen_rounds", lambda *scores: 2)
+    monkeypatch.setattr("streamsemi.algorithms.fsl.chosen_rounds", lambda *scores, **kw: 2)
     m = FSL(variant="ck", max_iter=6).fit(Xtr, seeds)
     summary = m.fit_summary()
     assert summary == {"rounds": 2, "max_rounds": 6, "round_selection": "held-out",
@@ -522,3 +540,17 @@ def test_the_fit_summary_names_the_rounds_run_and_an_old_checkpoint_restores_as_
     old = restore_estimator(state, arrays)
     np.testing.assert_array_equal(old.predict_proba(Xte), m.predict_proba(Xte))
     assert old.fit_summary() == {"rounds": 6, "max_rounds": 6, "round_selection": "all", "round_scores": None}
+
+
+@pytest.mark.parametrize(("min_docs", "reference"), [(10**9, -1), (0, 0)])
+def test_the_window_size_picks_the_round_the_others_must_beat(corpus, monkeypatch, min_docs, reference):
+    """Below ROUND_FIRST_MIN_DOCS the later rounds are the default and an earlier one must beat the last;
+    from it on constrained k-means (round 1) is, and a later round must beat it: the standard errors are
+    of the gain over that round and the choice follows it."""
+    Xtr, seeds, *_ = corpus
+    monkeypatch.setattr("streamsemi.algorithms.fsl.ROUND_FIRST_MIN_DOCS", min_docs)
+    m = FSL(variant="ck", max_iter=6).fit(Xtr, seeds)
+    assert m.round_scores_se_[reference] == 0.0 and m.round_scores_se_.max() > 0.0
+    assert m.rounds_ == chosen_rounds(m.round_scores_, m.round_scores_se_, default=reference)
+    forced = FSL(variant="ck", max_iter=6, round_selection="held-out-first" if reference == 0 else "held-out-all")
+    assert forced.fit(Xtr, seeds).rounds_ == m.rounds_

@@ -506,9 +506,28 @@ def seed_agreement(Xn: sp.csr_matrix, codes: np.ndarray, labels: np.ndarray, n_k
     return (labels >= n_known) | (nearest == labels)
 
 
-ROUND_FOLDS = 3  # folds of the held-out round selection (``round_selection="held-out"``)
+ROUND_FOLDS = 3  # folds of the held-out round selection (``round_selection="held-out*"``)
 ROUND_BOOTSTRAP = 200  # resamples of the held-out seeds for the standard error of their scores
-ROUND_GAIN_Z = 2.0  # standard errors by which the best round must beat the last (one-sided, about 2%)
+ROUND_GAIN_Z = 2.0  # standard errors by which the best round must beat the default one (one-sided, about 2%)
+#: ``round_selection="held-out"``: from this many documents in the fit the default round (kept unless another
+#: beats it on held-out seeds) is the first, the base clusterer; below, the last (the paper's loop)
+ROUND_FIRST_MIN_DOCS = 3000
+ROUND_SELECTIONS = ("held-out", "held-out-all", "held-out-first", "all")
+
+
+def default_round(selection: str, n_samples: int) -> int:
+    """The round ``chosen_rounds`` keeps unless another beats it (``0``: the first, ``-1``: the
+    last) for ``round_selection`` ``selection`` and a fit on ``n_samples`` documents.
+
+    ``"held-out"`` (the default) takes the first round from ``ROUND_FIRST_MIN_DOCS`` documents
+    on and the last below: the paper's loop was measured on at most 800 documents (400
+    unlabeled + up to 400 labeled), and on development draws its later rounds were the gain in
+    windows of 500-1,200 documents and a loss on whole corpora of 7,674-18,820
+    (docs/algorithms/fsl.md, "The default round follows the window's size").
+    """
+    if selection == "held-out-first" or (selection == "held-out" and n_samples >= ROUND_FIRST_MIN_DOCS):
+        return 0
+    return -1
 
 
 def held_out_folds(codes: np.ndarray, n_folds: int, rng: np.random.Generator,
@@ -542,27 +561,29 @@ def macro_f1_by_round(history: np.ndarray, truth: np.ndarray) -> np.ndarray:
     return heldout_scores(tp, predicted, np.bincount(truth, minlength=K), "macro_f1")
 
 
-def gain_se(history: np.ndarray, truth: np.ndarray, n_boot: int, rng: np.random.Generator) -> np.ndarray:
-    """Bootstrap standard error of each round's :func:`macro_f1_by_round` minus the last
-    round's, over ``n_boot`` resamples of the held-out rows (with replacement; paired: both
-    rounds scored on the same resample)."""
+def gain_se(history: np.ndarray, truth: np.ndarray, n_boot: int, rng: np.random.Generator,
+            reference: int = -1) -> np.ndarray:
+    """Bootstrap standard error of each round's :func:`macro_f1_by_round` minus the
+    ``reference`` round's (default: the last), over ``n_boot`` resamples of the held-out rows
+    (with replacement; paired: both rounds scored on the same resample)."""
     n = truth.size
     draws = np.stack([macro_f1_by_round(history[:, idx], truth[idx])
                       for idx in (rng.integers(0, n, n) for _ in range(n_boot))])
-    return (draws - draws[:, -1:]).std(axis=0)
+    return (draws - draws[:, [reference]]).std(axis=0)
 
 
-def chosen_rounds(scores: np.ndarray, se: np.ndarray | None = None) -> int:
+def chosen_rounds(scores: np.ndarray, se: np.ndarray | None = None, default: int = -1) -> int:
     """Number of outer rounds to keep (1-based). The best round by held-out score (the latest
-    of equal ones) replaces the paper's full loop (the last round) only when it beats the last
-    round by more than ``ROUND_GAIN_Z`` standard errors ``se`` of that gain (paired
-    bootstrap, :func:`gain_se`): the paper's loop is left only on evidence. The best of
-    ``max_iter`` rounds is the maximum of several noisy scores, hence two standard errors
-    rather than one."""
+    of equal ones) replaces the ``default`` round (``-1``: the last, the paper's full loop;
+    ``0``: the first, the base clusterer) only when it beats it by more than ``ROUND_GAIN_Z``
+    standard errors ``se`` of that gain (paired bootstrap against the default round,
+    :func:`gain_se`): the default is left only on evidence. The best of ``max_iter`` rounds is
+    the maximum of several noisy scores, hence two standard errors rather than one."""
     scores = np.asarray(scores, dtype=np.float64)
     best = int(scores.size - 1 - np.argmax(scores[::-1]))
+    ref = int(default) % scores.size
     margin = 0.0 if se is None else ROUND_GAIN_Z * float(se[best])
-    return best + 1 if scores[best] - scores[-1] > margin else scores.size
+    return best + 1 if scores[best] - scores[ref] > margin else ref + 1
 
 
 class FSL(DiscoveryMixin, ScoresClassifierMixin, TransformerMixin, StreamsemiEstimator):
@@ -599,17 +620,19 @@ class FSL(DiscoveryMixin, ScoresClassifierMixin, TransformerMixin, StreamsemiEst
         ``max_trust_per_seed`` times its seed count (None: one per iteration, the paper).
         A class with one seed otherwise gets up to ``max_iter - 1`` trust samples from its
         cluster, which outvote its seed once the cluster drifts to a bigger class.
-    round_selection : {"held-out", "all"}, default="held-out"
+    round_selection : {"held-out", "held-out-all", "held-out-first", "all"}, default="held-out"
         k-means variants: how many of the ``max_iter`` outer rounds the fit keeps.
-        ``"held-out"``: the outer loop first runs ``ROUND_FOLDS`` times, each time with one
-        fold of every class's seeds held out (:func:`held_out_folds`); the final fit stops
-        after the round whose labels of the held-out seeds have the highest macro-F1 when it
-        beats the last round by more than two standard errors of that gain (paired
-        bootstrap), else runs every round (:func:`chosen_rounds`). One round is the base
-        clusterer (FSCK: constrained k-means). ``"all"``: every round, the paper. On
-        whole corpora every round after the first tends to lose (docs/algorithms/fsl.md,
-        "Robustness"), in small windows the rounds are FSL's gain; the held-out seeds tell
-        the two apart, for ``ROUND_FOLDS`` more fits.
+        The held-out values first run the outer loop ``ROUND_FOLDS`` times, each time with one
+        fold of every class's seeds held out (:func:`held_out_folds`), and score the held-out
+        seeds' labels after every round by macro-F1. The round with the highest score
+        replaces a default round only when it beats it by more than two standard errors of
+        that gain (paired bootstrap, :func:`chosen_rounds`). The default round is the last
+        (every round, the paper's loop) for ``"held-out-all"``, the first (the base
+        clusterer; FSCK: constrained k-means) for ``"held-out-first"``, and for
+        ``"held-out"`` the first from ``ROUND_FIRST_MIN_DOCS`` (3,000) documents on and the
+        last below (:func:`default_round`): in small windows the later rounds are FSL's gain,
+        on whole corpora they tend to lose (docs/algorithms/fsl.md). ``"all"``: every round,
+        the paper, without the ``ROUND_FOLDS`` extra fits.
     warm_start : bool, default=False
         k-means variants: start each outer iteration's k-means from the previous
         centres (False: re-initialise from the labeled set, seeds + trust samples).
@@ -680,7 +703,8 @@ class FSL(DiscoveryMixin, ScoresClassifierMixin, TransformerMixin, StreamsemiEst
     round_scores_ : ndarray of shape (max_iter,) or None
         k-means variants: held-out macro-F1 after each round (None: not measured).
     round_scores_se_ : ndarray of shape (max_iter,) or None
-        Standard error of each round's held-out gain over the last round.
+        Standard error of each round's held-out gain over the default round (see
+        ``round_selection``; 0 for the default round itself).
     """
 
     _parameter_constraints = {
@@ -705,7 +729,7 @@ class FSL(DiscoveryMixin, ScoresClassifierMixin, TransformerMixin, StreamsemiEst
         "warm_start": ["boolean"],
         "anchor_weight": [Interval(Real, 0, None, closed="neither")],
         "trust_check": [StrOptions({"labeled", "seeds", "none"})],
-        "round_selection": [StrOptions({"held-out", "all"})],
+        "round_selection": [StrOptions(set(ROUND_SELECTIONS))],
         "max_trust_per_seed": [Interval(Real, 0, None, closed="left"), None],
         "temperature": [Interval(Real, 0, None, closed="neither")],
         "random_state": RANDOM_STATE,
@@ -804,11 +828,11 @@ class FSL(DiscoveryMixin, ScoresClassifierMixin, TransformerMixin, StreamsemiEst
         T = int(self.max_iter) if self.feature_learning else 1
         rounds = T
         self.round_scores_ = self.round_scores_se_ = None
-        if self.round_selection == "held-out" and T > 1:
+        if self.round_selection != "all" and T > 1:
             held_out = self._held_out_round_scores(Xv, Xn, Xn_sq, codes, n_known, n_new)
             if held_out is not None:
                 self.round_scores_, self.round_scores_se_ = held_out
-                rounds = chosen_rounds(*held_out)
+                rounds = chosen_rounds(*held_out, default=default_round(self.round_selection, codes.size))
         labels, C, W, trust, t, _ = self._kmeans_rounds(Xv, Xn, Xn_sq, codes, n_known, n_new, rng, rounds)
         self.trust_samples_ = trust
         self.n_iter_ = t
@@ -840,7 +864,8 @@ class FSL(DiscoveryMixin, ScoresClassifierMixin, TransformerMixin, StreamsemiEst
             held.append(out)
             predicted.append(history)
         history, truth = np.hstack(predicted), codes[np.concatenate(held)]
-        return macro_f1_by_round(history, truth), gain_se(history, truth, ROUND_BOOTSTRAP, rng)
+        default = default_round(self.round_selection, codes.size)
+        return macro_f1_by_round(history, truth), gain_se(history, truth, ROUND_BOOTSTRAP, rng, default)
 
     def _kmeans_rounds(self, Xv: sp.csr_matrix, Xn: sp.csr_matrix, Xn_sq: sp.csr_matrix, codes: np.ndarray,
                        n_known: int, n_new: int, rng: np.random.Generator, rounds: int,
