@@ -1106,7 +1106,7 @@ class FSL(DiscoveryMixin, ScoresClassifierMixin, TransformerMixin, StreamsemiEst
 
     def _fit_summary(self) -> dict[str, Any]:
         """k-means variants: the outer rounds run (``rounds``, of ``max_rounds``), how they were
-        chosen and, with ``round_selection="held-out"``, the held-out macro-F1 after each round.
+        chosen and, with a held-out ``round_selection``, the held-out macro-F1 after each round.
         A model restored from a checkpoint written before session 30 ran every round."""
         if self.variant not in ("sk", "ck"):
             return {}
