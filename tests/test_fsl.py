@@ -457,7 +457,7 @@ def test_the_default_round_is_the_first_from_the_window_size_on_and_the_last_bel
     assert default_round("held-out", big) == 0 and default_round("held-out", small) == -1
     assert default_round("held-out-all", big) == default_round("held-out-all", small) == -1
     assert default_round("held-out-first", big) == default_round("held-out-first", small) == 0
-    assert 1200 < ROUND_FIRST_MIN_DOCS <= 7674, "between the windows where the rounds won and where they lost"
+    assert 1200 < ROUND_FIRST_MIN_DOCS <= 2500, "between the windows where the rounds won and where they lost"
 
 
 def test_gain_se_is_paired_and_zero_for_identical_rounds():

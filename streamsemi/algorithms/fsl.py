@@ -511,7 +511,7 @@ ROUND_BOOTSTRAP = 200  # resamples of the held-out seeds for the standard error 
 ROUND_GAIN_Z = 2.0  # standard errors by which the best round must beat the default one (one-sided, about 2%)
 #: ``round_selection="held-out"``: from this many documents in the fit the default round (kept unless another
 #: beats it on held-out seeds) is the first, the base clusterer; below, the last (the paper's loop)
-ROUND_FIRST_MIN_DOCS = 3000
+ROUND_FIRST_MIN_DOCS = 2000
 ROUND_SELECTIONS = ("held-out", "held-out-all", "held-out-first", "all")
 
 
@@ -522,8 +522,8 @@ def default_round(selection: str, n_samples: int) -> int:
     ``"held-out"`` (the default) takes the first round from ``ROUND_FIRST_MIN_DOCS`` documents
     on and the last below: the paper's loop was measured on at most 800 documents (400
     unlabeled + up to 400 labeled), and on development draws its later rounds were the gain in
-    windows of 500-1,200 documents and a loss on whole corpora of 7,674-18,820
-    (docs/algorithms/fsl.md, "The default round follows the window's size").
+    windows of 500-1,200 documents and a loss in windows of 2,500 and 5,000 and on whole corpora
+    of 7,674-18,820 (docs/algorithms/fsl.md, "The default round follows the window's size").
     """
     if selection == "held-out-first" or (selection == "held-out" and n_samples >= ROUND_FIRST_MIN_DOCS):
         return 0
@@ -629,7 +629,7 @@ class FSL(DiscoveryMixin, ScoresClassifierMixin, TransformerMixin, StreamsemiEst
         that gain (paired bootstrap, :func:`chosen_rounds`). The default round is the last
         (every round, the paper's loop) for ``"held-out-all"``, the first (the base
         clusterer; FSCK: constrained k-means) for ``"held-out-first"``, and for
-        ``"held-out"`` the first from ``ROUND_FIRST_MIN_DOCS`` (3,000) documents on and the
+        ``"held-out"`` the first from ``ROUND_FIRST_MIN_DOCS`` (2,000) documents on and the
         last below (:func:`default_round`): in small windows the later rounds are FSL's gain,
         on whole corpora they tend to lose (docs/algorithms/fsl.md). ``"all"``: every round,
         the paper, without the ``ROUND_FOLDS`` extra fits.
