@@ -86,7 +86,8 @@ DEFAULT_MEMBERS: tuple[str, ...] = ("semi-ldc", "cle", "fsl-ck", "constrained-km
 #: best single algorithm instead of 4 (mean gap -0.002 instead of +0.001; Reuters top-30-short30 1%
 #: 0.508 -> 0.477) and its fits took 1.6x as long: the ensemble already weighs its members on held-out
 #: seeds, and the selected member is nearer constrained k-means, which the ensemble also holds
-#: (``benchmarks/results/robustness_full_ensemble_s30_rounds.json``).
+#: (``benchmarks/results/robustness_full_ensemble_s30_rounds.json``). FSL's session-31 default as a member gave
+#: the same mean on whole-corpus development draws at 1.5-1.8x the fit time (docs/algorithms/ensemble.md).
 DEFAULT_MEMBER_PARAMS: dict[str, dict[str, Any]] = {"semi-ldc": {"max_components": 300},
                                                     "fsl-ck": {"round_selection": "all"}}
 

@@ -825,33 +825,37 @@ class FSL(DiscoveryMixin, ScoresClassifierMixin, TransformerMixin, StreamsemiEst
     def _fit_kmeans(self, Xv: sp.csr_matrix, Xn: sp.csr_matrix, codes: np.ndarray, n_known: int,
                     n_new: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         Xn_sq = Xn.multiply(Xn).tocsr()
-        T = int(self.max_iter) if self.feature_learning else 1
-        rounds = T
+        rounds = self._max_rounds()
         self.round_scores_ = self.round_scores_se_ = None
-        if self.round_selection != "all" and T > 1:
-            held_out = self._held_out_round_scores(Xv, Xn, Xn_sq, codes, n_known, n_new)
+        if self.round_selection != "all" and rounds > 1:
+            default = default_round(self.round_selection, codes.size)
+            held_out = self._held_out_round_scores(Xv, Xn, Xn_sq, codes, n_known, n_new, default)
             if held_out is not None:
                 self.round_scores_, self.round_scores_se_ = held_out
-                rounds = chosen_rounds(*held_out, default=default_round(self.round_selection, codes.size))
+                rounds = chosen_rounds(*held_out, default=default)
         labels, C, W, trust, t, _ = self._kmeans_rounds(Xv, Xn, Xn_sq, codes, n_known, n_new, rng, rounds)
         self.trust_samples_ = trust
         self.n_iter_ = t
         self.rounds_ = rounds
         return labels, C, W
 
+    def _max_rounds(self) -> int:
+        """``T`` of the outer loop: ``max_iter`` rounds, one without feature learning."""
+        return int(self.max_iter) if self.feature_learning else 1
+
     def _held_out_round_scores(self, Xv: sp.csr_matrix, Xn: sp.csr_matrix, Xn_sq: sp.csr_matrix,
-                               codes: np.ndarray, n_known: int, n_new: int,
+                               codes: np.ndarray, n_known: int, n_new: int, default: int = -1,
                                ) -> tuple[np.ndarray, np.ndarray] | None:
         """Macro-F1 (:func:`macro_f1_by_round`) after each outer round of the held-out seeds of
         all ``ROUND_FOLDS`` folds (:func:`held_out_folds`), each fold's seeds predicted by a fit
-        on the other seeds, and the standard error of each round's gain over the last
-        (:func:`gain_se`); None when no seed can be held out."""
+        on the other seeds, and the standard error of each round's gain over the ``default``
+        round (:func:`gain_se`); None when no seed can be held out."""
         seeds = np.flatnonzero(codes >= 0)
         rng = np.random.default_rng(self.random_state)
         folds = held_out_folds(codes, ROUND_FOLDS, rng, row_keys(Xn, seeds))
         if not (folds >= 0).any():
             return None
-        T = int(self.max_iter)
+        T = self._max_rounds()
         held, predicted = [], []
         for f in range(ROUND_FOLDS):
             out = np.flatnonzero(folds == f)
@@ -864,7 +868,6 @@ class FSL(DiscoveryMixin, ScoresClassifierMixin, TransformerMixin, StreamsemiEst
             held.append(out)
             predicted.append(history)
         history, truth = np.hstack(predicted), codes[np.concatenate(held)]
-        default = default_round(self.round_selection, codes.size)
         return macro_f1_by_round(history, truth), gain_se(history, truth, ROUND_BOOTSTRAP, rng, default)
 
     def _kmeans_rounds(self, Xv: sp.csr_matrix, Xn: sp.csr_matrix, Xn_sq: sp.csr_matrix, codes: np.ndarray,
@@ -881,7 +884,7 @@ class FSL(DiscoveryMixin, ScoresClassifierMixin, TransformerMixin, StreamsemiEst
         lab = codes.copy()  # labeled set: seeds + trust samples (-1 = unlabeled)
         C_prev: np.ndarray | None = None
         labels = np.full(n, -1)
-        T = int(self.max_iter) if self.feature_learning else 1
+        T = self._max_rounds()
         anchor = float(self.anchor_weight) if self.feature_learning else 1.0  # without FSL: constrained k-means
         watch = np.zeros(0, dtype=np.int64) if watch is None else watch
         history = np.zeros((rounds, watch.size), dtype=np.int64)
@@ -956,7 +959,7 @@ class FSL(DiscoveryMixin, ScoresClassifierMixin, TransformerMixin, StreamsemiEst
         lab = codes.copy()  # labeled set: seeds + trust samples
         lab_rows, unl_rows = self._ap_sample_rows(codes, rng)
         sfc: list[np.ndarray] = [np.zeros(0, dtype=np.int64) for _ in range(K_max)]
-        T = int(self.max_iter) if self.feature_learning else 1
+        T = self._max_rounds()
         prev: np.ndarray | None = None  # window-length labels of the sample, previous iteration
         stable = 0
         self.trust_samples_ = []
@@ -1110,7 +1113,7 @@ class FSL(DiscoveryMixin, ScoresClassifierMixin, TransformerMixin, StreamsemiEst
         A model restored from a checkpoint written before session 30 ran every round."""
         if self.variant not in ("sk", "ck"):
             return {}
-        T = int(self.max_iter) if self.feature_learning else 1
+        T = self._max_rounds()
         if not hasattr(self, "rounds_"):  # restored from before session 30: the paper's loop
             return {"rounds": T, "max_rounds": T, "round_selection": "all", "round_scores": None}
         scores = self.round_scores_
