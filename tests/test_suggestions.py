@@ -167,6 +167,31 @@ def test_top_rows_orders_by_priority_with_ties_by_row():
     assert sg.top_rows(pr, 0).size == 0
 
 
+def test_balanced_pool_takes_each_class_in_turn_and_lists_it_by_priority():
+    pr = np.array([0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.1])
+    groups = np.array([0, 0, 0, 0, 1, 1, 2])
+    # round one: each class's best (rows 0, 4, 6); round two: row 1 before row 5 (higher priority)
+    assert sg.balanced_top_rows(pr, groups, 4).tolist() == [0, 1, 4, 6]
+    assert sg.balanced_top_rows(pr, groups, 5).tolist() == [0, 1, 4, 5, 6]
+    assert sg.balanced_top_rows(pr, groups, 99).tolist() == [0, 1, 2, 3, 4, 5, 6]
+    assert sg.balanced_top_rows(pr, groups, 0).size == 0
+    # one class: the same pool as by priority; ties within a class: lower row first
+    assert sg.balanced_top_rows(pr, np.zeros(7, dtype=int), 3).tolist() == sg.top_rows(pr, 3).tolist()
+    assert sg.balanced_top_rows(np.array([0.5, 0.5, 0.5]), np.array([1, 1, 0]), 2).tolist() == [0, 2]
+
+
+def test_the_pool_balance_decides_which_rows_the_diversity_pass_sees():
+    X = sp.csr_matrix(np.eye(6))
+    pr = np.array([1.0, 0.9, 0.8, 0.7, 0.2, 0.1])
+    groups = np.array([0, 0, 0, 0, 1, 1])
+    kw = dict(max_similarity=0.9, diversity="classes", pool=2)
+    # by priority the pool is rows 0 and 1 (class 0 only); balanced, rows 0 and 4
+    assert sg.select_diverse(pr, X, groups, 2, balance="priority", **kw).tolist() == [0, 1]
+    assert sg.select_diverse(pr, X, groups, 2, balance="classes", **kw).tolist() == [0, 4]
+    with pytest.raises(ValueError, match="balance must be one of"):
+        sg.select_diverse(pr, X, groups, 2, balance="sideways", **kw)
+
+
 def three_topics() -> sp.csr_matrix:
     """Six documents in three pairs: each pair shares its terms (cosine 0.8), pairs share none."""
     X = np.zeros((6, 6))

@@ -65,6 +65,12 @@ POOL_FACTOR = 4              # candidates considered by the diversity pass per s
 DIVERSITY = "centres"
 #: "centres": the clusters of "clusters", but each cluster's member nearest its weighted centre (Zhdanov's choice)
 DIVERSITY_MODES = ("classes", "clusters", "centres")
+#: how the pool of candidates is drawn: "priority" (the highest priorities overall) or "classes" (round
+#: robin over the predicted classes: each class's best, then each class's second best, ...). "classes"
+#: was tried in session 32 for R8's skew and was not better on the development corpora (20NG talk.*,
+#: rec.*, sci.* and 20ng-skew, R8's class sizes on 20NG documents) nor on fresh R8 seeds: not the default
+POOL_BALANCE = "priority"
+POOL_BALANCE_MODES = ("priority", "classes")
 POOL_KMEANS_ITER = 10        # assignment rounds of the pool's kernel k-means
 MAX_SIMILARITY = 0.8         # cosine of term counts above which two documents are near-duplicates
 RARE_BELOW = 5               # classes with fewer seeds than this are rare
@@ -297,6 +303,38 @@ def top_rows(priority: np.ndarray, pool: int) -> np.ndarray:
     return cand[np.lexsort((cand, -priority[cand]))]
 
 
+def balanced_top_rows(priority: np.ndarray, groups: np.ndarray, pool: int) -> np.ndarray:
+    """The ``pool`` rows taken round robin over ``groups`` by priority, priority descending.
+
+    Every group's highest priority first, then every group's second highest, and so on (within
+    a round: higher priority first), so that no group (predicted class) fills the pool alone:
+    class-balanced uncertainty sampling for skewed classes (Ertekin et al. 2007; Bengar et al.
+    2022). Groups with fewer rows stop contributing when they run out.
+
+    Parameters
+    ----------
+    priority : ndarray (n,)
+    groups : ndarray (n,) of int
+    pool : int
+
+    Returns
+    -------
+    ndarray of at most ``pool`` row indices, priority descending (ties: lower row first)
+    """
+    n = priority.shape[0]
+    pool = min(n, pool)
+    if pool <= 0:
+        return np.zeros(0, dtype=np.int64)
+    rows = np.arange(n)
+    by_group = np.lexsort((rows, -priority, groups))              # group, then priority descending
+    g = groups[by_group]
+    starts = np.r_[0, np.flatnonzero(g[1:] != g[:-1]) + 1]
+    rank_in_group = rows - np.repeat(starts, np.diff(np.r_[starts, n]))
+    order = by_group[np.lexsort((by_group, -priority[by_group], rank_in_group))]
+    cand = order[:pool]
+    return cand[np.lexsort((cand, -priority[cand]))]
+
+
 def pool_clusters(G: np.ndarray, weights: np.ndarray, k: int, n_iter: int = POOL_KMEANS_ITER) -> np.ndarray:
     """Weighted kernel k-means of a small candidate pool given its cosine Gram matrix.
 
@@ -386,7 +424,8 @@ def centre_similarity(G: np.ndarray, weights: np.ndarray, labels: np.ndarray) ->
 
 def select_diverse(priority: np.ndarray, Xn: sp.csr_matrix, groups: np.ndarray, top_n: int,
                    max_similarity: float = MAX_SIMILARITY, pool: int | None = None,
-                   diversity: str | None = None, pinned: np.ndarray | None = None) -> np.ndarray:
+                   diversity: str | None = None, pinned: np.ndarray | None = None,
+                   balance: str | None = None) -> np.ndarray:
     """Greedy choice of ``top_n`` rows by priority without near-duplicates, spread over groups.
 
     A row is skipped when its cosine (rows of ``Xn`` have unit norm) to a chosen row
@@ -411,6 +450,10 @@ def select_diverse(priority: np.ndarray, Xn: sp.csr_matrix, groups: np.ndarray, 
     pinned : ndarray (n,) of bool, optional
         ``"centres"``: rows the first pass takes before any other (discovered clusters'
         representatives), whatever their cluster's centre.
+    balance : {"priority", "classes"}, optional
+        How the pool is drawn (default :data:`POOL_BALANCE`): the highest priorities
+        (:func:`top_rows`), or round robin over ``groups`` (:func:`balanced_top_rows`; a
+        development variant, not better on the development corpora: benchmarks/active_learning.py).
 
     Returns
     -------
@@ -420,7 +463,10 @@ def select_diverse(priority: np.ndarray, Xn: sp.csr_matrix, groups: np.ndarray, 
     if n == 0 or top_n <= 0:
         return np.zeros(0, dtype=np.int64)
     pool = min(n, pool or max(POOL_FACTOR * top_n, top_n))
-    cand = top_rows(priority, pool)
+    balance = POOL_BALANCE if balance is None else balance
+    if balance not in POOL_BALANCE_MODES:
+        raise ValueError(f"balance must be one of {POOL_BALANCE_MODES}, not {balance!r}")
+    cand = balanced_top_rows(priority, groups, pool) if balance == "classes" else top_rows(priority, pool)
     G = np.asarray((Xn[cand] @ Xn[cand].T).todense())
     mode = DIVERSITY if diversity is None else diversity
     if mode not in DIVERSITY_MODES:
