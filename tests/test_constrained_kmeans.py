@@ -82,3 +82,99 @@ def test_degenerate_matrices():
     X = sp.csr_matrix(np.eye(3))
     with pytest.raises(DegenerateInputError, match="larger than the number of documents"):
         make_estimator("constrained-kmeans", n_new_clusters=2).fit(X, ["a", "b", None])
+
+
+def test_prototype_counts_follow_the_class_sizes_capped_by_the_seeds():
+    from streamsemi.algorithms.constrained_kmeans import prototype_counts
+
+    # mean size 1675: 4000 -> round(2.39) = 2, the small classes 1 (never 0)
+    assert prototype_counts([4000, 2000, 400, 300], [80, 40, 8, 6], 5).tolist() == [2, 1, 1, 1]
+    # balanced classes: one each (plain constrained k-means)
+    assert prototype_counts([500, 480, 520], [25, 24, 26], 5).tolist() == [1, 1, 1]
+    # a large class with few seeds: at most one prototype per 5 of its seeds
+    assert prototype_counts([9000, 500, 500], [9, 30, 30], 5).tolist() == [1, 1, 1]
+    assert prototype_counts([9000, 500, 500], [10, 30, 30], 5).tolist() == [2, 1, 1]
+    assert prototype_counts([], [], 5).tolist() == []
+
+
+def bimodal_corpus(seed=0):
+    """Class A = two topics (1,000 + 200 documents), class B = one topic (100) sharing words with A's second."""
+    import scipy.sparse as sp
+
+    rng = np.random.default_rng(seed)
+
+    def docs(words, n):
+        X = np.zeros((n, 40))
+        for i in range(n):
+            np.add.at(X[i], rng.choice(words, size=8), 1)
+            np.add.at(X[i], rng.integers(30, 40, size=2), 1)   # background words
+        return X
+
+    X = sp.csr_matrix(np.vstack([docs(np.arange(0, 10), 1000), docs(np.arange(10, 20), 200),
+                                 docs(np.arange(14, 24), 100)]))
+    y = np.array(["A"] * 1200 + ["B"] * 100, dtype=object)
+    seeds = np.r_[rng.choice(1000, 50, replace=False), 1000 + rng.choice(200, 10, replace=False),
+                  1200 + rng.choice(100, 5, replace=False)]
+    ys = np.full(len(y), None, dtype=object)
+    ys[seeds] = y[seeds]
+    return X, y, ys, seeds
+
+
+def test_a_large_class_of_two_topics_gets_a_centroid_for_each():
+    X, y, ys, seeds = bimodal_corpus()
+    one = make_estimator("constrained-kmeans").fit(X, ys)
+    assert (one.predict(X[1000:1200]) == "B").mean() > 0.9, "one centroid: A's second topic goes to B"
+    m = make_estimator("constrained-kmeans", prototypes="by-size").fit(X, ys)
+    assert m.prototype_owner_.tolist() == [0, 0, 1] and m.prototype_centers_.shape == (3, 40)
+    assert m.cluster_centers_.shape == (2, 40), "one centre per class (explain) whatever the prototypes"
+    assert (m.predict(X[1000:1200]) == "A").mean() > 0.95 and (m.predict(X[1200:]) == "B").mean() > 0.95
+    fitted = m.classes_[m.labels_]
+    assert (fitted[seeds] == y[seeds]).all(), "seeds stay in their class (any centroid of it)"
+    assert (m.predict(X) == fitted).mean() > 0.99, "predict on training rows agrees with the fit"
+    P = m.predict_proba(X[:50])
+    assert P.shape == (50, 2) and np.allclose(P.sum(axis=1), 1)
+    S = m.transform(X[:5])   # per class, its most similar prototype
+    assert S.shape == (5, 2)
+    restarted = make_estimator("constrained-kmeans", prototypes="by-size", n_init=3).fit(X, ys)
+    assert restarted.objective_ >= m.objective_ - 1e-9, "restarts keep the best objective"
+
+
+def test_by_size_on_balanced_classes_is_plain_constrained_kmeans(r8):
+    X, y, ys, seeds = r8
+    keep = np.flatnonzero(np.isin(y, ["crude", "trade", "money-fx", "interest"]))   # comparable sizes
+    rng = np.random.default_rng(3)
+    ys4 = np.full(keep.size, None, dtype=object)
+    for c in np.unique(y[keep]):   # 24 seeds each: enough for two prototypes, were a class large
+        rows = rng.choice(np.flatnonzero(y[keep] == c), size=24, replace=False)
+        ys4[rows] = c
+    one = make_estimator("constrained-kmeans").fit(X[keep], ys4)
+    by = make_estimator("constrained-kmeans", prototypes="by-size").fit(X[keep], ys4)
+    assert np.array_equal(one.labels_, by.labels_) and np.allclose(one.cluster_centers_, by.cluster_centers_)
+    assert by.prototype_owner_.tolist() == list(range(4))
+
+
+def test_by_size_helps_the_skewed_r8_sample_and_old_models_still_predict(r8):
+    X, y, ys, seeds = r8
+    unl = np.setdiff1d(np.arange(len(y)), seeds)
+    one = make_estimator("constrained-kmeans").fit(X, ys)
+    by = make_estimator("constrained-kmeans", prototypes="by-size").fit(X, ys)
+    counts = dict(zip(*np.unique(by.classes_[by.prototype_owner_], return_counts=True), strict=True))
+    assert counts["earn"] > 1 and counts["grain"] == 1, counts
+    f_one, f_by = macro_f1(y[unl], one.predict(X[unl])), macro_f1(y[unl], by.predict(X[unl]))
+    assert f_by > f_one, (f_by, f_one)
+    # a model saved before prototypes existed has neither prototype attribute
+    del one.prototype_owner_, one.prototype_centers_
+    assert (one.predict(X[unl]) == one.classes_[one.labels_][unl]).mean() > 0.97
+    with pytest.raises(ValueError, match="prototypes"):
+        make_estimator("constrained-kmeans", prototypes="many").fit(X, ys)
+
+
+def test_the_daemon_builds_prototypes_by_size_and_the_evaluation_baseline_keeps_one():
+    from streamsemi.algorithms import build_estimator
+    from streamsemi.evaluation.baselines import make_method
+
+    assert build_estimator("constrained-kmeans", None, 0, 0).prototypes == "by-size"
+    assert build_estimator("constrained-kmeans", {"prototypes": "one"}, 0, 0).prototypes == "one"
+    assert build_estimator("seeded-kmeans", None, 0, 0).prototypes == "one"
+    assert make_estimator("constrained-kmeans").prototypes == "one"
+    assert make_method("constrained-kmeans").prototypes == "one", "the paper algorithms' baseline: Basu et al."

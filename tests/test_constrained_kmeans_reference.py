@@ -194,7 +194,8 @@ def test_documented_defaults() -> None:
     assert ConstrainedKMeans().get_params() == {"constrained": True, "n_new_clusters": 0, "max_iter": 50,
                                                 "temperature": 0.05, "random_state": 0,
                                                 "discovery": "calibrated", "discovery_quantile": 0.4,
-                                                "discovery_init": None, "discovery_split": False, "n_init": 1}
+                                                "discovery_init": None, "discovery_split": False, "n_init": 1,
+                                                "prototypes": "one"}
     assert ConstrainedKMeans(random_state=7).random_state == 7
 
 

@@ -8,6 +8,7 @@ import sys
 import time
 from collections import Counter
 
+import numpy as np
 import pytest
 from kafka_utils import Topics, WorkerProcess, committed_offsets, producer, read_topic, send_json
 
@@ -16,6 +17,20 @@ from streamsemi.devtools.replay import replay_order, stratified_seeds
 from streamsemi.evaluation.metrics import macro_f1
 
 pytestmark = pytest.mark.slow
+
+
+def _batch_macro_f1(ds, rows, seeds, scored, algorithm):
+    """Macro-F1 on ``scored`` of the worker's estimator for ``algorithm`` fitted once on ``rows``."""
+    from streamsemi.algorithms import build_estimator
+    from streamsemi.core.features import TextFeaturizer
+
+    ids = [f"reuters-r8:{int(i)}" for i in rows]
+    X = TextFeaturizer().transform([ds.texts[int(i)] for i in rows])
+    est = build_estimator(algorithm, None, 0, 0).fit(X, [ds.labels[int(i)] if d in seeds else None
+                                                         for i, d in zip(rows, ids, strict=True)])
+    pred = dict(zip(ids, np.asarray(est.classes_, dtype=object)[est.labels_], strict=True))
+    truth = dict(zip(ids, (ds.labels[int(i)] for i in rows), strict=True))
+    return macro_f1([truth[d] for d in scored], [pred[d] for d in scored])
 
 
 def _values(records):
@@ -114,7 +129,10 @@ def test_replay_r8_at_full_speed_first_and_latest_labels(broker, tmp_path):
         refits = [(e.get("version"), e.get("documents"), e.get("seeds"), e.get("trigger")) for e in worker.logs()
                   if e.get("event") == "refit_done" and e.get("algorithm") == algorithms[0]]
         assert first >= 0.65, f"first-emission macro-F1 {first:.3f} on non-seed R8 documents; refits {refits}"
-        assert latest >= 0.75, f"latest-label macro-F1 {latest:.3f} on non-seed R8 documents"
+        # the daemon's model fitted once on the same window, and a floor (R8 chance is about 0.1)
+        batch = _batch_macro_f1(ds, order[:n], seeds, scored, algorithms[0])
+        assert latest >= 0.70 and latest >= batch - 0.02, \
+            f"latest-label macro-F1 {latest:.3f} on non-seed R8 documents, batch fit {batch:.3f}"
         # records with revision >= 1: revisions and the late first verdicts of documents the primary served alone
         assert (worker.metric("streamsemi_revisions_total") or 0) == sum(1 for m in msgs if m["revision"] >= 1)
         assert worker.metric("streamsemi_primary") == 1.0, "exactly one primary algorithm"

@@ -29,6 +29,7 @@ from sklearn.utils._param_validation import (
 from sklearn.utils.estimator_checks import check_estimator
 
 from streamsemi.algorithms import (
+    DAEMON_PARAMS,
     MULTILABEL,
     REGISTRY,
     DegenerateInputError,
@@ -316,7 +317,7 @@ def test_worker_estimator_has_the_parameters_the_settings_say(name, n_new):
     cls, fixed = algorithm_class(name)
     table = {"assign": "kmeans"} if name == "cle" else {}
     est = build_estimator(name, table, n_new, 7)
-    expected = {**cls().get_params(), **fixed, "random_state": 7, **table}
+    expected = {**cls().get_params(), **fixed, **DAEMON_PARAMS.get(name, {}), "random_state": 7, **table}
     if "n_new_clusters" in expected:
         expected["n_new_clusters"] = n_new
     assert est.get_params() == expected

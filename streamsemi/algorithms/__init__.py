@@ -29,6 +29,14 @@ REGISTRY: dict[str, tuple[str, str, dict[str, Any]]] = {
     "ensemble": ("streamsemi.algorithms.ensemble", "Ensemble", {}),
 }
 
+#: What the daemon builds differently from the registry (and so from ``make_estimator`` and the
+#: evaluation's baselines): constrained k-means with centroids by class size (session 32; the
+#: evaluation keeps Basu et al.'s one centroid per class as the baseline every paper algorithm must
+#: beat). ``[algorithm_params.NAME]`` overrides these like any other default.
+DAEMON_PARAMS: dict[str, dict[str, Any]] = {
+    "constrained-kmeans": {"prototypes": "by-size"},
+}
+
 #: Registry names whose estimators take label SETS (lists) as seeds; the others get one label.
 MULTILABEL: frozenset[str] = frozenset({"pseudo-lsc"})
 
@@ -70,7 +78,8 @@ def build_estimator(name: str, params: dict[str, Any] | None = None, n_new_clust
                     random_state: int | None = None) -> StreamsemiEstimator:
     """The estimator the daemon fits for ``name``, with exactly the parameters the settings say.
 
-    Registry defaults, then the worker-wide ``n_new_clusters`` (0 included: a class
+    Registry defaults, then the daemon's own (:data:`DAEMON_PARAMS`), then the worker-wide
+    ``n_new_clusters`` (0 included: a class
     whose own default opens new clusters gets 0 when the setting is 0) and
     ``random_state`` where the class takes them, then ``params`` (the
     ``[algorithm_params.NAME]`` table), which wins over both. Every parameter is
@@ -88,7 +97,7 @@ def build_estimator(name: str, params: dict[str, Any] | None = None, n_new_clust
         parameter and the value got) or combination.
     """
     cls, fixed = algorithm_class(name)
-    merged = dict(fixed)
+    merged = {**fixed, **DAEMON_PARAMS.get(name, {})}
     if accepts_param(cls, "n_new_clusters"):
         merged["n_new_clusters"] = n_new_clusters
     if random_state is not None and accepts_param(cls, "random_state"):
@@ -114,5 +123,5 @@ def __getattr__(attr: str) -> Any:
     raise AttributeError(f"module 'streamsemi.algorithms' has no attribute {attr!r}")
 
 
-__all__ = ["REGISTRY", "MULTILABEL", "AlgorithmNotAvailable", "DegenerateInputError", "algorithm_class",
+__all__ = ["REGISTRY", "DAEMON_PARAMS", "MULTILABEL", "AlgorithmNotAvailable", "DegenerateInputError", "algorithm_class",
            "make_estimator", "build_estimator", "accepts_param", "is_available"]

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
-from sklearn.utils._param_validation import Interval
+from sklearn.utils._param_validation import Interval, StrOptions
 
 from streamsemi.algorithms._discovery import (
     DISCOVERY_CONSTRAINTS,
@@ -31,6 +31,9 @@ from streamsemi.algorithms.base import (
     sparse_dot_t,
 )
 from streamsemi.core.features import idf_weights, l2_normalize_rows, tfidf
+
+#: ``prototypes="by-size"``: seeds per prototype at least (a class's centroids are started from its seeds)
+PROTOTYPE_MIN_SEEDS = 10
 
 
 def _normalize_dense_rows(C: np.ndarray) -> np.ndarray:
@@ -68,20 +71,110 @@ def bootstrap_seed_means(Xn: sp.csr_matrix, codes: np.ndarray, n_classes: int,
     return _normalize_dense_rows(np.asarray((H @ Xn).todense()))
 
 
+def prototype_counts(class_sizes: np.ndarray, seed_counts: np.ndarray, min_seeds: int) -> np.ndarray:
+    """Prototypes per class for ``prototypes="by-size"``: a class ``r`` times the mean class size
+    gets ``round(r)`` centroids, at most one per ``min_seeds`` of its seeds, at least one.
+
+    Spherical k-means gives every centroid a region of comparable spread, so one centroid for a
+    class several times the size of the others leaves the class's outlying documents to its
+    neighbours (R8: constrained k-means gives acq about 800 earn stories). ``class_sizes`` are
+    the documents a one-centroid fit assigns to each class (not the seed counts: seeds picked
+    by a person or the suggestion queue are not a stratified sample); a balanced corpus keeps
+    one centroid per class (plain constrained k-means).
+    """
+    sizes = np.asarray(class_sizes, dtype=np.float64)
+    seeds = np.asarray(seed_counts, dtype=np.int64)
+    if sizes.size == 0 or sizes.sum() <= 0:
+        return np.ones(sizes.size, dtype=np.int64)
+    by_size = np.rint(sizes / sizes.mean())
+    return np.maximum(1, np.minimum(by_size, seeds // max(1, min_seeds))).astype(np.int64)
+
+
+def split_seeds(Xn: sp.csr_matrix, rows: np.ndarray, m: int, n_iter: int = 10) -> np.ndarray:
+    """``m`` unit centroids of the seed rows ``rows``: spherical k-means among them, started at
+    their mean and then farthest-first (deterministic). ``m = 1``: their mean.
+    """
+    S = Xn[rows]
+    C = _normalize_dense_rows(np.asarray(S.sum(axis=0)))
+    for _ in range(1, m):
+        nearest = np.asarray(S @ C.T).max(axis=1)
+        C = np.vstack([C, S[int(np.argmin(nearest))].toarray()])
+    for _ in range(n_iter if m > 1 else 0):
+        lab = np.asarray(S @ C.T).argmax(axis=1)
+        H = sp.csr_matrix((np.ones(lab.size), (lab, np.arange(lab.size))), shape=(m, lab.size))
+        sums = np.asarray((H @ S).todense())
+        empty = np.asarray(H.sum(axis=1)).ravel() == 0
+        sums[empty] = C[empty]
+        C = _normalize_dense_rows(sums)
+    return C
+
+
+def prototype_seed_means(Xn: sp.csr_matrix, codes: np.ndarray, m: np.ndarray,
+                         rng: np.random.Generator | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Starting centroids, ``m[c]`` for class ``c``, and the class of each.
+
+    Each class's centroids are :func:`split_seeds` of its seeds (of a bootstrap resample of
+    them when ``rng`` is given: the restarts of ``n_init``).
+    """
+    n_classes = len(m)
+    blocks, owner = [], []
+    for c in range(n_classes):
+        rows = np.flatnonzero(codes == c)
+        if rng is not None and rows.size:
+            rows = rng.choice(rows, size=rows.size, replace=True)
+        blocks.append(split_seeds(Xn, rows, int(m[c])) if rows.size
+                      else np.zeros((1, Xn.shape[1])))
+        owner += [c] * blocks[-1].shape[0]
+    return np.vstack(blocks), np.asarray(owner, dtype=np.int64)
+
+
+def class_means(Xn: sp.csr_matrix, labels: np.ndarray, n_classes: int, prototypes: np.ndarray,
+                owner: np.ndarray) -> np.ndarray:
+    """Unit mean of each class's rows; a class without rows: the unit mean of its prototypes."""
+    H = sp.csr_matrix((np.ones(labels.size), (labels, np.arange(labels.size))), shape=(n_classes, Xn.shape[0]))
+    sums = np.asarray((H @ Xn).todense())
+    empty = np.flatnonzero(np.asarray(H.sum(axis=1)).ravel() == 0)
+    for c in empty:
+        sums[c] = prototypes[owner == c].sum(axis=0)
+    return _normalize_dense_rows(sums)
+
+
+def class_scores(S: np.ndarray, owner: np.ndarray, n_classes: int) -> np.ndarray:
+    """Per class, the largest of its centroids' columns of ``S`` (n_rows x n_centroids)."""
+    out = np.full((S.shape[0], n_classes), -np.inf)
+    for c in range(n_classes):   # a few tens of classes: one vectorised max each
+        cols = np.flatnonzero(owner == c)
+        if cols.size:
+            out[:, c] = S[:, cols].max(axis=1)
+    return out
+
+
 def lloyd(Xn: sp.csr_matrix, C: np.ndarray, codes: np.ndarray, constrained: bool,
-          max_iter: int) -> tuple[np.ndarray, np.ndarray, int, float]:
+          max_iter: int, owner: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, int, float]:
     """Spherical k-means rounds from centroids ``C``; seeds fixed to their class if ``constrained``.
 
-    Returns the centroids, the labels, the rounds run and the objective: the summed cosine
-    similarity of each row to its assigned centroid (higher is better).
+    ``owner`` (one class code per row of ``C``; None: row ``k`` is class ``k``) lets a class
+    have several centroids (prototypes): a constrained seed then goes to the most similar
+    centroid of its own class.
+
+    Returns the centroids, the labels (rows of ``C``; the class is ``owner[label]``), the
+    rounds run and the objective: the summed cosine similarity of each row to its assigned
+    centroid (higher is better).
     """
     n_clusters = C.shape[0]
     seeds = np.flatnonzero(codes >= 0)
     labels = np.full(Xn.shape[0], -1)
     n_iter = 0
     for n_iter in range(1, max_iter + 1):  # noqa: B007
-        new = np.asarray(Xn @ C.T).argmax(axis=1)
-        if constrained:
+        if owner is None or not constrained:
+            new = np.asarray(Xn @ C.T).argmax(axis=1)
+        else:
+            S = np.asarray(Xn @ C.T)
+            S_seeds = S[seeds]
+            S_seeds[owner[None, :] != codes[seeds][:, None]] = -np.inf
+            S[seeds] = S_seeds
+            new = S.argmax(axis=1)
+        if constrained and owner is None:
             new[seeds] = codes[seeds]
         if np.array_equal(new, labels):
             break
@@ -147,6 +240,12 @@ class ConstrainedKMeans(DiscoveryMixin, ScoresClassifierMixin, TransformerMixin,
         less stable new clusters; :func:`~streamsemi.algorithms._discovery.split_rejected`).
     max_iter : int, default=50
         Maximum assignment/update rounds.
+    prototypes : {"one", "by-size"}, default="one"
+        Centroids per seeded class. ``"one"``: one each (Basu et al.; the evaluation baseline).
+        ``"by-size"``: a class with ``r`` times the mean seed count gets ``round(r)``
+        centroids, at most one per :data:`PROTOTYPE_MIN_SEEDS` of its seeds
+        (:func:`prototype_counts`), started by spherical k-means among its seeds; a document
+        takes the class of its most similar centroid. A balanced corpus keeps one per class.
     n_init : int >= 1, default=1
         Runs of the k-means, keeping the one with the highest objective (summed cosine
         similarity of the rows to their centroids, ``objective_``), as scikit-learn's
@@ -166,7 +265,12 @@ class ConstrainedKMeans(DiscoveryMixin, ScoresClassifierMixin, TransformerMixin,
     n_features_in_ : int
     idf_ : ndarray of shape (n_features,)
     cluster_centers_ : ndarray of shape (n_clusters, n_features)
-        Unit-length centroids in tf-idf space.
+        Unit-length centroids in tf-idf space (with ``prototypes="by-size"``: the unit mean
+        of each class's training rows, which ``explain`` lists).
+    prototype_centers_ : ndarray of shape (n_prototypes, n_features)
+        The centroids the documents are assigned to (``cluster_centers_`` with ``"one"``).
+    prototype_owner_ : ndarray of int, shape (n_prototypes,)
+        The cluster (index into ``classes_``) of each prototype.
     labels_ : ndarray of int
         Cluster index of each training row.
     n_iter_ : int
@@ -179,6 +283,7 @@ class ConstrainedKMeans(DiscoveryMixin, ScoresClassifierMixin, TransformerMixin,
         **DISCOVERY_CONSTRAINTS,
         "max_iter": [Interval(Integral, 1, None, closed="left")],
         "n_init": [Interval(Integral, 1, None, closed="left")],
+        "prototypes": [StrOptions({"one", "by-size"})],
         "temperature": [Interval(Real, 0, None, closed="neither")],
         "random_state": RANDOM_STATE,
     }
@@ -186,7 +291,8 @@ class ConstrainedKMeans(DiscoveryMixin, ScoresClassifierMixin, TransformerMixin,
     def __init__(self, constrained: bool = True, *, n_new_clusters: int = 0, max_iter: int = 50,
                  temperature: float = 0.05, discovery: str = "calibrated",
                  discovery_quantile: float = 0.4, discovery_init: Any = None,
-                 discovery_split: bool = False, n_init: int = 1, random_state: int | None = 0) -> None:
+                 discovery_split: bool = False, prototypes: str = "one", n_init: int = 1,
+                 random_state: int | None = 0) -> None:
         self.constrained = constrained
         self.n_new_clusters = n_new_clusters
         self.discovery = discovery
@@ -194,6 +300,7 @@ class ConstrainedKMeans(DiscoveryMixin, ScoresClassifierMixin, TransformerMixin,
         self.discovery_init = discovery_init
         self.discovery_split = discovery_split
         self.max_iter = max_iter
+        self.prototypes = prototypes
         self.n_init = n_init
         self.temperature = temperature
         self.random_state = random_state
@@ -207,17 +314,34 @@ class ConstrainedKMeans(DiscoveryMixin, ScoresClassifierMixin, TransformerMixin,
         rng = np.random.default_rng(self.random_state)
         self.idf_ = idf_weights(X)
         Xn = tfidf(X, self.idf_)
+        by_size = self.prototypes == "by-size"
         best: tuple[np.ndarray, np.ndarray, int, float] | None = None
+        best_owner: np.ndarray | None = None
         for run in range(int(self.n_init)):
             C = seed_means(Xn, codes, n_known) if run == 0 else bootstrap_seed_means(Xn, codes, n_known, rng)
             if self.n_new_clusters:
                 unl = np.flatnonzero(codes < 0)
                 C = farthest_point_centroids(Xn, C, unl, int(self.n_new_clusters), rng)
-            found = lloyd(Xn, C, codes, self.constrained, int(self.max_iter))
+            found, owner = lloyd(Xn, C, codes, self.constrained, int(self.max_iter)), None
+            if by_size:   # a second pass when some class is several times the mean size
+                m = prototype_counts(np.bincount(found[1], minlength=C.shape[0])[:n_known],
+                                     np.bincount(codes[codes >= 0], minlength=n_known), PROTOTYPE_MIN_SEEDS)
+                if (m > 1).any():
+                    P, owner = prototype_seed_means(Xn, codes, m, rng if run else None)
+                    if self.n_new_clusters:   # the first pass's discovered clusters start as they ended
+                        P = np.vstack([P, found[0][n_known:]])
+                        owner = np.r_[owner, n_known + np.arange(int(self.n_new_clusters))]
+                    found = lloyd(Xn, P, codes, self.constrained, int(self.max_iter), owner)
             if best is None or found[3] > best[3]:
-                best = found
+                best, best_owner = found, owner
         assert best is not None
         C, labels, n_iter, self.objective_ = best
+        n_clusters = n_known + int(self.n_new_clusters)
+        self.prototype_owner_ = np.arange(n_clusters) if best_owner is None else best_owner
+        self.prototype_centers_ = C
+        if best_owner is not None:
+            labels = best_owner[labels]
+            C = class_means(Xn, labels, n_clusters, self.prototype_centers_, best_owner)
         self.cluster_centers_ = C
         self.labels_ = labels
         self.n_iter_ = n_iter
@@ -227,7 +351,11 @@ class ConstrainedKMeans(DiscoveryMixin, ScoresClassifierMixin, TransformerMixin,
 
     def _scores(self, X: Any) -> np.ndarray:
         X = self._validate_counts(X, reset=False)
-        return sparse_dot_t(tfidf(X, self.idf_), self.cluster_centers_)
+        owner = getattr(self, "prototype_owner_", None)   # absent in models saved before prototypes
+        if owner is None or owner.size == self.cluster_centers_.shape[0]:
+            return sparse_dot_t(tfidf(X, self.idf_), self.cluster_centers_)
+        S = sparse_dot_t(tfidf(X, self.idf_), self.prototype_centers_)
+        return class_scores(S, owner, self.cluster_centers_.shape[0])
 
     def _softmax_temperature(self) -> float:
         return float(self.temperature)
