@@ -135,6 +135,7 @@ def test_a_large_class_of_two_topics_gets_a_centroid_for_each():
     assert P.shape == (50, 2) and np.allclose(P.sum(axis=1), 1)
     S = m.transform(X[:5])   # per class, its most similar prototype
     assert S.shape == (5, 2)
+    assert m.fit_summary() == {"prototypes": {"A": 2}} and one.fit_summary() == {}
     restarted = make_estimator("constrained-kmeans", prototypes="by-size", n_init=3).fit(X, ys)
     assert restarted.objective_ >= m.objective_ - 1e-9, "restarts keep the best objective"
 

@@ -357,6 +357,14 @@ class ConstrainedKMeans(DiscoveryMixin, ScoresClassifierMixin, TransformerMixin,
         S = sparse_dot_t(tfidf(X, self.idf_), self.prototype_centers_)
         return class_scores(S, owner, self.cluster_centers_.shape[0])
 
+    def _fit_summary(self) -> dict[str, Any]:
+        """``prototypes="by-size"``: the classes given more than one centroid, with their counts."""
+        if self.prototypes != "by-size":
+            return {}
+        owner = getattr(self, "prototype_owner_", None)
+        counts = np.bincount(owner, minlength=len(self.classes_)) if owner is not None else np.ones(0, int)
+        return {"prototypes": {str(self.classes_[c]): int(n) for c, n in enumerate(counts) if n > 1}}
+
     def _softmax_temperature(self) -> float:
         return float(self.temperature)
 
