@@ -179,3 +179,14 @@ def test_the_daemon_builds_prototypes_by_size_and_the_evaluation_baseline_keeps_
     assert build_estimator("seeded-kmeans", None, 0, 0).prototypes == "one"
     assert make_estimator("constrained-kmeans").prototypes == "one"
     assert make_method("constrained-kmeans").prototypes == "one", "the paper algorithms' baseline: Basu et al."
+
+
+def test_a_by_size_model_survives_a_checkpoint():
+    from streamsemi.service.checkpoint import estimator_state, restore_estimator
+
+    X, y, ys, seeds = bimodal_corpus()
+    m = make_estimator("constrained-kmeans", prototypes="by-size").fit(X, ys)
+    state, arrays = estimator_state(m)
+    back = restore_estimator(state, arrays, "constrained-kmeans")
+    assert back.prototypes == "by-size" and back.prototype_owner_.tolist() == [0, 0, 1]
+    assert np.array_equal(back.predict(X), m.predict(X)) and np.allclose(back.predict_proba(X), m.predict_proba(X))
