@@ -163,8 +163,9 @@ def test_by_size_helps_the_skewed_r8_sample_and_old_models_still_predict(r8):
     assert counts["earn"] > 1 and counts["grain"] == 1, counts
     f_one, f_by = macro_f1(y[unl], one.predict(X[unl])), macro_f1(y[unl], by.predict(X[unl]))
     assert f_by > f_one, (f_by, f_one)
-    # a model saved before prototypes existed has neither prototype attribute
-    del one.prototype_owner_, one.prototype_centers_
+    assert not hasattr(one, "prototype_centers_"), "one centroid per class: no second copy of the centroids"
+    # a model saved before prototypes existed has no prototype attribute
+    del one.prototype_owner_
     assert (one.predict(X[unl]) == one.classes_[one.labels_][unl]).mean() > 0.97
     with pytest.raises(ValueError, match="prototypes"):
         make_estimator("constrained-kmeans", prototypes="many").fit(X, ys)

@@ -242,10 +242,12 @@ class ConstrainedKMeans(DiscoveryMixin, ScoresClassifierMixin, TransformerMixin,
         Maximum assignment/update rounds.
     prototypes : {"one", "by-size"}, default="one"
         Centroids per seeded class. ``"one"``: one each (Basu et al.; the evaluation baseline).
-        ``"by-size"``: a class with ``r`` times the mean seed count gets ``round(r)``
-        centroids, at most one per :data:`PROTOTYPE_MIN_SEEDS` of its seeds
-        (:func:`prototype_counts`), started by spherical k-means among its seeds; a document
-        takes the class of its most similar centroid. A balanced corpus keeps one per class.
+        ``"by-size"`` (the worker's default, ``DAEMON_PARAMS``): after the one-centroid fit, a
+        class it makes ``r`` times the mean class size gets ``round(r)`` centroids, at most one
+        per :data:`PROTOTYPE_MIN_SEEDS` of its seeds (:func:`prototype_counts`), started by
+        spherical k-means among its seeds, and the k-means runs again; a document takes the
+        class of its most similar centroid. A balanced corpus keeps one per class (the same
+        fit as ``"one"``). docs/algorithms/constrained-kmeans.md.
     n_init : int >= 1, default=1
         Runs of the k-means, keeping the one with the highest objective (summed cosine
         similarity of the rows to their centroids, ``objective_``), as scikit-learn's
@@ -267,10 +269,11 @@ class ConstrainedKMeans(DiscoveryMixin, ScoresClassifierMixin, TransformerMixin,
     cluster_centers_ : ndarray of shape (n_clusters, n_features)
         Unit-length centroids in tf-idf space (with ``prototypes="by-size"``: the unit mean
         of each class's training rows, which ``explain`` lists).
-    prototype_centers_ : ndarray of shape (n_prototypes, n_features)
-        The centroids the documents are assigned to (``cluster_centers_`` with ``"one"``).
     prototype_owner_ : ndarray of int, shape (n_prototypes,)
-        The cluster (index into ``classes_``) of each prototype.
+        The cluster (index into ``classes_``) of each centroid the documents are assigned to
+        (``arange(n_clusters)`` when every cluster has one: the centroids are ``cluster_centers_``).
+    prototype_centers_ : ndarray of shape (n_prototypes, n_features)
+        Only when some class has several centroids: the centroids, rows as ``prototype_owner_``.
     labels_ : ndarray of int
         Cluster index of each training row.
     n_iter_ : int
@@ -338,10 +341,10 @@ class ConstrainedKMeans(DiscoveryMixin, ScoresClassifierMixin, TransformerMixin,
         C, labels, n_iter, self.objective_ = best
         n_clusters = n_known + int(self.n_new_clusters)
         self.prototype_owner_ = np.arange(n_clusters) if best_owner is None else best_owner
-        self.prototype_centers_ = C
-        if best_owner is not None:
+        if best_owner is not None:   # (no copy of the centroids when each class has one: checkpoint bytes)
+            self.prototype_centers_ = C
             labels = best_owner[labels]
-            C = class_means(Xn, labels, n_clusters, self.prototype_centers_, best_owner)
+            C = class_means(Xn, labels, n_clusters, C, best_owner)
         self.cluster_centers_ = C
         self.labels_ = labels
         self.n_iter_ = n_iter
@@ -362,7 +365,7 @@ class ConstrainedKMeans(DiscoveryMixin, ScoresClassifierMixin, TransformerMixin,
         if self.prototypes != "by-size":
             return {}
         owner = getattr(self, "prototype_owner_", None)
-        counts = np.bincount(owner, minlength=len(self.classes_)) if owner is not None else np.ones(0, int)
+        counts = np.bincount(owner, minlength=len(self.classes_)) if owner is not None else np.ones(0, np.int64)
         return {"prototypes": {str(self.classes_[c]): int(n) for c, n in enumerate(counts) if n > 1}}
 
     def _softmax_temperature(self) -> float:
