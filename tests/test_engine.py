@@ -251,7 +251,10 @@ def test_refit_done_carries_what_each_fit_chose_and_ensemble_weights_are_exporte
         eng.label(f"r{i}", [ds.labels[i]])
     eng.process(docs(ds, order[:300]))
     done = {r.fields["algorithm"]: r.fields for r in caplog.records if r.getMessage() == "refit_done"}
-    assert set(done) == set(algs) and done["constrained-kmeans"]["fit"] == {}
+    assert set(done) == set(algs)
+    # the worker's constrained k-means names the classes it gave several centroids (R8: the large ones)
+    several = done["constrained-kmeans"]["fit"]["prototypes"]
+    assert several and set(several) <= {"earn", "acq"} and all(n > 1 for n in several.values()), several
     fsl = eng.models["fsl-ck"].model
     assert done["fsl-ck"]["fit"] == fsl.fit_summary() and done["fsl-ck"]["fit"]["rounds"] == fsl.rounds_
     ens = eng.models["ensemble"].model

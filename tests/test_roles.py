@@ -202,9 +202,12 @@ def test_the_refitter_chooses_primary_auto_and_publishes_it_before_its_held_out_
     r8 = load("reuters-r8")
 
     def refitted() -> Engine:
+        # one centroid per class: the held-out fold probed here is 0.81 for it against pseudo-LSC's 0.66 (with
+        # centroids by class size, the worker's default, this fold is 0.66 too: the test is about roles, not models)
         e = Engine(EngineConfig(algorithms=["pseudo-lsc", "constrained-kmeans"], primary="auto",
                                 background_refit=False, window_max_docs=3000, refit_every_docs=0, refit_growth=0,
-                                refit_idle_s=0, drift_detection=False, first_fit_max_wait_s=0, min_docs_first_refit=1))
+                                refit_idle_s=0, drift_detection=False, first_fit_max_wait_s=0, min_docs_first_refit=1,
+                                algorithm_params={"constrained-kmeans": {"prototypes": "one"}}))
         for i in range(0, 2000, 10):
             e.label(f"d{i}", [r8.labels[i]])
         e.absorb([Document(f"d{i}", r8.texts[i]) for i in range(2000)], update_sketch=True)
