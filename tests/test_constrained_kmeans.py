@@ -136,6 +136,13 @@ def test_a_large_class_of_two_topics_gets_a_centroid_for_each():
     S = m.transform(X[:5])   # per class, its most similar prototype
     assert S.shape == (5, 2)
     assert m.fit_summary() == {"prototypes": {"A": 2}} and one.fit_summary() == {}
+    # a seed stays in its class even when another class's centroid is nearer (a mislabelled A document)
+    wrong = ys.copy()
+    stray = int(np.setdiff1d(np.arange(1000), seeds)[0])
+    wrong[stray] = "B"
+    w = make_estimator("constrained-kmeans", prototypes="by-size").fit(X, wrong)
+    assert w.prototype_owner_.tolist() == [0, 0, 1] and w.classes_[w.labels_[stray]] == "B"
+    assert w.predict(X[stray]) == ["A"], "a new document like it goes to the nearest centroid"
     restarted = make_estimator("constrained-kmeans", prototypes="by-size", n_init=3).fit(X, ys)
     assert restarted.objective_ >= m.objective_ - 1e-9, "restarts keep the best objective"
 
