@@ -47,15 +47,17 @@ def _producer(settings: Settings) -> Any:
 def cmd_broker(args: argparse.Namespace) -> int:
     from streamsemi.devtools.broker import EmbeddedBroker
 
-    broker = EmbeddedBroker(port=args.port, host=args.host).start()
-    print(json.dumps({"event": "broker_started", "bootstrap_servers": broker.bootstrap_servers}), flush=True)
     stop = {"now": False}
 
     def handler(_s: int, _f: Any) -> None:
         stop["now"] = True
 
+    # before "broker_started": a SIGTERM sent as soon as that line is read must stop the broker cleanly
+    # (it killed this process with the default action, leaving the Tansu child behind)
     signal.signal(signal.SIGTERM, handler)
     signal.signal(signal.SIGINT, handler)
+    broker = EmbeddedBroker(port=args.port, host=args.host).start()
+    print(json.dumps({"event": "broker_started", "bootstrap_servers": broker.bootstrap_servers}), flush=True)
     try:
         while not stop["now"] and broker.alive():
             time.sleep(0.2)

@@ -111,3 +111,27 @@ def test_a_broker_that_exits_at_once_is_reported(tmp_path, monkeypatch):
     with pytest.raises(BrokerError, match="exited with status 3 before listening"):
         EmbeddedBroker(log_file=tmp_path / "log").start(timeout=15)
     assert time.monotonic() - t0 < 10, "an exited broker is noticed without waiting for the whole timeout"
+
+
+def test_a_sigterm_while_the_broker_starts_stops_it_cleanly():
+    """The handler is in place before the broker starts: a SIGTERM right after ``broker_started`` (here: during
+    ``start()`` itself) stops the command with exit code 0 and stops the broker, instead of killing the process."""
+    script = """
+import argparse, os, signal, sys
+import streamsemi.devtools.broker as b
+class Fake:
+    bootstrap_servers = "127.0.0.1:1"
+    stopped = False
+    def __init__(self, port, host): pass
+    def start(self):
+        os.kill(os.getpid(), signal.SIGTERM)   # arrives before broker_started is printed
+        return self
+    def alive(self): return True
+    def stop(self): print("STOPPED", flush=True)
+b.EmbeddedBroker = Fake
+from streamsemi.cli import cmd_broker
+sys.exit(cmd_broker(argparse.Namespace(port=1, host="127.0.0.1")))
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, (out.returncode, out.stderr[-500:])
+    assert "broker_started" in out.stdout and out.stdout.strip().endswith("STOPPED")
