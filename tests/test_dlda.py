@@ -701,7 +701,8 @@ def test_cvb0_fold_in_runs_the_update_pass_by_pass_and_stops_at_the_fixed_point(
     two = gibbs.fold_in_cvb0(np.array([0, 0, 2, 2 + w.size]), np.concatenate([[1, 2], w]),
                              np.concatenate([[3.0, 1.0], c]), MT, alpha, 500, 1e-6)
     assert not two[0].any()  # an empty document
-    np.testing.assert_array_equal(two[2], converged)
+    # the same document alone or after others: the same values up to rounding (SIMD paths may differ by 1 ulp)
+    np.testing.assert_allclose(two[2], converged, rtol=1e-12, atol=0)
 
 
 def test_predictions_fold_in_by_cvb0_by_default(corpus, fitted):
