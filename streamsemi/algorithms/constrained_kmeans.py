@@ -91,21 +91,16 @@ def prototype_counts(class_sizes: np.ndarray, seed_counts: np.ndarray, min_seeds
 
 
 def split_seeds(Xn: sp.csr_matrix, rows: np.ndarray, m: int, n_iter: int = 10) -> np.ndarray:
-    """``m`` unit centroids of the seed rows ``rows``: spherical k-means among them, started at
-    their mean and then farthest-first (deterministic). ``m = 1``: their mean.
+    """``m`` unit centroids of the seed rows ``rows``: spherical k-means among them (:func:`lloyd`,
+    no constraint), started at their mean and then farthest-first (deterministic). ``m = 1``: their mean.
     """
     S = Xn[rows]
     C = _normalize_dense_rows(np.asarray(S.sum(axis=0)))
     for _ in range(1, m):
         nearest = np.asarray(S @ C.T).max(axis=1)
         C = np.vstack([C, S[int(np.argmin(nearest))].toarray()])
-    for _ in range(n_iter if m > 1 else 0):
-        lab = np.asarray(S @ C.T).argmax(axis=1)
-        H = sp.csr_matrix((np.ones(lab.size), (lab, np.arange(lab.size))), shape=(m, lab.size))
-        sums = np.asarray((H @ S).todense())
-        empty = np.asarray(H.sum(axis=1)).ravel() == 0
-        sums[empty] = C[empty]
-        C = _normalize_dense_rows(sums)
+    if m > 1:
+        C = lloyd(S, C, np.full(S.shape[0], -1), False, n_iter)[0]
     return C
 
 
@@ -130,13 +125,12 @@ def prototype_seed_means(Xn: sp.csr_matrix, codes: np.ndarray, m: np.ndarray,
 
 def class_means(Xn: sp.csr_matrix, labels: np.ndarray, n_classes: int, prototypes: np.ndarray,
                 owner: np.ndarray) -> np.ndarray:
-    """Unit mean of each class's rows; a class without rows: the unit mean of its prototypes."""
-    H = sp.csr_matrix((np.ones(labels.size), (labels, np.arange(labels.size))), shape=(n_classes, Xn.shape[0]))
-    sums = np.asarray((H @ Xn).todense())
-    empty = np.flatnonzero(np.asarray(H.sum(axis=1)).ravel() == 0)
-    for c in empty:
-        sums[c] = prototypes[owner == c].sum(axis=0)
-    return _normalize_dense_rows(sums)
+    """Unit mean of each class's rows (:func:`seed_means` of ``labels``); a class without rows: the
+    unit mean of its prototypes."""
+    C = seed_means(Xn, labels, n_classes)
+    for c in np.flatnonzero(np.bincount(labels, minlength=n_classes) == 0):
+        C[c] = _normalize_dense_rows(prototypes[owner == c].sum(axis=0, keepdims=True))[0]
+    return C
 
 
 def class_scores(S: np.ndarray, owner: np.ndarray, n_classes: int) -> np.ndarray:
