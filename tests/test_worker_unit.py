@@ -381,3 +381,50 @@ def test_with_the_producer_process_per_loop_commits_do_not_wait_and_a_failed_one
     assert [{t: om.offset for t, om in o.items()} for o, _ in sent] == [{tp: 4}, {tp: 4}], "sent again"
     w.shutdown()
     assert w.consumer.commits == [{tp: 4}], "the shutdown commit waits: the second one was never confirmed"
+
+
+def _restored(r8, state):
+    w, tp = _worker(r8, state)
+    w._restore()
+    return w, tp
+
+
+def test_a_checkpoint_written_before_the_catch_up_keeps_the_restored_offset(r8, tmp_path):
+    """Seen once under load (kill -9 test): a restarted worker checkpointed after processing its first records
+    but before reading back the documents its predecessor committed after its own checkpoint; the next start
+    caught up from the new offset only, and the labels of the skipped documents waited forever."""
+    state = tmp_path / "state"
+    w1, tp = _worker(r8, state)
+    w1.consumer.feed(tp, [_doc(r8, i) for i in range(10)])
+    w1.step()
+    w1._checkpoint("interval", wait=True)
+    # w1 then processed and committed offsets 10..19 and was killed before its next checkpoint
+    w2, _ = _restored(r8, state)
+    assert w2.catchup_from == {tp: 10}
+    poll = w2.consumer.poll
+
+    def assigning_poll(**kw):  # as in kafka-python: the assignment callback runs inside poll()
+        w2.on_assigned({tp})
+        return poll(**kw)
+
+    w2.consumer.poll = assigning_poll
+    w2.consumer.feed(tp, [_doc(r8, i, f"n{i}") for i in range(20, 30)], start=20)
+    w2.step()  # processes 20..29 and checkpoints; the catch-up of 10..19 would run at the next step
+    assert w2.catchup_todo == {tp} and w2.ledger.next_offset[tp] == 30
+    w2._checkpoint("interval", wait=True)  # w2 is killed now
+    w3, _ = _restored(r8, state)
+    assert "n25" in w3.engine.window
+    assert w3.catchup_from == {tp: 10}, "the next start still reads back offsets 10..19"
+
+
+def test_a_shutdown_before_the_assignment_keeps_the_restored_offset(r8, tmp_path):
+    state = tmp_path / "state"
+    w1, tp = _worker(r8, state)
+    w1.consumer.feed(tp, [_doc(r8, i) for i in range(10)])
+    w1.step()
+    w1._checkpoint("interval", wait=True)
+    w2, _ = _restored(r8, state)
+    w2.engine.label("late", [r8.labels[0]], text=r8.texts[0])  # something new, so the shutdown writes a checkpoint
+    w2._checkpoint("shutdown", wait=True)
+    w3, _ = _restored(r8, state)
+    assert w3.catchup_from == {tp: 10}

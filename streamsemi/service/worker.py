@@ -837,11 +837,26 @@ class Worker:
         sig = self._signature()
         if sig == self.checkpoint_signature:
             return
-        offsets = [[tp.topic, tp.partition, off] for tp, off in self.ledger.next_offset.items()]
-        if self.checkpointer.submit(self.engine, reason, offsets):
+        if self.checkpointer.submit(self.engine, reason, self._checkpoint_offsets()):
             self.checkpoint_signature = sig
         if wait:
             self.checkpointer.wait(max(1.0, self.settings.shutdown_grace_s / 2))
+
+    def _checkpoint_offsets(self) -> list[list[Any]]:
+        """The document offsets a checkpoint records: the window holds every document before them.
+
+        That is the next offset to process, except for a partition restored from an
+        earlier checkpoint and not caught up yet (:meth:`_catch_up` runs after the
+        partition is assigned): it keeps the restored offset, because the documents
+        between it and the committed offset are missing from this window too. Without
+        this a checkpoint written between the assignment and the catch-up (or at a
+        shutdown before the assignment) moved the next start's catch-up past them, and
+        a seed label for one of them waited forever.
+        """
+        offsets = dict(self.ledger.next_offset)
+        for tp, start in self.catchup_from.items():
+            offsets[tp] = min(start, offsets.get(tp, start))
+        return [[tp.topic, tp.partition, off] for tp, off in offsets.items()]
 
     def _checkpoint_done(self, info: dict) -> None:
         t = self.telemetry
