@@ -89,9 +89,49 @@ class FakeConsumer:
     def paused(self) -> set[TopicPartition]:
         return set(self.paused_parts)
 
+    def committed(self, tp: TopicPartition) -> int | None:
+        return self.committed_offsets.get(tp)
+
     @property
     def committed_offsets(self) -> dict[TopicPartition, int]:
         out: dict[TopicPartition, int] = {}
         for c in self.commits:
             out.update(c)
         return out
+
+
+class FakeReader:
+    """A group-less consumer (``assign`` + ``seek``) over a fixed partition log; ``stop_at`` makes
+    it deliver nothing from that offset on (a read cut short), ``fail_at`` raise there."""
+
+    def __init__(self, log: dict[TopicPartition, list[bytes]], batch: int = 4, stop_at: int | None = None,
+                 fail_at: int | None = None) -> None:
+        self.log, self.batch, self.stop_at, self.fail_at = log, batch, stop_at, fail_at
+        self.pos: dict[TopicPartition, int] = {}
+        self.closed = False
+
+    def assign(self, tps: list[TopicPartition]) -> None:
+        self.pos = {tp: 0 for tp in tps}
+
+    def seek(self, tp: TopicPartition, offset: int) -> None:
+        self.pos[tp] = offset
+
+    def position(self, tp: TopicPartition) -> int:
+        return self.pos[tp]
+
+    def poll(self, timeout_ms: int = 0, max_records: int | None = None) -> dict[TopicPartition, list[Record]]:
+        out = {}
+        for tp, at in self.pos.items():
+            if self.fail_at is not None and at >= self.fail_at:
+                from kafka.errors import KafkaConnectionError
+                raise KafkaConnectionError("broker gone")
+            end = min(len(self.log[tp]), at + self.batch)
+            if self.stop_at is not None:
+                end = min(end, max(at, self.stop_at))
+            if end > at:
+                out[tp] = [Record(o, self.log[tp][o], None, 0) for o in range(at, end)]
+                self.pos[tp] = end
+        return out
+
+    def close(self, **kwargs: Any) -> None:
+        self.closed = True

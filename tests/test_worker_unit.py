@@ -6,10 +6,11 @@ import json
 
 import pytest
 from kafka import TopicPartition
-from kafka_fakes import FakeConsumer, FakeProducer
+from kafka_fakes import FakeConsumer, FakeProducer, FakeReader
 
 from streamsemi.core.datasets import load
 from streamsemi.engine import Engine, EngineConfig
+from streamsemi.service import worker as worker_module
 from streamsemi.service.config import resolve
 from streamsemi.service.worker import REVISION_BUDGET_BUSY_S, REVISION_BUDGET_S, Worker
 
@@ -428,3 +429,47 @@ def test_a_shutdown_before_the_assignment_keeps_the_restored_offset(r8, tmp_path
     w2._checkpoint("shutdown", wait=True)
     w3, _ = _restored(r8, state)
     assert w3.catchup_from == {tp: 10}
+
+
+def _catching_up(r8, tmp_path, monkeypatch, **reader):
+    """A worker restored from a checkpoint at offset 10 whose predecessor committed up to 20."""
+    state = tmp_path / "state"
+    w1, tp = _worker(r8, state)
+    w1.consumer.feed(tp, [_doc(r8, i) for i in range(10)])
+    w1.step()
+    w1._checkpoint("interval", wait=True)
+    w, _ = _restored(r8, state)
+    w.consumer.commit({tp: type("OM", (), {"offset": 20})()})
+    log = {tp: [_doc(r8, i) for i in range(30)]}
+    fake = FakeReader(log, **reader)
+    monkeypatch.setattr(worker_module, "make_reader", lambda *a, **k: fake)
+    w.engine.label("d15", [r8.labels[115]])  # held: d15 is not in the restored window
+    w.on_assigned({tp})
+    return w, tp, fake
+
+
+def test_the_catch_up_reads_back_the_committed_range_and_its_held_label_becomes_a_seed(r8, tmp_path, monkeypatch):
+    w, tp, fake = _catching_up(r8, tmp_path, monkeypatch)
+    assert "d15" in w.engine.pending
+    w._catch_up()
+    assert all(f"d{i}" in w.engine.window for i in range(20)) and "d20" not in w.engine.window
+    assert "d15" in w.engine.seeds and "d15" not in w.engine.pending
+    assert w.catchup_from == {} and fake.closed
+    assert w._checkpoint_offsets() == []
+
+
+@pytest.mark.parametrize("cut", ["time", "error"])
+def test_a_catch_up_cut_short_keeps_the_rest_for_the_next_start(r8, tmp_path, monkeypatch, cut):
+    if cut == "time":
+        monkeypatch.setattr(worker_module, "CATCH_UP_MAX_S", 0.3)
+        w, tp, fake = _catching_up(r8, tmp_path, monkeypatch, stop_at=14)
+    else:
+        w, tp, fake = _catching_up(r8, tmp_path, monkeypatch, fail_at=14)
+    w._catch_up()  # no exception escapes
+    assert "d12" in w.engine.window and "d15" not in w.engine.window and "d15" in w.engine.pending
+    assert w.catchup_from == {tp: 14} and fake.closed
+    assert w._checkpoint_offsets() == [[tp.topic, tp.partition, 14]], "the next start reads 14..19"
+    w.on_assigned({tp})  # the partition's next assignment reads the rest
+    fake.stop_at = fake.fail_at = None
+    w._catch_up()
+    assert "d15" in w.engine.seeds and w.catchup_from == {}

@@ -80,6 +80,7 @@ from streamsemi.service.streams import StreamEngines, StreamsCheckpointer
 log = logging.getLogger("streamsemi.service.worker")
 
 FLUSH_TIMEOUT_S = 10.0
+CATCH_UP_MAX_S = 30.0  # seconds a start spends reading back documents committed after its checkpoint (Worker._catch_up)
 REVISION_BUDGET_S = 0.1  # seconds of revision work per loop (Engine.revision_budget_s)
 REVISION_BUDGET_BUSY_S = 0.02  # ... while documents wait on the broker: fresh documents first (issue 16)
 DEFERRED_BUDGET_S = 0.1  # seconds of the other algorithms' first verdicts per loop (Engine.deferred_budget_s)
@@ -880,11 +881,16 @@ class Worker:
         a seed label replayed from the control topic finds its document there. Without
         this a label applied after its document, whose re-emitted seed was lost in a
         crash, would wait forever.
+
+        What could not be read (the committed offset unknown, a broker error, or more than
+        ``CATCH_UP_MAX_S`` of reading) stays in ``catchup_from`` from where the reading
+        stopped: checkpoints record that offset (:meth:`_checkpoint_offsets`), so the next
+        start reads the rest, and the partition's next assignment tries again.
         """
         todo, self.catchup_todo = self.catchup_todo, set()
         ranges: dict[TopicPartition, tuple[int, int]] = {}
         for tp in todo:
-            start = self.catchup_from.pop(tp, None)
+            start = self.catchup_from.get(tp)
             try:
                 end = self.consumer.committed(tp)
             except KafkaError as exc:
@@ -892,17 +898,21 @@ class Worker:
                 continue
             if start is not None and end is not None and end > start:
                 ranges[tp] = (start, end)
+            else:
+                self.catchup_from.pop(tp, None)   # nothing was committed after the checkpoint
         if not ranges:
             return
         t0 = time.monotonic()
-        reader = make_reader(self.settings, client_id="streamsemi-catchup")
         docs = []
+        reached = {tp: start for tp, (start, _) in ranges.items()}
+        left = dict(ranges)
+        reader = None
         try:
+            reader = make_reader(self.settings, client_id="streamsemi-catchup")
             reader.assign(list(ranges))
             for tp, (start, _) in ranges.items():
                 reader.seek(tp, start)
-            left = dict(ranges)
-            while left and time.monotonic() - t0 < 30:
+            while left and time.monotonic() - t0 < CATCH_UP_MAX_S:
                 for tp, records in reader.poll(timeout_ms=500, max_records=5000).items():
                     for r in records:
                         if tp in left and r.offset < left[tp][1]:
@@ -910,10 +920,20 @@ class Worker:
                             if not isinstance(parsed, Rejected):
                                 docs.append(parsed)
                 for tp in list(left):
-                    if reader.position(tp) >= left[tp][1]:
+                    reached[tp] = reader.position(tp)
+                    if reached[tp] >= left[tp][1]:
                         del left[tp]
+        except KafkaError as exc:
+            event(log, "catch_up_failed", logging.WARNING, partitions=sorted(tp.partition for tp in left),
+                  error=_error(exc))
         finally:
-            reader.close()
+            if reader is not None:
+                _close_quietly(reader)
+        for tp in ranges:
+            if tp in left:
+                self.catchup_from[tp] = max(self.catchup_from[tp], min(reached[tp], left[tp][1]))
+            else:
+                self.catchup_from.pop(tp, None)
         n = self.engine.absorb(docs)
         self._reemit_resolved()
         event(log, "window_caught_up", documents=n, partitions=sorted(tp.partition for tp in ranges),
