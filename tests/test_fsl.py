@@ -554,3 +554,53 @@ def test_the_window_size_picks_the_round_the_others_must_beat(corpus, monkeypatc
     assert m.rounds_ == chosen_rounds(m.round_scores_, m.round_scores_se_, default=reference)
     forced = FSL(variant="ck", max_iter=6, round_selection="held-out-first" if reference == 0 else "held-out-all")
     assert forced.fit(Xtr, seeds).rounds_ == m.rounds_
+
+
+# -- prototypes="by-size": FSCK's one-round fit is constrained k-means with centroids by class size --------
+
+@pytest.mark.parametrize("n_new", [0, 1])
+def test_one_round_fsck_by_size_is_constrained_kmeans_by_size(n_new):
+    from test_constrained_kmeans import bimodal_corpus
+
+    X, y, ys, seeds = bimodal_corpus()
+    params = {"n_new_clusters": n_new, "discovery": "legacy"} if n_new else {}
+    m = FSL(variant="ck", feature_learning=False, prototypes="by-size", **params).fit(X, ys)
+    ref = ConstrainedKMeans(prototypes="by-size", **params).fit(X, ys)
+    one = FSL(variant="ck", feature_learning=False, **params).fit(X, ys)
+    assert m.prototype_owner_.tolist() == ref.prototype_owner_.tolist() == [0, 0, 1] + [2] * n_new
+    assert (m.classes_[m.labels_] == ref.classes_[ref.labels_]).all()
+    assert np.array_equal(m.predict(X), ref.predict(X))
+    if not n_new:   # (with a new cluster, that cluster takes part of A's second topic, as in ConstrainedKMeans)
+        assert (m.predict(X[1000:1200]) == "A").mean() > 0.95, "A's second topic keeps its class"
+        assert (one.predict(X[1000:1200]) == "B").mean() > 0.9
+    assert one.prototype_centers_ is None
+    assert m.cluster_centers_.shape[0] == 2 + n_new and m.transform(X[:4]).shape == (4, 2 + n_new)
+    assert m.fit_summary()["prototypes"] == {"A": 2} and "prototypes" not in one.fit_summary()
+
+
+def test_by_size_has_no_effect_when_later_rounds_are_kept(corpus, monkeypatch):
+    Xtr, seeds, _, Xte, _, _ = corpus
+    monkeypatch.setattr("streamsemi.algorithms.fsl.chosen_rounds", lambda *scores, **kw: 6)
+    a = FSL(variant="ck", max_iter=6, prototypes="by-size").fit(Xtr, seeds)
+    b = FSL(variant="ck", max_iter=6).fit(Xtr, seeds)
+    assert a.rounds_ == 6 and a.prototype_centers_ is None
+    np.testing.assert_array_equal(a.predict_proba(Xte), b.predict_proba(Xte))
+
+
+def test_the_daemon_builds_fsl_ck_by_size_and_a_by_size_model_survives_a_checkpoint():
+    from test_constrained_kmeans import bimodal_corpus
+
+    from streamsemi.algorithms import build_estimator
+    from streamsemi.service.checkpoint import estimator_state, restore_estimator
+
+    assert build_estimator("fsl-ck", None, 0, 0).prototypes == "by-size"
+    assert build_estimator("fsl-ck", {"prototypes": "one"}, 0, 0).prototypes == "one"
+    assert make_estimator("fsl-ck").prototypes == "one", "the Python API and the evaluation keep the paper's"
+    X, y, ys, seeds = bimodal_corpus()
+    m = FSL(variant="ck", feature_learning=False, prototypes="by-size").fit(X, ys)
+    state, arrays = estimator_state(m)
+    back = restore_estimator(state, arrays, "fsl-ck")
+    assert back.prototype_owner_.tolist() == [0, 0, 1]
+    assert np.array_equal(back.predict(X), m.predict(X)) and np.allclose(back.predict_proba(X), m.predict_proba(X))
+    del back.prototype_centers_, back.prototype_owner_   # a model saved before prototypes existed
+    assert (back.predict(X[:1000]) == "A").all()

@@ -32,9 +32,12 @@ REGISTRY: dict[str, tuple[str, str, dict[str, Any]]] = {
 #: What the daemon builds differently from the registry (and so from ``make_estimator`` and the
 #: evaluation's baselines): constrained k-means with centroids by class size (session 32; the
 #: evaluation keeps Basu et al.'s one centroid per class as the baseline every paper algorithm must
-#: beat). ``[algorithm_params.NAME]`` overrides these like any other default.
+#: beat), and the same for FSL-CK when its fit keeps one round, which is constrained k-means (session
+#: 33; on whole corpora its held-out round selection keeps one). ``[algorithm_params.NAME]`` overrides
+#: these like any other default.
 DAEMON_PARAMS: dict[str, dict[str, Any]] = {
     "constrained-kmeans": {"prototypes": "by-size"},
+    "fsl-ck": {"prototypes": "by-size"},
 }
 
 #: Registry names whose estimators take label SETS (lists) as seeds; the others get one label.

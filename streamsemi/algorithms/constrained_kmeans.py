@@ -184,6 +184,27 @@ def lloyd(Xn: sp.csr_matrix, C: np.ndarray, codes: np.ndarray, constrained: bool
     return C, labels, n_iter, objective
 
 
+def by_size_pass(Xn: sp.csr_matrix, codes: np.ndarray, n_known: int,
+                 found: tuple[np.ndarray, np.ndarray, int, float], constrained: bool, max_iter: int,
+                 rng: np.random.Generator | None = None,
+                 ) -> tuple[tuple[np.ndarray, np.ndarray, int, float], np.ndarray | None]:
+    """The second pass of ``prototypes="by-size"`` after the one-centroid fit ``found`` (:func:`lloyd`'s
+    result; rows ``n_known:`` of its centroids are discovered clusters): each class gets
+    :func:`prototype_counts` centroids, started from its seeds (:func:`prototype_seed_means`; discovered
+    clusters start where they ended), and the k-means runs again. Returns that fit and the class of each
+    centroid, or ``found`` and None when every class keeps one centroid (a balanced corpus: the plain fit)."""
+    n_clusters = found[0].shape[0]
+    m = prototype_counts(np.bincount(found[1], minlength=n_clusters)[:n_known],
+                         np.bincount(codes[codes >= 0], minlength=n_known), PROTOTYPE_MIN_SEEDS)
+    if not (m > 1).any():
+        return found, None
+    P, owner = prototype_seed_means(Xn, codes, m, rng)
+    if n_clusters > n_known:
+        P = np.vstack([P, found[0][n_known:]])
+        owner = np.r_[owner, np.arange(n_known, n_clusters)]
+    return lloyd(Xn, P, codes, constrained, max_iter, owner), owner
+
+
 def farthest_point_centroids(Xn: sp.csr_matrix, C: np.ndarray, candidates: np.ndarray, n_new: int,
                              rng: np.random.Generator) -> np.ndarray:
     """Add ``n_new`` centroids at the candidate rows least similar to existing ones.
@@ -321,14 +342,8 @@ class ConstrainedKMeans(DiscoveryMixin, ScoresClassifierMixin, TransformerMixin,
                 C = farthest_point_centroids(Xn, C, unl, int(self.n_new_clusters), rng)
             found, owner = lloyd(Xn, C, codes, self.constrained, int(self.max_iter)), None
             if by_size:   # a second pass when some class is several times the mean size
-                m = prototype_counts(np.bincount(found[1], minlength=C.shape[0])[:n_known],
-                                     np.bincount(codes[codes >= 0], minlength=n_known), PROTOTYPE_MIN_SEEDS)
-                if (m > 1).any():
-                    P, owner = prototype_seed_means(Xn, codes, m, rng if run else None)
-                    if self.n_new_clusters:   # the first pass's discovered clusters start as they ended
-                        P = np.vstack([P, found[0][n_known:]])
-                        owner = np.r_[owner, n_known + np.arange(int(self.n_new_clusters))]
-                    found = lloyd(Xn, P, codes, self.constrained, int(self.max_iter), owner)
+                found, owner = by_size_pass(Xn, codes, n_known, found, self.constrained, int(self.max_iter),
+                                            rng if run else None)
             if best is None or found[3] > best[3]:
                 best, best_owner = found, owner
         assert best is not None

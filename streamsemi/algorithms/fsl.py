@@ -137,8 +137,15 @@ from streamsemi.algorithms.base import (
     StreamsemiEstimator,
     TransformerMixin,
     new_cluster_names,
+    sparse_dot_t,
 )
-from streamsemi.algorithms.constrained_kmeans import farthest_point_centroids, seed_means
+from streamsemi.algorithms.constrained_kmeans import (
+    by_size_pass,
+    class_means,
+    class_scores,
+    farthest_point_centroids,
+    seed_means,
+)
 from streamsemi.algorithms.ensemble import heldout_scores, row_keys, seed_folds
 from streamsemi.core.features import idf_weights, l1_normalize_rows, l2_normalize_rows, tfidf
 
@@ -633,6 +640,14 @@ class FSL(DiscoveryMixin, ScoresClassifierMixin, TransformerMixin, StreamsemiEst
         last below (:func:`default_round`): in small windows the later rounds are FSL's gain,
         on whole corpora they tend to lose (docs/algorithms/fsl.md). ``"all"``: every round,
         the paper, without the ``ROUND_FOLDS`` extra fits.
+    prototypes : {"one", "by-size"}, default="one"
+        k-means variants, when the fit keeps one outer round (the base clusterer: FSCK is then
+        constrained k-means): ``"by-size"`` gives a class several times the mean class size as
+        many centroids, as :class:`~streamsemi.algorithms.constrained_kmeans.ConstrainedKMeans`
+        does with the same setting (:func:`~streamsemi.algorithms.constrained_kmeans.by_size_pass`;
+        a document takes the class of its nearest centroid). No effect when later rounds are
+        kept: their learned feature spaces are per class. The daemon builds FSL-CK with
+        ``"by-size"`` (:data:`streamsemi.algorithms.DAEMON_PARAMS`), as its constrained k-means.
     warm_start : bool, default=False
         k-means variants: start each outer iteration's k-means from the previous
         centres (False: re-initialise from the labeled set, seeds + trust samples).
@@ -705,6 +720,11 @@ class FSL(DiscoveryMixin, ScoresClassifierMixin, TransformerMixin, StreamsemiEst
     round_scores_se_ : ndarray of shape (max_iter,) or None
         Standard error of each round's held-out gain over the default round (see
         ``round_selection``; 0 for the default round itself).
+    prototype_centers_ : ndarray of shape (n_prototypes, n_active) or None
+        ``prototypes="by-size"`` with one round kept and some class given several centroids:
+        the centroids (``cluster_centers_`` are then each class's unit mean); None otherwise.
+    prototype_owner_ : ndarray of int, shape (n_prototypes,) or None
+        The class of each row of ``prototype_centers_``.
     """
 
     _parameter_constraints = {
@@ -730,6 +750,7 @@ class FSL(DiscoveryMixin, ScoresClassifierMixin, TransformerMixin, StreamsemiEst
         "anchor_weight": [Interval(Real, 0, None, closed="neither")],
         "trust_check": [StrOptions({"labeled", "seeds", "none"})],
         "round_selection": [StrOptions(set(ROUND_SELECTIONS))],
+        "prototypes": [StrOptions({"one", "by-size"})],
         "max_trust_per_seed": [Interval(Real, 0, None, closed="left"), None],
         "temperature": [Interval(Real, 0, None, closed="neither")],
         "random_state": RANDOM_STATE,
@@ -745,7 +766,7 @@ class FSL(DiscoveryMixin, ScoresClassifierMixin, TransformerMixin, StreamsemiEst
                  rif_values: str = "tfidf", trust_new_clusters: bool = True,
                  warm_start: bool = False, anchor_weight: float = 1.0, trust_check: str = "none",
                  max_trust_per_seed: float | None = None, round_selection: str = "held-out",
-                 temperature: float = 0.05, random_state: int | None = 0) -> None:
+                 prototypes: str = "one", temperature: float = 0.05, random_state: int | None = 0) -> None:
         self.variant = variant
         self.feature_learning = feature_learning
         self.max_iter = max_iter
@@ -773,6 +794,7 @@ class FSL(DiscoveryMixin, ScoresClassifierMixin, TransformerMixin, StreamsemiEst
         self.trust_check = trust_check
         self.max_trust_per_seed = max_trust_per_seed
         self.round_selection = round_selection
+        self.prototypes = prototypes
         self.temperature = temperature
         self.random_state = random_state
 
@@ -837,6 +859,14 @@ class FSL(DiscoveryMixin, ScoresClassifierMixin, TransformerMixin, StreamsemiEst
         self.trust_samples_ = trust
         self.n_iter_ = t
         self.rounds_ = rounds
+        self.prototype_centers_ = self.prototype_owner_ = None
+        if self.prototypes == "by-size" and rounds == 1:   # the base clusterer alone: no learned spaces
+            found, owner = by_size_pass(Xn, codes, n_known, (C, labels, 0, 0.0), self.variant == "ck",
+                                        int(self.kmeans_max_iter))
+            if owner is not None:
+                self.prototype_centers_, self.prototype_owner_ = found[0], owner
+                labels = owner[found[1]]
+                C = class_means(Xn, labels, n_known + n_new, found[0], owner)
         return labels, C, W
 
     def _max_rounds(self) -> int:
@@ -1086,6 +1116,9 @@ class FSL(DiscoveryMixin, ScoresClassifierMixin, TransformerMixin, StreamsemiEst
     def _scores(self, X: Any) -> np.ndarray:
         X = self._validate_counts(X, reset=False)
         Xn = tfidf(sp.csr_matrix(X[:, self.columns_]), self.idf_)
+        P = getattr(self, "prototype_centers_", None)   # absent in models saved before prototypes
+        if P is not None:   # one round kept: plain cosine, a class scores its nearest centroid
+            return class_scores(sparse_dot_t(Xn, P), self.prototype_owner_, self.cluster_centers_.shape[0])
         C, G = self.cluster_centers_, self.feature_scales_
         terms = _CENTRE_TERMS.get(self, (C, G), lambda: centre_terms(C, G))
         return weighted_cosine(Xn, Xn.multiply(Xn).tocsr(), C, G, terms=terms)
@@ -1117,8 +1150,13 @@ class FSL(DiscoveryMixin, ScoresClassifierMixin, TransformerMixin, StreamsemiEst
         if not hasattr(self, "rounds_"):  # restored from before session 30: the paper's loop
             return {"rounds": T, "max_rounds": T, "round_selection": "all", "round_scores": None}
         scores = self.round_scores_
-        return {"rounds": int(self.rounds_), "max_rounds": T, "round_selection": str(self.round_selection),
-                "round_scores": None if scores is None else [round(float(v), 4) for v in scores]}
+        out = {"rounds": int(self.rounds_), "max_rounds": T, "round_selection": str(self.round_selection),
+               "round_scores": None if scores is None else [round(float(v), 4) for v in scores]}
+        owner = getattr(self, "prototype_owner_", None)
+        if owner is not None:   # the classes given several centroids (prototypes="by-size", one round)
+            counts = np.bincount(owner, minlength=self.cluster_centers_.shape[0])
+            out["prototypes"] = {str(self.classes_[c]): int(n) for c, n in enumerate(counts) if n > 1}
+        return out
 
     def _explain_weights(self) -> sp.csr_matrix:
         """Each cluster's learned feature space: RIF weights first, then the centre."""
