@@ -144,6 +144,22 @@ def test_fsl_member_runs_the_papers_loop_unless_member_params_say_otherwise():
     assert own.estimators_[0].round_scores_ is not None
 
 
+def test_constrained_kmeans_member_has_centroids_by_class_size_unless_member_params_say_otherwise():
+    # session 33 (DEFAULT_MEMBER_PARAMS): the baseline's own default stays Basu et al.'s one centroid
+    from test_constrained_kmeans import bimodal_corpus
+
+    assert make_estimator("constrained-kmeans").prototypes == "one"
+    assert Ensemble()._make_member("constrained-kmeans").prototypes == "by-size"
+    one = {"constrained-kmeans": {"prototypes": "one"}}
+    assert Ensemble(member_params=one)._make_member("constrained-kmeans").prototypes == "one"
+    X, y, ys, seeds = bimodal_corpus()
+    ens = Ensemble(["constrained-kmeans"], random_state=0).fit(X, ys)
+    assert ens.estimators_[0].prototype_owner_.tolist() == [0, 0, 1]
+    assert (ens.predict(X[1000:1200]) == "A").mean() > 0.95, "class A's second topic stays A"
+    plain = Ensemble(["constrained-kmeans"], member_params=one, random_state=0).fit(X, ys)
+    assert (plain.predict(X[1000:1200]) == "B").mean() > 0.9
+
+
 @pytest.mark.parametrize("score", ["accuracy", "balanced_accuracy", "macro_f1"])
 def test_heldout_scores_weights_and_probabilities_are_what_the_docstring_says(score):
     X, y = corpus()
