@@ -390,15 +390,21 @@ def _restored(r8, state):
     return w, tp
 
 
+def _checkpointed_at_10(r8, state):
+    """A worker that processed offsets 0..9 and checkpointed (and then, say, was killed)."""
+    w1, tp = _worker(r8, state)
+    w1.consumer.feed(tp, [_doc(r8, i) for i in range(10)])
+    w1.step()
+    w1._checkpoint("interval", wait=True)
+    return tp
+
+
 def test_a_checkpoint_written_before_the_catch_up_keeps_the_restored_offset(r8, tmp_path):
     """Seen once under load (kill -9 test): a restarted worker checkpointed after processing its first records
     but before reading back the documents its predecessor committed after its own checkpoint; the next start
     caught up from the new offset only, and the labels of the skipped documents waited forever."""
     state = tmp_path / "state"
-    w1, tp = _worker(r8, state)
-    w1.consumer.feed(tp, [_doc(r8, i) for i in range(10)])
-    w1.step()
-    w1._checkpoint("interval", wait=True)
+    tp = _checkpointed_at_10(r8, state)
     # w1 then processed and committed offsets 10..19 and was killed before its next checkpoint
     w2, _ = _restored(r8, state)
     assert w2.catchup_from == {tp: 10}
@@ -420,10 +426,7 @@ def test_a_checkpoint_written_before_the_catch_up_keeps_the_restored_offset(r8, 
 
 def test_a_shutdown_before_the_assignment_keeps_the_restored_offset(r8, tmp_path):
     state = tmp_path / "state"
-    w1, tp = _worker(r8, state)
-    w1.consumer.feed(tp, [_doc(r8, i) for i in range(10)])
-    w1.step()
-    w1._checkpoint("interval", wait=True)
+    tp = _checkpointed_at_10(r8, state)
     w2, _ = _restored(r8, state)
     w2.engine.label("late", [r8.labels[0]], text=r8.texts[0])  # something new, so the shutdown writes a checkpoint
     w2._checkpoint("shutdown", wait=True)
@@ -434,10 +437,7 @@ def test_a_shutdown_before_the_assignment_keeps_the_restored_offset(r8, tmp_path
 def _catching_up(r8, tmp_path, monkeypatch, **reader):
     """A worker restored from a checkpoint at offset 10 whose predecessor committed up to 20."""
     state = tmp_path / "state"
-    w1, tp = _worker(r8, state)
-    w1.consumer.feed(tp, [_doc(r8, i) for i in range(10)])
-    w1.step()
-    w1._checkpoint("interval", wait=True)
+    tp = _checkpointed_at_10(r8, state)
     w, _ = _restored(r8, state)
     w.consumer.commit({tp: type("OM", (), {"offset": 20})()})
     log = {tp: [_doc(r8, i) for i in range(30)]}
