@@ -64,18 +64,24 @@ def test_replay_r8_at_full_speed_first_and_latest_labels(broker, tmp_path):
 
     What users read: the first primary assignment of each document (first emission)
     and the latest primary assignment per document on the compacted labels topic.
+
+    The replay is on the broker before the worker starts (a backlog, as after a deployment or an
+    outage). With the producer running alongside, what the first model is fitted on depends on
+    the two processes' relative speed: on a loaded machine the seed gate once fired on 1,475
+    documents and the first labels scored 0.54. That is a timing, measured by
+    ``benchmarks/served_quality.py``, not a pass/fail property.
     """
     topics = Topics()
     topics.create(broker.bootstrap)
     labels_topic = topics.labels  # the worker gets --labels-topic from topics.flags()
     n, frac = 2000, 0.05
     algorithms = ("constrained-kmeans", "seeded-kmeans")
-    worker = WorkerProcess(broker.bootstrap, topics, ["--algorithms", ",".join(algorithms)], log_dir=tmp_path).start()
     ds = datasets.load("reuters-r8")
     order = replay_order(ds, "auto", 0)
+    summary = _produce(broker.bootstrap, topics, "--limit", str(n), "--seed-fraction", str(frac))
+    worker = WorkerProcess(broker.bootstrap, topics, ["--algorithms", ",".join(algorithms)], log_dir=tmp_path).start()
     try:
         assert worker.wait_assigned(), "the worker joined its group"
-        summary = _produce(broker.bootstrap, topics, "--limit", str(n), "--seed-fraction", str(frac))
         seeds = {f"reuters-r8:{i}" for i in stratified_seeds(ds, order[:n], frac, 0)}
         assert summary["documents"] == n and summary["seeds"] == len(seeds) >= 100
         read_topic(broker.bootstrap, topics.assignments, expect=2 * n, timeout=120)
