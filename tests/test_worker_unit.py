@@ -384,8 +384,8 @@ def test_with_the_producer_process_per_loop_commits_do_not_wait_and_a_failed_one
     assert w.consumer.commits == [{tp: 4}], "the shutdown commit waits: the second one was never confirmed"
 
 
-def _restored(r8, state):
-    w, tp = _worker(r8, state)
+def _restored(r8, state, **settings):
+    w, tp = _worker(r8, state, **settings)
     w._restore()
     return w, tp
 
@@ -434,11 +434,11 @@ def test_a_shutdown_before_the_assignment_keeps_the_restored_offset(r8, tmp_path
     assert w3.catchup_from == {tp: 10}
 
 
-def _catching_up(r8, tmp_path, monkeypatch, **reader):
+def _catching_up(r8, tmp_path, monkeypatch, settings=None, **reader):
     """A worker restored from a checkpoint at offset 10 whose predecessor committed up to 20."""
     state = tmp_path / "state"
     tp = _checkpointed_at_10(r8, state)
-    w, _ = _restored(r8, state)
+    w, _ = _restored(r8, state, **(settings or {}))
     w.consumer.commit({tp: type("OM", (), {"offset": 20})()})
     log = {tp: [_doc(r8, i) for i in range(30)]}
     fake = FakeReader(log, **reader)
@@ -473,3 +473,11 @@ def test_a_catch_up_cut_short_keeps_the_rest_for_the_next_start(r8, tmp_path, mo
     fake.stop_at = fake.fail_at = None
     w._catch_up()
     assert "d15" in w.engine.seeds and w.catchup_from == {}
+
+
+def test_the_catch_up_reads_at_most_a_window_of_documents_per_partition(r8, tmp_path, monkeypatch):
+    """Older documents would be evicted by the newer ones read after them."""
+    w, tp, fake = _catching_up(r8, tmp_path, monkeypatch, settings={"window_max_docs": 4})
+    w._catch_up()
+    assert [f"d{i}" in w.engine.window for i in range(10, 20)] == [False] * 6 + [True] * 4
+    assert w.catchup_from == {}

@@ -882,10 +882,13 @@ class Worker:
         this a label applied after its document, whose re-emitted seed was lost in a
         crash, would wait forever.
 
-        What could not be read (the committed offset unknown, a broker error, or more than
-        ``CATCH_UP_MAX_S`` of reading) stays in ``catchup_from`` from where the reading
-        stopped: checkpoints record that offset (:meth:`_checkpoint_offsets`), so the next
-        start reads the rest, and the partition's next assignment tries again.
+        A partition's read starts at most ``window_max_docs`` records before its committed
+        offset: older documents could not stay in the window. What could not be read (the
+        committed offset unknown, a broker error, or more than ``CATCH_UP_MAX_S`` of reading)
+        stays in ``catchup_from`` from where the reading stopped: checkpoints record that
+        offset (:meth:`_checkpoint_offsets`), so the next start reads the rest (again at most a
+        window's worth before the committed offset), and the partition's next assignment tries
+        again.
         """
         todo, self.catchup_todo = self.catchup_todo, set()
         ranges: dict[TopicPartition, tuple[int, int]] = {}
@@ -897,7 +900,10 @@ class Worker:
                 event(log, "catch_up_failed", logging.WARNING, partition=tp.partition, error=str(exc))
                 continue
             if start is not None and end is not None and end > start:
-                ranges[tp] = (start, end)
+                # a window of N documents keeps at most this partition's newest N: older ones would only
+                # be evicted by the newer ones read after them (per-stream windows: one per stream, no cut)
+                ranges[tp] = (start if self.streams is not None else max(start, end - self.settings.window_max_docs),
+                              end)
             else:
                 self.catchup_from.pop(tp, None)   # nothing was committed after the checkpoint
         if not ranges:
