@@ -133,6 +133,12 @@ def class_means(Xn: sp.csr_matrix, labels: np.ndarray, n_classes: int, prototype
     return C
 
 
+def several_centroids(owner: np.ndarray, classes: np.ndarray) -> dict[str, int]:
+    """``{class name: centroids}`` for the classes given more than one (a fit summary's ``prototypes``)."""
+    counts = np.bincount(owner, minlength=len(classes))
+    return {str(classes[c]): int(n) for c, n in enumerate(counts) if n > 1}
+
+
 def class_scores(S: np.ndarray, owner: np.ndarray, n_classes: int) -> np.ndarray:
     """Per class, the largest of its centroids' columns of ``S`` (n_rows x n_centroids)."""
     out = np.full((S.shape[0], n_classes), -np.inf)
@@ -374,8 +380,7 @@ class ConstrainedKMeans(DiscoveryMixin, ScoresClassifierMixin, TransformerMixin,
         if self.prototypes != "by-size":
             return {}
         owner = getattr(self, "prototype_owner_", None)
-        counts = np.bincount(owner, minlength=len(self.classes_)) if owner is not None else np.ones(0, np.int64)
-        return {"prototypes": {str(self.classes_[c]): int(n) for c, n in enumerate(counts) if n > 1}}
+        return {"prototypes": several_centroids(owner, self.classes_) if owner is not None else {}}
 
     def _softmax_temperature(self) -> float:
         return float(self.temperature)

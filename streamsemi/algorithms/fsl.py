@@ -145,6 +145,7 @@ from streamsemi.algorithms.constrained_kmeans import (
     class_scores,
     farthest_point_centroids,
     seed_means,
+    several_centroids,
 )
 from streamsemi.algorithms.ensemble import heldout_scores, row_keys, seed_folds
 from streamsemi.core.features import idf_weights, l1_normalize_rows, l2_normalize_rows, tfidf
@@ -1154,8 +1155,7 @@ class FSL(DiscoveryMixin, ScoresClassifierMixin, TransformerMixin, StreamsemiEst
                "round_scores": None if scores is None else [round(float(v), 4) for v in scores]}
         owner = getattr(self, "prototype_owner_", None)
         if owner is not None:   # the classes given several centroids (prototypes="by-size", one round)
-            counts = np.bincount(owner, minlength=self.cluster_centers_.shape[0])
-            out["prototypes"] = {str(self.classes_[c]): int(n) for c, n in enumerate(counts) if n > 1}
+            out["prototypes"] = several_centroids(owner, self.classes_)
         return out
 
     def _explain_weights(self) -> sp.csr_matrix:
