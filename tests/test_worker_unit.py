@@ -481,3 +481,29 @@ def test_the_catch_up_reads_at_most_a_window_of_documents_per_partition(r8, tmp_
     w._catch_up()
     assert [f"d{i}" in w.engine.window for i in range(10, 20)] == [False] * 6 + [True] * 4
     assert w.catchup_from == {}
+
+
+def test_a_catch_up_cut_short_is_tried_again_while_the_partition_stays_assigned(r8, tmp_path, monkeypatch):
+    """A broker error during the read-back must not leave a seed waiting until the next restart."""
+    monkeypatch.setattr(worker_module, "CATCH_UP_RETRY_S", 0.0)
+    w, tp, fake = _catching_up(r8, tmp_path, monkeypatch, fail_at=14)
+    w.step()  # the catch-up fails at 14; the retry is scheduled
+    assert w.catchup_from == {tp: 14} and w.catchup_retry_at is not None and "d15" in w.engine.pending
+    # meanwhile this process commits its own documents: a retry must not read them back as the predecessor's
+    w.consumer.commit({tp: type("OM", (), {"offset": 30})()})
+    fake.fail_at = None
+    w.step()
+    assert "d15" in w.engine.seeds and "d19" in w.engine.window and "d25" not in w.engine.window
+    assert w.catchup_from == {} and w.catchup_end == {} and w.catchup_retry_at is None
+
+
+def test_no_catch_up_retry_for_a_partition_that_was_revoked(r8, tmp_path, monkeypatch):
+    w, tp, fake = _catching_up(r8, tmp_path, monkeypatch, fail_at=14)
+    w.consumer.tps = []  # the partition moved to another worker before the read-back
+    w._catch_up()
+    assert w.catchup_from == {tp: 14} and w.catchup_retry_at is None, "kept for the next assignment or start"
+    w.consumer.tps = [tp]
+    w.on_assigned({tp})
+    fake.fail_at = None
+    w._catch_up()
+    assert "d15" in w.engine.seeds and w.catchup_from == {}

@@ -81,6 +81,7 @@ log = logging.getLogger("streamsemi.service.worker")
 
 FLUSH_TIMEOUT_S = 10.0
 CATCH_UP_MAX_S = 30.0  # seconds a start spends reading back documents committed after its checkpoint (Worker._catch_up)
+CATCH_UP_RETRY_S = 30.0  # a catch-up cut short is tried again after this long while the partition stays assigned
 REVISION_BUDGET_S = 0.1  # seconds of revision work per loop (Engine.revision_budget_s)
 REVISION_BUDGET_BUSY_S = 0.02  # ... while documents wait on the broker: fresh documents first (issue 16)
 DEFERRED_BUDGET_S = 0.1  # seconds of the other algorithms' first verdicts per loop (Engine.deferred_budget_s)
@@ -242,6 +243,8 @@ class Worker:
         self.records_seen = 0
         self.catchup_from: dict[TopicPartition, int] = {}   # checkpoint offsets not caught up yet
         self.catchup_todo: set[TopicPartition] = set()
+        self.catchup_end: dict[TopicPartition, int] = {}    # committed offset at the assignment: a retry's end
+        self.catchup_retry_at: float | None = None          # monotonic time of the next try (CATCH_UP_RETRY_S)
 
     @property
     def producer(self) -> Any:
@@ -390,6 +393,8 @@ class Worker:
         self._guard_broker()
         if self.catchup_todo:
             self._catch_up()
+        elif self.catchup_retry_at is not None and time.monotonic() >= self.catchup_retry_at:
+            self._retry_catch_up()
         self.ledger.resend()
         self._apply_control()
         records = self._poll()
@@ -785,6 +790,8 @@ class Worker:
 
     def on_assigned(self, assigned: set[TopicPartition]) -> None:
         self.catchup_todo |= {tp for tp in assigned if tp in self.catchup_from}
+        for tp in assigned:
+            self.catchup_end.pop(tp, None)  # a new assignment looks the committed offset up again
         self.resets.on_assigned(self.consumer, assigned)
 
     def _update_flow_control(self) -> None:
@@ -887,18 +894,26 @@ class Worker:
         committed offset unknown, a broker error, or more than ``CATCH_UP_MAX_S`` of reading)
         stays in ``catchup_from`` from where the reading stopped: checkpoints record that
         offset (:meth:`_checkpoint_offsets`), so the next start reads the rest (again at most a
-        window's worth before the committed offset), and the partition's next assignment tries
-        again.
+        window's worth before the committed offset); while the partition stays assigned the
+        worker tries again every ``CATCH_UP_RETRY_S`` (:meth:`_retry_catch_up`), up to the
+        committed offset it found at the assignment (``catchup_end``: later commits are this
+        process's own documents, already in the window), and the partition's next assignment
+        tries again too.
         """
         todo, self.catchup_todo = self.catchup_todo, set()
+        self.catchup_retry_at = None
         ranges: dict[TopicPartition, tuple[int, int]] = {}
         for tp in todo:
             start = self.catchup_from.get(tp)
-            try:
-                end = self.consumer.committed(tp)
-            except KafkaError as exc:
-                event(log, "catch_up_failed", logging.WARNING, partition=tp.partition, error=str(exc))
-                continue
+            end = self.catchup_end.get(tp)
+            if end is None:
+                try:
+                    end = self.consumer.committed(tp)
+                except KafkaError as exc:
+                    event(log, "catch_up_failed", logging.WARNING, partition=tp.partition, error=str(exc))
+                    continue
+                if end is not None:
+                    self.catchup_end[tp] = end
             if start is not None and end is not None and end > start:
                 # a window of N documents keeps at most this partition's newest N: older ones would only
                 # be evicted by the newer ones read after them (per-stream windows: one per stream, no cut)
@@ -907,6 +922,7 @@ class Worker:
             else:
                 self.catchup_from.pop(tp, None)   # nothing was committed after the checkpoint
         if not ranges:
+            self._schedule_catch_up_retry()
             return
         t0 = time.monotonic()
         docs = []
@@ -940,7 +956,28 @@ class Worker:
                 self.catchup_from[tp] = max(self.catchup_from[tp], min(reached[tp], left[tp][1]))
             else:
                 self.catchup_from.pop(tp, None)
+                self.catchup_end.pop(tp, None)
         n = self.engine.absorb(docs)
         self._reemit_resolved()
         event(log, "window_caught_up", documents=n, partitions=sorted(tp.partition for tp in ranges),
               seconds=round(time.monotonic() - t0, 3), incomplete=sorted(tp.partition for tp in left))
+        self._schedule_catch_up_retry()
+
+    def _schedule_catch_up_retry(self) -> None:
+        """Try again in ``CATCH_UP_RETRY_S`` if an assigned partition is still not caught up."""
+        self.catchup_retry_at = (time.monotonic() + CATCH_UP_RETRY_S
+                                 if self.catchup_from.keys() & self._assigned() else None)
+
+    def _retry_catch_up(self) -> None:
+        """Read again what an earlier catch-up of the assigned partitions could not (:meth:`_catch_up`)."""
+        self.catchup_retry_at = None
+        self.catchup_todo |= self.catchup_from.keys() & self._assigned()
+        if self.catchup_todo:
+            event(log, "catch_up_retry", partitions=sorted(tp.partition for tp in self.catchup_todo))
+            self._catch_up()
+
+    def _assigned(self) -> set[TopicPartition]:
+        try:
+            return set(self.consumer.assignment())
+        except Exception:  # noqa: BLE001 - a consumer being closed has no assignment
+            return set()
