@@ -252,6 +252,7 @@ def test_results_page_regenerates(tmp_path) -> None:
     assert "## semi-ldc" in text and "**20ng-talk4**, macro_f1" in text
     assert "| *paper: Semi-LDC (Table V)* | *0.793* |" in text
     assert "semi-ldc: not available: ghost" in text
+    assert text.index("## semi-ldc") < text.index("> semi-ldc: not available: ghost"), "in its protocol's section"
     row = next(line for line in text.splitlines() if line.startswith("| constrained-kmeans |"))
     ck = next(r for r in records if r["algorithm"] == "constrained-kmeans" and r["mode"] == "batch")
     assert f"{ck['mean']:.3f}" in row

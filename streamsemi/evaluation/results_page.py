@@ -210,7 +210,6 @@ def render(runs: dict[str, dict[str, Any]], protocols: Sequence[str], quick: boo
     cmd = "streamsemi evaluate --results-page docs/results.md" + (" --quick" if quick else "")
     if per_protocol_commit:
         cmd += " --records-dir DIR --protocol NAME"
-    notes = [n for name in protocols if name in runs for n in runs[name].get("notes", [])]
     lines = [
         "# Results",
         "",
@@ -230,10 +229,6 @@ def render(runs: dict[str, dict[str, Any]], protocols: Sequence[str], quick: boo
         "arrived; `[stream-final]` the model at the end of the stream on every document",
         "",
     ]
-    for n in notes:
-        lines.append(f"> {n}")
-    if notes:
-        lines.append("")
     for name in protocols:
         p = PROTOCOLS[name]
         lines += [f"## {name}", "", f"{p.paper}. {p.description}", ""]
@@ -244,6 +239,8 @@ def render(runs: dict[str, dict[str, Any]], protocols: Sequence[str], quick: boo
             continue
         made = f" Commit {run['commit']}, {run['generated']}." if per_protocol_commit else ""
         lines += [f"Settings: {run['settings']}. Wall time: {run['wall_s']:.0f} s.{made}", ""]
+        notes = run.get("notes", [])  # in the section of the protocol they are about
+        lines += [f"> {n}" for n in notes] + ([""] if notes else [])
         tables = report.markdown_tables(run["records"], name)
         lines += tables if tables else ["(no results)", ""]
     return "\n".join(lines).rstrip() + "\n"
