@@ -507,3 +507,10 @@ def test_no_catch_up_retry_for_a_partition_that_was_revoked(r8, tmp_path, monkey
     fake.fail_at = None
     w._catch_up()
     assert "d15" in w.engine.seeds and w.catchup_from == {}
+
+
+def test_nothing_committed_after_the_checkpoint_leaves_nothing_to_catch_up(r8, tmp_path, monkeypatch):
+    w, tp, fake = _catching_up(r8, tmp_path, monkeypatch)
+    w.consumer.commit({tp: type("OM", (), {"offset": 10})()})  # the predecessor was killed right after its checkpoint
+    w._catch_up()
+    assert w.catchup_from == {} and w.catchup_end == {} and w.catchup_retry_at is None and not fake.pos

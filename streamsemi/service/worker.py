@@ -921,6 +921,7 @@ class Worker:
                               end)
             else:
                 self.catchup_from.pop(tp, None)   # nothing was committed after the checkpoint
+                self.catchup_end.pop(tp, None)
         if not ranges:
             self._schedule_catch_up_retry()
             return
