@@ -6,6 +6,7 @@ import json
 
 import pytest
 from kafka import TopicPartition
+from kafka.structs import OffsetAndMetadata
 from kafka_fakes import FakeConsumer, FakeProducer, FakeReader
 
 from streamsemi.core.datasets import load
@@ -434,12 +435,16 @@ def test_a_shutdown_before_the_assignment_keeps_the_restored_offset(r8, tmp_path
     assert w3.catchup_from == {tp: 10}
 
 
+def _commit(w, tp, offset):
+    w.consumer.commit({tp: OffsetAndMetadata(offset, "", -1)})
+
+
 def _catching_up(r8, tmp_path, monkeypatch, settings=None, **reader):
     """A worker restored from a checkpoint at offset 10 whose predecessor committed up to 20."""
     state = tmp_path / "state"
     tp = _checkpointed_at_10(r8, state)
     w, _ = _restored(r8, state, **(settings or {}))
-    w.consumer.commit({tp: type("OM", (), {"offset": 20})()})
+    _commit(w, tp, 20)
     log = {tp: [_doc(r8, i) for i in range(30)]}
     fake = FakeReader(log, **reader)
     monkeypatch.setattr(worker_module, "make_reader", lambda *a, **k: fake)
@@ -490,7 +495,7 @@ def test_a_catch_up_cut_short_is_tried_again_while_the_partition_stays_assigned(
     w.step()  # the catch-up fails at 14; the retry is scheduled
     assert w.catchup_from == {tp: 14} and w.catchup_retry_at is not None and "d15" in w.engine.pending
     # meanwhile this process commits its own documents: a retry must not read them back as the predecessor's
-    w.consumer.commit({tp: type("OM", (), {"offset": 30})()})
+    _commit(w, tp, 30)
     fake.fail_at = None
     w.step()
     assert "d15" in w.engine.seeds and "d19" in w.engine.window and "d25" not in w.engine.window
@@ -511,6 +516,6 @@ def test_no_catch_up_retry_for_a_partition_that_was_revoked(r8, tmp_path, monkey
 
 def test_nothing_committed_after_the_checkpoint_leaves_nothing_to_catch_up(r8, tmp_path, monkeypatch):
     w, tp, fake = _catching_up(r8, tmp_path, monkeypatch)
-    w.consumer.commit({tp: type("OM", (), {"offset": 10})()})  # the predecessor was killed right after its checkpoint
+    _commit(w, tp, 10)  # the predecessor was killed right after its checkpoint
     w._catch_up()
     assert w.catchup_from == {} and w.catchup_end == {} and w.catchup_retry_at is None and not fake.pos

@@ -920,8 +920,7 @@ class Worker:
                 ranges[tp] = (start if self.streams is not None else max(start, end - self.settings.window_max_docs),
                               end)
             else:
-                self.catchup_from.pop(tp, None)   # nothing was committed after the checkpoint
-                self.catchup_end.pop(tp, None)
+                self._caught_up(tp)   # nothing was committed after the checkpoint
         if not ranges:
             self._schedule_catch_up_retry()
             return
@@ -956,8 +955,7 @@ class Worker:
             if tp in left:
                 self.catchup_from[tp] = max(self.catchup_from[tp], min(reached[tp], left[tp][1]))
             else:
-                self.catchup_from.pop(tp, None)
-                self.catchup_end.pop(tp, None)
+                self._caught_up(tp)
         n = self.engine.absorb(docs)
         self._reemit_resolved()
         event(log, "window_caught_up", documents=n, partitions=sorted(tp.partition for tp in ranges),
@@ -967,18 +965,16 @@ class Worker:
     def _schedule_catch_up_retry(self) -> None:
         """Try again in ``CATCH_UP_RETRY_S`` if an assigned partition is still not caught up."""
         self.catchup_retry_at = (time.monotonic() + CATCH_UP_RETRY_S
-                                 if self.catchup_from.keys() & self._assigned() else None)
+                                 if self.catchup_from.keys() & self.consumer.assignment() else None)
 
     def _retry_catch_up(self) -> None:
         """Read again what an earlier catch-up of the assigned partitions could not (:meth:`_catch_up`)."""
         self.catchup_retry_at = None
-        self.catchup_todo |= self.catchup_from.keys() & self._assigned()
+        self.catchup_todo |= self.catchup_from.keys() & self.consumer.assignment()
         if self.catchup_todo:
             event(log, "catch_up_retry", partitions=sorted(tp.partition for tp in self.catchup_todo))
             self._catch_up()
 
-    def _assigned(self) -> set[TopicPartition]:
-        try:
-            return set(self.consumer.assignment())
-        except Exception:  # noqa: BLE001 - a consumer being closed has no assignment
-            return set()
+    def _caught_up(self, tp: TopicPartition) -> None:
+        self.catchup_from.pop(tp, None)
+        self.catchup_end.pop(tp, None)
