@@ -187,14 +187,95 @@ def test_the_daemon_builds_prototypes_by_size_and_the_evaluation_baseline_keeps_
     assert build_estimator("seeded-kmeans", None, 0, 0).prototypes == "one"
     assert make_estimator("constrained-kmeans").prototypes == "one"
     assert make_method("constrained-kmeans").prototypes == "one", "the paper algorithms' baseline: Basu et al."
+    assert build_estimator("constrained-kmeans", None, 0, 0).seed_weight == "held-out"
+    assert make_estimator("constrained-kmeans").seed_weight == 1.0
+    assert make_method("constrained-kmeans").seed_weight == 1.0, "Basu et al.: a seed counts as one document"
 
 
 def test_a_by_size_model_survives_a_checkpoint():
     from streamsemi.service.checkpoint import estimator_state, restore_estimator
 
     X, y, ys, seeds = bimodal_corpus()
-    m = make_estimator("constrained-kmeans", prototypes="by-size").fit(X, ys)
+    m = make_estimator("constrained-kmeans", prototypes="by-size", seed_weight="held-out").fit(X, ys)
     state, arrays = estimator_state(m)
     back = restore_estimator(state, arrays, "constrained-kmeans")
     assert back.prototypes == "by-size" and back.prototype_owner_.tolist() == [0, 0, 1]
+    assert back.fit_summary() == m.fit_summary() and back.fit_summary()["seed_weight_scores"] is not None
     assert np.array_equal(back.predict(X), m.predict(X)) and np.allclose(back.predict_proba(X), m.predict_proba(X))
+
+
+def test_each_seed_weighs_seed_weight_documents_in_its_class_centroid(r8):
+    from streamsemi.core.features import tfidf
+
+    X, y, ys, seeds = r8
+    for w in (1.0, 8.0):
+        m = make_estimator("constrained-kmeans", seed_weight=w).fit(X, ys)
+        Xn = tfidf(X, m.idf_)
+        weight = np.ones(len(y))
+        weight[seeds] = w
+        for k in range(len(m.classes_)):
+            rows = np.flatnonzero(m.labels_ == k)
+            c = np.asarray(Xn[rows].T @ weight[rows]).ravel()
+            assert np.allclose(m.cluster_centers_[k], c / np.linalg.norm(c)), (w, m.classes_[k])
+    plain = make_estimator("constrained-kmeans").fit(X, ys)
+    heavy = make_estimator("constrained-kmeans", seed_weight=8.0).fit(X, ys)
+    assert not np.array_equal(plain.labels_, heavy.labels_), "weighted seeds move the centroids"
+    with pytest.raises(ValueError, match="seed_weight"):
+        make_estimator("constrained-kmeans", seed_weight=0.5).fit(X, ys)
+
+
+def test_held_out_seed_weight_scores_each_candidate_on_seeds_it_did_not_see(r8):
+    from sklearn.metrics import f1_score
+
+    from streamsemi.algorithms import constrained_kmeans as ck
+    from streamsemi.algorithms.ensemble import row_keys
+    from streamsemi.algorithms.fsl import held_out_folds
+    from streamsemi.core.features import idf_weights, tfidf
+
+    X, y, ys, seeds = r8
+    m = make_estimator("constrained-kmeans", seed_weight="held-out").fit(X, ys)
+    # the same folds, each candidate fitted without them: macro-F1 of the hidden seeds
+    classes = np.unique(ys[seeds].astype(str))
+    codes = np.full(len(y), -1)
+    codes[seeds] = np.searchsorted(classes, ys[seeds].astype(str))
+    Xn = tfidf(X, idf_weights(X))
+    folds = held_out_folds(codes, ck.SEED_WEIGHT_FOLDS, np.random.default_rng(0), row_keys(Xn, np.flatnonzero(codes >= 0)))
+    expected = []
+    for w in ck.SEED_WEIGHT_CANDIDATES:
+        truth, pred = [], []
+        for f in range(ck.SEED_WEIGHT_FOLDS):
+            hidden = folds == f
+            fit = make_estimator("constrained-kmeans", seed_weight=w).fit(X, np.where(hidden, None, ys))
+            truth += list(y[hidden])
+            pred += list(fit.classes_[fit.labels_[hidden]])
+        # macro-F1 over the classes held out (a class with one seed is never hidden)
+        expected.append(f1_score(truth, pred, labels=sorted(set(truth)), average="macro", zero_division=0.0))
+    assert np.allclose(m.seed_weight_scores_, expected), (m.seed_weight_scores_, expected)
+    assert m.seed_weight_ in ck.SEED_WEIGHT_CANDIDATES
+    if m.seed_weight_ != 1.0:
+        assert expected[1] > expected[0], "a heavier weight is chosen only when it scores higher"
+    fixed = make_estimator("constrained-kmeans", seed_weight=m.seed_weight_).fit(X, ys)
+    assert np.array_equal(m.labels_, fixed.labels_) and np.allclose(m.cluster_centers_, fixed.cluster_centers_)
+    summary = m.fit_summary()
+    assert summary["seed_weight"] == m.seed_weight_
+    assert summary["seed_weight_scores"] == {f"{w:g}": round(float(v), 4)
+                                             for w, v in zip(ck.SEED_WEIGHT_CANDIDATES, expected, strict=True)}
+
+
+def test_held_out_seed_weight_stays_one_without_evidence(r8, monkeypatch):
+    from streamsemi.algorithms import constrained_kmeans as ck
+
+    X, y, ys, seeds = r8
+    one_each = np.full(len(y), None, dtype=object)
+    for c in np.unique(y):   # one seed per class: nothing can be held out
+        one_each[seeds[ys[seeds] == c][0]] = c
+    m = make_estimator("constrained-kmeans", seed_weight="held-out").fit(X, one_each)
+    assert m.seed_weight_ == 1.0 and m.seed_weight_scores_ is None
+    assert m.fit_summary()["seed_weight_scores"] is None
+    # the first candidate is kept unless another beats it by the margin: on this sample weight 1
+    # scores higher than 8 on held-out seeds, so with 8 first it takes over, unless the margin is impossible
+    monkeypatch.setattr(ck, "SEED_WEIGHT_CANDIDATES", (8.0, 1.0))
+    m = make_estimator("constrained-kmeans", seed_weight="held-out").fit(X, ys)
+    assert m.seed_weight_scores_[1] > m.seed_weight_scores_[0] and m.seed_weight_ == 1.0
+    monkeypatch.setattr(ck, "SEED_WEIGHT_GAIN_Z", 1e9)
+    assert make_estimator("constrained-kmeans", seed_weight="held-out").fit(X, ys).seed_weight_ == 8.0

@@ -34,6 +34,13 @@ from streamsemi.core.features import idf_weights, l2_normalize_rows, tfidf
 
 #: ``prototypes="by-size"``: seeds per prototype at least (a class's centroids are started from its seeds)
 PROTOTYPE_MIN_SEEDS = 10
+#: ``seed_weight="held-out"``: the weights compared (1 first: Basu et al., kept unless another beats it),
+SEED_WEIGHT_CANDIDATES = (1.0, 8.0)
+#: the folds of the seeds hidden in turn, the bootstrap resamples of the held-out seeds for the standard
+#: error of the gain, and the standard errors by which the heavier weight must beat 1
+SEED_WEIGHT_FOLDS = 3
+SEED_WEIGHT_BOOTSTRAP = 200
+SEED_WEIGHT_GAIN_Z = 1.0
 
 
 def _normalize_dense_rows(C: np.ndarray) -> np.ndarray:
@@ -150,7 +157,8 @@ def class_scores(S: np.ndarray, owner: np.ndarray, n_classes: int) -> np.ndarray
 
 
 def lloyd(Xn: sp.csr_matrix, C: np.ndarray, codes: np.ndarray, constrained: bool,
-          max_iter: int, owner: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, int, float]:
+          max_iter: int, owner: np.ndarray | None = None,
+          seed_weight: float = 1.0) -> tuple[np.ndarray, np.ndarray, int, float]:
     """Spherical k-means rounds from centroids ``C``; seeds fixed to their class if ``constrained``.
 
     ``owner`` (one class code per row of ``C``; None: row ``k`` is class ``k``) lets a class
@@ -164,6 +172,9 @@ def lloyd(Xn: sp.csr_matrix, C: np.ndarray, codes: np.ndarray, constrained: bool
     n_clusters = C.shape[0]
     seeds = np.flatnonzero(codes >= 0)
     labels = np.full(Xn.shape[0], -1)
+    weight = np.ones(Xn.shape[0])
+    if seed_weight != 1.0:
+        weight[seeds] = seed_weight
     n_iter = 0
     for n_iter in range(1, max_iter + 1):  # noqa: B007
         if owner is None or not constrained:
@@ -179,10 +190,9 @@ def lloyd(Xn: sp.csr_matrix, C: np.ndarray, codes: np.ndarray, constrained: bool
         if np.array_equal(new, labels):
             break
         labels = new
-        H = sp.csr_matrix((np.ones(labels.size), (labels, np.arange(labels.size))),
-                          shape=(n_clusters, Xn.shape[0]))
+        H = sp.csr_matrix((weight, (labels, np.arange(labels.size))), shape=(n_clusters, Xn.shape[0]))
         sums = np.asarray((H @ Xn).todense())
-        empty = np.asarray(H.sum(axis=1)).ravel() == 0
+        empty = np.bincount(labels, minlength=n_clusters) == 0
         sums[empty] = C[empty]  # an emptied cluster keeps its previous centroid
         C = _normalize_dense_rows(sums)
     S = np.asarray(Xn @ C.T)
@@ -192,7 +202,7 @@ def lloyd(Xn: sp.csr_matrix, C: np.ndarray, codes: np.ndarray, constrained: bool
 
 def by_size_pass(Xn: sp.csr_matrix, codes: np.ndarray, n_known: int,
                  found: tuple[np.ndarray, np.ndarray, int, float], constrained: bool, max_iter: int,
-                 rng: np.random.Generator | None = None,
+                 rng: np.random.Generator | None = None, seed_weight: float = 1.0,
                  ) -> tuple[tuple[np.ndarray, np.ndarray, int, float], np.ndarray | None]:
     """The second pass of ``prototypes="by-size"`` after the one-centroid fit ``found`` (:func:`lloyd`'s
     result; rows ``n_known:`` of its centroids are discovered clusters): each class gets
@@ -208,7 +218,7 @@ def by_size_pass(Xn: sp.csr_matrix, codes: np.ndarray, n_known: int,
     if n_clusters > n_known:
         P = np.vstack([P, found[0][n_known:]])
         owner = np.r_[owner, np.arange(n_known, n_clusters)]
-    return lloyd(Xn, P, codes, constrained, max_iter, owner), owner
+    return lloyd(Xn, P, codes, constrained, max_iter, owner, seed_weight), owner
 
 
 def farthest_point_centroids(Xn: sp.csr_matrix, C: np.ndarray, candidates: np.ndarray, n_new: int,
@@ -277,6 +287,14 @@ class ConstrainedKMeans(DiscoveryMixin, ScoresClassifierMixin, TransformerMixin,
         (:func:`bootstrap_seed_means`, drawn from ``random_state``).
     temperature : float, default=0.05
         Softmax temperature turning cosine similarities into ``predict_proba``.
+    seed_weight : float >= 1 or "held-out", default=1.0
+        How many documents each seed counts for in its class's centroid (1: Basu et al.; the
+        weighting of labelled against unlabeled documents of Nigam et al. 2000's EM-lambda).
+        ``"held-out"`` (the worker's default, ``DAEMON_PARAMS``): each candidate of
+        :data:`SEED_WEIGHT_CANDIDATES` fits the window with each fold of the seeds hidden in turn,
+        and the heavier weight replaces 1 only when its macro-F1 on the hidden seeds is higher by
+        more than :data:`SEED_WEIGHT_GAIN_Z` bootstrap standard errors (seven fits instead of one).
+        docs/algorithms/constrained-kmeans.md.
     random_state : int >= 0 or None, default=0
         Tie-breaking seed for the extra clusters' initialisation.
 
@@ -300,6 +318,11 @@ class ConstrainedKMeans(DiscoveryMixin, ScoresClassifierMixin, TransformerMixin,
     n_iter_ : int
     objective_ : float
         Summed cosine similarity of the training rows to their assigned centroids (the kept run's).
+    seed_weight_ : float
+        The seed weight of the fit (``seed_weight``, or the one ``"held-out"`` chose).
+    seed_weight_scores_ : ndarray of shape (len(SEED_WEIGHT_CANDIDATES),) or None
+        ``"held-out"``: each candidate's macro-F1 on the held-out seeds (None otherwise, or when
+        no class has two seeds).
     """
 
     _parameter_constraints = {
@@ -309,6 +332,7 @@ class ConstrainedKMeans(DiscoveryMixin, ScoresClassifierMixin, TransformerMixin,
         "n_init": [Interval(Integral, 1, None, closed="left")],
         "prototypes": [StrOptions({"one", "by-size"})],
         "temperature": [Interval(Real, 0, None, closed="neither")],
+        "seed_weight": [Interval(Real, 1, None, closed="left"), StrOptions({"held-out"})],
         "random_state": RANDOM_STATE,
     }
 
@@ -316,7 +340,7 @@ class ConstrainedKMeans(DiscoveryMixin, ScoresClassifierMixin, TransformerMixin,
                  temperature: float = 0.05, discovery: str = "calibrated",
                  discovery_quantile: float = 0.4, discovery_init: Any = None,
                  discovery_split: bool = False, prototypes: str = "one", n_init: int = 1,
-                 random_state: int | None = 0) -> None:
+                 seed_weight: float | str = 1.0, random_state: int | None = 0) -> None:
         self.constrained = constrained
         self.n_new_clusters = n_new_clusters
         self.discovery = discovery
@@ -327,6 +351,7 @@ class ConstrainedKMeans(DiscoveryMixin, ScoresClassifierMixin, TransformerMixin,
         self.prototypes = prototypes
         self.n_init = n_init
         self.temperature = temperature
+        self.seed_weight = seed_weight
         self.random_state = random_state
 
     def fit(self, X: Any, y: Any) -> ConstrainedKMeans:
@@ -335,24 +360,10 @@ class ConstrainedKMeans(DiscoveryMixin, ScoresClassifierMixin, TransformerMixin,
             return fit_calibrated(self, X, y)
         X, codes, classes = self._fit_inputs(X, y)
         n_known = classes.size
-        rng = np.random.default_rng(self.random_state)
         self.idf_ = idf_weights(X)
         Xn = tfidf(X, self.idf_)
-        by_size = self.prototypes == "by-size"
-        best: tuple[np.ndarray, np.ndarray, int, float] | None = None
-        best_owner: np.ndarray | None = None
-        for run in range(int(self.n_init)):
-            C = seed_means(Xn, codes, n_known) if run == 0 else bootstrap_seed_means(Xn, codes, n_known, rng)
-            if self.n_new_clusters:
-                unl = np.flatnonzero(codes < 0)
-                C = farthest_point_centroids(Xn, C, unl, int(self.n_new_clusters), rng)
-            found, owner = lloyd(Xn, C, codes, self.constrained, int(self.max_iter)), None
-            if by_size:   # a second pass when some class is several times the mean size
-                found, owner = by_size_pass(Xn, codes, n_known, found, self.constrained, int(self.max_iter),
-                                            rng if run else None)
-            if best is None or found[3] > best[3]:
-                best, best_owner = found, owner
-        assert best is not None
+        self.seed_weight_, self.seed_weight_scores_ = self._choose_seed_weight(Xn, codes, n_known)
+        best, best_owner = self._lloyd_runs(Xn, codes, n_known, self.seed_weight_)
         C, labels, n_iter, self.objective_ = best
         n_clusters = n_known + int(self.n_new_clusters)
         self.prototype_owner_ = np.arange(n_clusters) if best_owner is None else best_owner
@@ -367,6 +378,71 @@ class ConstrainedKMeans(DiscoveryMixin, ScoresClassifierMixin, TransformerMixin,
         self.classes_ = np.array(list(classes) + self.new_clusters_, dtype=object)
         return self
 
+    def _lloyd_runs(self, Xn: sp.csr_matrix, codes: np.ndarray, n_known: int, seed_weight: float,
+                    ) -> tuple[tuple[np.ndarray, np.ndarray, int, float], np.ndarray | None]:
+        """The ``n_init`` k-means runs (each with its by-size pass): the kept run (:func:`lloyd`'s
+        result) and the class of each of its centroids (None: one per class)."""
+        rng = np.random.default_rng(self.random_state)
+        best: tuple[np.ndarray, np.ndarray, int, float] | None = None
+        best_owner: np.ndarray | None = None
+        for run in range(int(self.n_init)):
+            C = seed_means(Xn, codes, n_known) if run == 0 else bootstrap_seed_means(Xn, codes, n_known, rng)
+            if self.n_new_clusters:
+                unl = np.flatnonzero(codes < 0)
+                C = farthest_point_centroids(Xn, C, unl, int(self.n_new_clusters), rng)
+            found, owner = lloyd(Xn, C, codes, self.constrained, int(self.max_iter), seed_weight=seed_weight), None
+            if self.prototypes == "by-size":   # a second pass when some class is several times the mean size
+                found, owner = by_size_pass(Xn, codes, n_known, found, self.constrained, int(self.max_iter),
+                                            rng if run else None, seed_weight)
+            if best is None or found[3] > best[3]:
+                best, best_owner = found, owner
+        assert best is not None
+        return best, best_owner
+
+    def _choose_seed_weight(self, Xn: sp.csr_matrix, codes: np.ndarray, n_known: int,
+                            ) -> tuple[float, np.ndarray | None]:
+        """The seed weight of the fit and, for ``seed_weight="held-out"``, the held-out macro-F1 of
+        each candidate of :data:`SEED_WEIGHT_CANDIDATES` (None otherwise, or when no seed can be
+        held out: every class has one).
+
+        Each fold of the seeds (:func:`~streamsemi.algorithms.fsl.held_out_folds`, dealt by content)
+        is hidden in turn; every candidate weight fits the window without it and predicts its
+        seeds. The heavier weight replaces 1 (Basu et al.) only when its held-out macro-F1 is
+        higher by more than :data:`SEED_WEIGHT_GAIN_Z` paired-bootstrap standard errors
+        (:func:`~streamsemi.algorithms.fsl.chosen_rounds`, candidates for rounds).
+        """
+        if self.seed_weight != "held-out":
+            return float(self.seed_weight), None
+        # (imported here: fsl builds on this module)
+        from streamsemi.algorithms.ensemble import row_keys
+        from streamsemi.algorithms.fsl import (
+            chosen_rounds,
+            gain_se,
+            held_out_folds,
+            macro_f1_by_round,
+        )
+
+        keys = row_keys(Xn, np.flatnonzero(codes >= 0))
+        folds = held_out_folds(codes, SEED_WEIGHT_FOLDS, np.random.default_rng(self.random_state), keys)
+        if not (folds >= 0).any():
+            return SEED_WEIGHT_CANDIDATES[0], None
+        history: list[list[np.ndarray]] = [[] for _ in SEED_WEIGHT_CANDIDATES]
+        truth = []
+        for f in np.unique(folds[folds >= 0]):
+            hidden = np.flatnonzero(folds == f)
+            fit_codes = codes.copy()
+            fit_codes[hidden] = -1
+            for j, w in enumerate(SEED_WEIGHT_CANDIDATES):
+                (_, labels, _, _), owner = self._lloyd_runs(Xn, fit_codes, n_known, w)
+                history[j].append(labels[hidden] if owner is None else owner[labels[hidden]])
+            truth.append(codes[hidden])
+        H = np.minimum(np.array([np.concatenate(h) for h in history]), n_known)   # a new cluster: no class
+        t = np.concatenate(truth)
+        scores = macro_f1_by_round(H, t)
+        se = gain_se(H, t, SEED_WEIGHT_BOOTSTRAP, np.random.default_rng(self.random_state), reference=0)
+        pick = chosen_rounds(scores, se, default=0, z=SEED_WEIGHT_GAIN_Z) - 1
+        return SEED_WEIGHT_CANDIDATES[pick], scores
+
     def _scores(self, X: Any) -> np.ndarray:
         X = self._validate_counts(X, reset=False)
         owner = getattr(self, "prototype_owner_", None)   # absent in models saved before prototypes
@@ -376,11 +452,18 @@ class ConstrainedKMeans(DiscoveryMixin, ScoresClassifierMixin, TransformerMixin,
         return class_scores(S, owner, self.cluster_centers_.shape[0])
 
     def _fit_summary(self) -> dict[str, Any]:
-        """``prototypes="by-size"``: the classes given more than one centroid, with their counts."""
-        if self.prototypes != "by-size":
-            return {}
-        owner = getattr(self, "prototype_owner_", None)
-        return {"prototypes": several_centroids(owner, self.classes_) if owner is not None else {}}
+        """``prototypes="by-size"``: the classes given more than one centroid, with their counts;
+        ``seed_weight="held-out"``: the weight chosen and each candidate's held-out macro-F1."""
+        out: dict[str, Any] = {}
+        if self.prototypes == "by-size":
+            owner = getattr(self, "prototype_owner_", None)
+            out["prototypes"] = several_centroids(owner, self.classes_) if owner is not None else {}
+        if self.seed_weight == "held-out":
+            scores = getattr(self, "seed_weight_scores_", None)
+            out["seed_weight"] = float(getattr(self, "seed_weight_", 1.0))
+            out["seed_weight_scores"] = None if scores is None else {
+                f"{w:g}": round(float(v), 4) for w, v in zip(SEED_WEIGHT_CANDIDATES, scores, strict=True)}
+        return out
 
     def _softmax_temperature(self) -> float:
         return float(self.temperature)

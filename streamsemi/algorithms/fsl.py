@@ -580,17 +580,18 @@ def gain_se(history: np.ndarray, truth: np.ndarray, n_boot: int, rng: np.random.
     return (draws - draws[:, [reference]]).std(axis=0)
 
 
-def chosen_rounds(scores: np.ndarray, se: np.ndarray | None = None, default: int = -1) -> int:
+def chosen_rounds(scores: np.ndarray, se: np.ndarray | None = None, default: int = -1,
+                  z: float = ROUND_GAIN_Z) -> int:
     """Number of outer rounds to keep (1-based). The best round by held-out score (the latest
     of equal ones) replaces the ``default`` round (``-1``: the last, the paper's full loop;
-    ``0``: the first, the base clusterer) only when it beats it by more than ``ROUND_GAIN_Z``
-    standard errors ``se`` of that gain (paired bootstrap against the default round,
-    :func:`gain_se`): the default is left only on evidence. The best of ``max_iter`` rounds is
-    the maximum of several noisy scores, hence two standard errors rather than one."""
+    ``0``: the first, the base clusterer) only when it beats it by more than ``z``
+    (``ROUND_GAIN_Z``) standard errors ``se`` of that gain (paired bootstrap against the default
+    round, :func:`gain_se`): the default is left only on evidence. The best of ``max_iter`` rounds
+    is the maximum of several noisy scores, hence two standard errors rather than one."""
     scores = np.asarray(scores, dtype=np.float64)
     best = int(scores.size - 1 - np.argmax(scores[::-1]))
     ref = int(default) % scores.size
-    margin = 0.0 if se is None else ROUND_GAIN_Z * float(se[best])
+    margin = 0.0 if se is None else z * float(se[best])
     return best + 1 if scores[best] - scores[ref] > margin else ref + 1
 
 
