@@ -296,6 +296,15 @@ Which data chose which constant of :mod:`streamsemi.core.suggestions`:
   Development corpora: skew 0.620 (ref 0.608), talk 0.862 (0.865), rec 0.968 (0.956), sci 0.952
   (0.944). Files ``results/active_learning_s32_bysize_{r8,comp,dev}.*``.
 
+* Session 35: the worker's constrained k-means chooses its seed weight (1 or 8 documents per seed in
+  its class centroid) on held-out seeds (``seed_weight="held-out"``, docs/algorithms/constrained-kmeans.md,
+  chosen on the robustness development draws). Every run of this script uses it in both arms and the
+  reference; ``--algorithm-params '{"constrained-kmeans": {"seed_weight": 1}}'`` reproduces the figures
+  above. At exactly 2%, ``--arms suggested``: R8 (60-65, 70-75) 0.859 against 0.816 (reached at 1.25%),
+  comp.* (12 seeds) 0.766 against a reference that rises to 0.776 (missed by 0.010), development talk
+  0.853 (0.865), rec 0.968 (0.956), sci 0.951 (0.944), skew 0.648 (0.625). Table in docs/results.md;
+  files ``results/active_learning_s35_{heldout,sw8}_*``.
+
 * ``DENSITY_POWER = 1``, ``COVERAGE_POWER = 1`` and ``WEIGHTS``: chosen earlier on seeds
   0-2 of the evaluation corpora (docs/suggestions.md); the development runs above agree
   (typicality^0 or ^2 and no coverage factor are worse on talk) and they were not changed.
