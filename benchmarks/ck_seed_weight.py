@@ -16,10 +16,8 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
-
 sys.path.insert(0, str(Path(__file__).parent))
-from served_quality import featurize, make_stream, score  # noqa: E402
+from served_quality import score, seeded_stream  # noqa: E402
 
 from streamsemi.algorithms import build_estimator  # noqa: E402
 
@@ -28,11 +26,7 @@ WEIGHTS: tuple[float | str, ...] = (1.0, 8.0, "held-out")
 
 
 def one(alias: str, docs: int | None, seed: int) -> dict:
-    st = make_stream(alias, docs, 0.05, seed)
-    X, keep = featurize(st)
-    rows = np.flatnonzero(keep)
-    seeded = np.array([st.order[r] in st.seeds for r in rows])
-    y = [st.truth(st.order[r]) if s else None for r, s in zip(rows, seeded, strict=True)]
+    st, X, rows, seeded, y = seeded_stream(alias, docs, seed)
     truth = [t for t, s in zip((st.truth(st.order[r]) for r in rows), seeded, strict=True) if not s]
     out: dict = {"corpus": alias, "documents": int(rows.size), "order": seed}
     for w in WEIGHTS:

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
-from served_quality import featurize, make_stream, score  # noqa: E402
+from served_quality import score, seeded_stream  # noqa: E402
 
 from streamsemi.algorithms import build_estimator  # noqa: E402
 
@@ -33,11 +33,7 @@ def macro_f1(P: np.ndarray, classes: np.ndarray, truth: list[str], scored: np.nd
 
 
 def one(alias: str, docs: int | None, seed: int) -> dict:
-    st = make_stream(alias, docs, 0.05, seed)
-    X, keep = featurize(st)
-    rows = np.flatnonzero(keep)
-    seeded = np.array([st.order[r] in st.seeds for r in rows])
-    y = [st.truth(st.order[r]) if s else None for r, s in zip(rows, seeded, strict=True)]
+    st, X, rows, seeded, y = seeded_stream(alias, docs, seed)
     est = build_estimator("d-lda", None, 0, 0)
     t0 = time.perf_counter()
     est.fit(X[rows], y)

@@ -183,6 +183,19 @@ def featurize(stream: Stream) -> tuple[Any, np.ndarray]:
     return X, np.diff(X.indptr) > 0
 
 
+def seeded_stream(alias: str, docs: int | None, seed: int, seed_fraction: float = 0.05,
+                  ) -> tuple[Stream, Any, np.ndarray, np.ndarray, list[str | None]]:
+    """A stream (:func:`make_stream`) ready for an in-process fit: the stream, its hashed counts
+    (:func:`featurize`), the rows with terms, which of them are seeds, and the fit's labels (the
+    seeds' classes, None for the others)."""
+    st = make_stream(alias, docs, seed_fraction, seed)
+    X, keep = featurize(st)
+    rows = np.flatnonzero(keep)
+    seeded = np.array([st.order[r] in st.seeds for r in rows])
+    y = [st.truth(st.order[r]) if s else None for r, s in zip(rows, seeded, strict=True)]
+    return st, X, rows, seeded, y
+
+
 def batch_predictions(stream: Stream, algorithm: str, X: Any, keep: np.ndarray) -> tuple[list[str], float]:
     """The algorithm fitted once on every document with the seeds; primary label per document (kept rows)."""
     rows = np.flatnonzero(keep)
