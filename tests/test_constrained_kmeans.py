@@ -228,8 +228,8 @@ def test_held_out_seed_weight_scores_each_candidate_on_seeds_it_did_not_see(r8):
     from sklearn.metrics import f1_score
 
     from streamsemi.algorithms import constrained_kmeans as ck
+    from streamsemi.algorithms._heldout import held_out_folds
     from streamsemi.algorithms.ensemble import row_keys
-    from streamsemi.algorithms.fsl import held_out_folds
     from streamsemi.core.features import idf_weights, tfidf
 
     X, y, ys, seeds = r8

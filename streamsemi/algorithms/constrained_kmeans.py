@@ -22,6 +22,7 @@ from streamsemi.algorithms._discovery import (
     fit_calibrated,
     uses_calibrated,
 )
+from streamsemi.algorithms._heldout import chosen_rounds, gain_se, held_out_folds, macro_f1_by_round
 from streamsemi.algorithms.base import (
     RANDOM_STATE,
     ScoresClassifierMixin,
@@ -30,6 +31,7 @@ from streamsemi.algorithms.base import (
     new_cluster_names,
     sparse_dot_t,
 )
+from streamsemi.algorithms.ensemble import row_keys
 from streamsemi.core.features import idf_weights, l2_normalize_rows, tfidf
 
 #: ``prototypes="by-size"``: seeds per prototype at least (a class's centroids are started from its seeds)
@@ -173,8 +175,7 @@ def lloyd(Xn: sp.csr_matrix, C: np.ndarray, codes: np.ndarray, constrained: bool
     seeds = np.flatnonzero(codes >= 0)
     labels = np.full(Xn.shape[0], -1)
     weight = np.ones(Xn.shape[0])
-    if seed_weight != 1.0:
-        weight[seeds] = seed_weight
+    weight[seeds] = seed_weight
     n_iter = 0
     for n_iter in range(1, max_iter + 1):  # noqa: B007
         if owner is None or not constrained:
@@ -405,23 +406,14 @@ class ConstrainedKMeans(DiscoveryMixin, ScoresClassifierMixin, TransformerMixin,
         each candidate of :data:`SEED_WEIGHT_CANDIDATES` (None otherwise, or when no seed can be
         held out: every class has one).
 
-        Each fold of the seeds (:func:`~streamsemi.algorithms.fsl.held_out_folds`, dealt by content)
+        Each fold of the seeds (:func:`~streamsemi.algorithms._heldout.held_out_folds`, dealt by content)
         is hidden in turn; every candidate weight fits the window without it and predicts its
         seeds. The heavier weight replaces 1 (Basu et al.) only when its held-out macro-F1 is
         higher by more than :data:`SEED_WEIGHT_GAIN_Z` paired-bootstrap standard errors
-        (:func:`~streamsemi.algorithms.fsl.chosen_rounds`, candidates for rounds).
+        (:func:`~streamsemi.algorithms._heldout.chosen_rounds`, candidates for rounds).
         """
         if self.seed_weight != "held-out":
             return float(self.seed_weight), None
-        # (imported here: fsl builds on this module)
-        from streamsemi.algorithms.ensemble import row_keys
-        from streamsemi.algorithms.fsl import (
-            chosen_rounds,
-            gain_se,
-            held_out_folds,
-            macro_f1_by_round,
-        )
-
         keys = row_keys(Xn, np.flatnonzero(codes >= 0))
         folds = held_out_folds(codes, SEED_WEIGHT_FOLDS, np.random.default_rng(self.random_state), keys)
         if not (folds >= 0).any():
