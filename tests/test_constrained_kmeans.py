@@ -279,3 +279,70 @@ def test_held_out_seed_weight_stays_one_without_evidence(r8, monkeypatch):
     assert m.seed_weight_scores_[1] > m.seed_weight_scores_[0] and m.seed_weight_ == 1.0
     monkeypatch.setattr(ck, "SEED_WEIGHT_GAIN_Z", 1e9)
     assert make_estimator("constrained-kmeans", seed_weight="held-out").fit(X, ys).seed_weight_ == 8.0
+
+
+def test_the_held_out_choice_holds_while_the_seeds_change_little_for_a_few_fits():
+    from streamsemi.algorithms import constrained_kmeans as ck
+    from streamsemi.algorithms.constrained_kmeans import choice_still_holds, seed_set_keys
+
+    prev = np.arange(8, dtype=np.uint64)
+    assert choice_still_holds(prev, prev, 0)
+    four = np.concatenate([prev[2:], [np.uint64(50), np.uint64(51)]])  # 2 removed, 2 added: 4 of 8 changed
+    assert choice_still_holds(prev, four, 0)
+    five = np.concatenate([prev[3:], [np.uint64(50), np.uint64(51)]])  # 5 of 8: more than half
+    assert not choice_still_holds(prev, five, 0)
+    assert choice_still_holds(prev, prev, ck.SEED_WEIGHT_MAX_AGE - 1)
+    assert not choice_still_holds(prev, prev, ck.SEED_WEIGHT_MAX_AGE), "a choice serves a bounded number of fits"
+    assert not choice_still_holds(prev[:0], prev[:0], 0), "no seeds: nothing was chosen"
+    # a seed relabelled to another class is another seed
+    hashes = np.array([11, 12, 13], dtype=np.uint64)
+    a = seed_set_keys(hashes, np.array([0, 1, -1]), np.array(["x", "y"], dtype=object))
+    b = seed_set_keys(hashes, np.array([1, 1, -1]), np.array(["x", "y"], dtype=object))
+    assert a.size == 2 and np.intersect1d(a, b).size == 1
+
+
+def test_a_warm_refit_keeps_the_held_out_seed_weight_without_held_out_fits(r8, monkeypatch):
+    from streamsemi.algorithms import constrained_kmeans as ck
+    from streamsemi.service.checkpoint import estimator_state, restore_estimator
+
+    X, y, ys, seeds = r8
+    first = make_estimator("constrained-kmeans", seed_weight="held-out").fit(X, ys)
+    assert first.seed_weight_age_ == 0 and first.seed_weight_scores_ is not None
+    calls = []
+    choose = ck.ConstrainedKMeans._choose_seed_weight
+    monkeypatch.setattr(ck.ConstrainedKMeans, "_choose_seed_weight", lambda self, *a: calls.append(1) or choose(self, *a))
+    rng = np.random.default_rng(5)
+    unl = np.setdiff1d(np.arange(len(y)), seeds)
+
+    def refit(rows, labels, warm):
+        return make_estimator("constrained-kmeans", seed_weight="held-out").fit(X[rows], labels[rows], warm_start_from=warm)
+
+    # the same seeds, 60% of the unlabeled documents gone, the rest in another order; from a checkpoint
+    state, arrays = estimator_state(first)
+    back = restore_estimator(state, arrays, "constrained-kmeans")
+    rows = rng.permutation(np.concatenate([seeds, rng.choice(unl, int(0.4 * unl.size), replace=False)]))
+    m = refit(rows, ys, back)
+    assert calls == [] and m.seed_weight_age_ == 1 and m.fit_summary()["seed_weight_age"] == 1
+    assert m.seed_weight_ == first.seed_weight_ and np.array_equal(m.seed_weight_scores_, first.seed_weight_scores_)
+    fixed = make_estimator("constrained-kmeans", seed_weight=first.seed_weight_).fit(X[rows], ys[rows])
+    assert np.array_equal(m.labels_, fixed.labels_), "the kept weight is the one the model is fitted with"
+    # the choice's own keys travel on, so that changes add up from the choice
+    assert np.array_equal(m.seed_weight_seed_keys_, first.seed_weight_seed_keys_)
+    # 40% more seeds: kept; 60% more: chosen again
+    more = ys.copy()
+    extra = rng.choice(unl, int(0.6 * seeds.size), replace=False)
+    more[extra[: int(0.4 * seeds.size)]] = y[extra[: int(0.4 * seeds.size)]]
+    assert refit(np.arange(len(y)), more, first).seed_weight_age_ == 1 and calls == []
+    more[extra] = y[extra]
+    m = refit(np.arange(len(y)), more, first)
+    assert m.seed_weight_age_ == 0 and calls == [1]
+    # the same seeds: SEED_WEIGHT_MAX_AGE fits keep the choice, the next one chooses again
+    chain = [first]
+    for _ in range(ck.SEED_WEIGHT_MAX_AGE + 1):
+        chain.append(refit(np.arange(len(y)), ys, chain[-1]))
+    assert [c.seed_weight_age_ for c in chain] == [*range(ck.SEED_WEIGHT_MAX_AGE + 1), 0] and calls == [1, 1]
+    # a fixed weight neither keeps nor stores a choice
+    fixed = make_estimator("constrained-kmeans", seed_weight=8.0).fit(X, ys, warm_start_from=first)
+    assert fixed.seed_weight_ == 8.0 and fixed.seed_weight_seed_keys_ is None and calls == [1, 1]
+    with pytest.raises(TypeError, match="warm_start_from must be a fitted ConstrainedKMeans"):
+        make_estimator("constrained-kmeans").fit(X, ys, warm_start_from=object())

@@ -550,3 +550,30 @@ def test_a_revision_pass_predicts_only_with_the_models_that_changed(r8):
     for k, name in enumerate(algs):
         assert all(eng._served[d].verdicts[k][:4:3] == (v[3], 2) for d, v in zip(ids, full[name], strict=True)
                    if d not in eng.seeds), name
+
+
+@pytest.mark.parametrize("n_new_clusters", [0, "auto"])
+def test_the_workers_constrained_kmeans_keeps_its_seed_weight_choice_on_a_full_window(r8, n_new_clusters):
+    ds, order = r8
+    eng = Engine(cfg(window_max_docs=300, min_docs_first_refit=300, n_new_clusters=n_new_clusters))
+    pool = order[:700]
+    first = by_class(ds, pool[:300], 6, {"earn", "acq", "crude", "trade"})
+    assert len(first) == 24
+    seed(eng, ds, first)
+
+    def choice():
+        m = eng.models["constrained-kmeans"].model
+        m = getattr(m, "known_model_", m)   # calibrated discovery: the seeded classes' model
+        assert m.seed_weight == "held-out", "the worker's default"
+        return m.seed_weight_age_
+
+    eng.process(docs(ds, pool[:300]))          # v1 on a full window: chosen
+    assert eng.version == 1 and choice() == 0
+    eng.process(docs(ds, pool[300:360]))
+    eng.request_refit()                        # v2: 20% of the window new, the same seeds: kept
+    assert eng.version == 2 and choice() == 1
+    added = by_class(ds, pool[300:360], 8, {"earn", "acq"})
+    assert len(added) == 16
+    seed(eng, ds, added)
+    eng.request_refit()                        # v3: 16 seeds more than the 24 of the choice: chosen afresh
+    assert eng.version == 3 and choice() == 0

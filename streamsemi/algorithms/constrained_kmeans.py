@@ -9,6 +9,8 @@ initialise. Similarity is cosine on l2-normalised sublinear tf-idf rows.
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Sequence
 from numbers import Integral, Real
 from typing import Any
 
@@ -22,6 +24,7 @@ from streamsemi.algorithms._discovery import (
     fit_calibrated,
     uses_calibrated,
 )
+from streamsemi.algorithms._dlda_gibbs import row_hashes
 from streamsemi.algorithms._heldout import chosen_rounds, gain_se, held_out_folds, macro_f1_by_round
 from streamsemi.algorithms.base import (
     RANDOM_STATE,
@@ -31,7 +34,7 @@ from streamsemi.algorithms.base import (
     new_cluster_names,
     sparse_dot_t,
 )
-from streamsemi.algorithms.ensemble import row_keys
+from streamsemi.algorithms.ensemble import _mix, row_keys
 from streamsemi.core.features import idf_weights, l2_normalize_rows, tfidf
 
 #: ``prototypes="by-size"``: seeds per prototype at least (a class's centroids are started from its seeds)
@@ -43,6 +46,11 @@ SEED_WEIGHT_CANDIDATES = (1.0, 8.0)
 SEED_WEIGHT_FOLDS = 3
 SEED_WEIGHT_BOOTSTRAP = 200
 SEED_WEIGHT_GAIN_Z = 1.0
+#: a warm-started fit (``warm_start_from``, the engine's refits of a full window) keeps the previous
+#: fit's choice (one fit instead of seven) while the seeds added or removed since that choice are at
+#: most this share of its seeds, for at most :data:`SEED_WEIGHT_MAX_AGE` fits after the one that chose
+SEED_WEIGHT_KEEP_SEEDS = 0.5
+SEED_WEIGHT_MAX_AGE = 4
 
 
 def _normalize_dense_rows(C: np.ndarray) -> np.ndarray:
@@ -242,6 +250,34 @@ def farthest_point_centroids(Xn: sp.csr_matrix, C: np.ndarray, candidates: np.nd
     return np.vstack([C, np.array(out)]) if out else C
 
 
+def seed_set_keys(hashes: np.ndarray, codes: np.ndarray, classes: np.ndarray) -> np.ndarray:
+    """Sorted unique 64-bit keys of the seeds as (content, class) pairs.
+
+    ``hashes``: each row's content fingerprint (:func:`~streamsemi.algorithms._dlda_gibbs.row_hashes`
+    of the counts, the same for a document in any window); ``codes``: class index of each row (-1:
+    unlabeled). A seed relabelled to another class gets another key.
+    """
+    names = np.array([int.from_bytes(hashlib.blake2b(str(c).encode(), digest_size=8).digest(), "little")
+                      for c in classes], dtype=np.uint64)
+    seeds = np.flatnonzero(codes >= 0)
+    return np.unique(_mix(hashes[seeds] ^ names[codes[seeds]]))
+
+
+def choice_still_holds(prev_seeds: np.ndarray, seeds: np.ndarray, age: int, *,
+                       keep_seeds: float = SEED_WEIGHT_KEEP_SEEDS, max_age: int = SEED_WEIGHT_MAX_AGE) -> bool:
+    """Whether a seed weight chosen with seed keys ``prev_seeds`` and kept for ``age`` fits since
+    still stands for a fit with seed keys ``seeds``.
+
+    True when the seeds added or removed since the choice are at most ``keep_seeds`` of the
+    choice's seeds and the choice has served fewer than ``max_age`` fits after its own. The age
+    bound, not the window's turnover, is what re-checks the choice as documents pass: at 1,000
+    docs/s a 10,000-document window turns over during one seven-fit refit, so a turnover bound
+    would re-choose at every refit.
+    """
+    changed = np.setdiff1d(prev_seeds, seeds).size + np.setdiff1d(seeds, prev_seeds).size
+    return prev_seeds.size > 0 and changed <= keep_seeds * prev_seeds.size and age < max_age
+
+
 class ConstrainedKMeans(DiscoveryMixin, ScoresClassifierMixin, TransformerMixin, StreamsemiEstimator):
     """Constrained (or seeded) spherical k-means on sublinear tf-idf.
 
@@ -294,7 +330,9 @@ class ConstrainedKMeans(DiscoveryMixin, ScoresClassifierMixin, TransformerMixin,
         ``"held-out"`` (the worker's default, ``DAEMON_PARAMS``): each candidate of
         :data:`SEED_WEIGHT_CANDIDATES` fits the window with each fold of the seeds hidden in turn,
         and the heavier weight replaces 1 only when its macro-F1 on the hidden seeds is higher by
-        more than :data:`SEED_WEIGHT_GAIN_Z` bootstrap standard errors (seven fits instead of one).
+        more than :data:`SEED_WEIGHT_GAIN_Z` bootstrap standard errors (seven fits instead of one;
+        a refit from ``warm_start_from`` keeps its choice while the seeds and the window changed
+        little and for a few fits, :func:`choice_still_holds`).
         docs/algorithms/constrained-kmeans.md.
     random_state : int >= 0 or None, default=0
         Tie-breaking seed for the extra clusters' initialisation.
@@ -324,7 +362,16 @@ class ConstrainedKMeans(DiscoveryMixin, ScoresClassifierMixin, TransformerMixin,
     seed_weight_scores_ : ndarray of shape (len(SEED_WEIGHT_CANDIDATES),) or None
         ``"held-out"``: each candidate's macro-F1 on the held-out seeds (None otherwise, or when
         no class has two seeds).
+    seed_weight_seed_keys_ : ndarray of uint64 or None
+        ``"held-out"``: keys of the seeds the weight was chosen with (:func:`seed_set_keys`; a
+        warm-started fit compares them with its own).
+    seed_weight_age_ : int or None
+        ``"held-out"``: fits since the choice (0: chosen by this fit; k > 0: ``warm_start_from``'s
+        choice kept without held-out fits).
     """
+
+    #: the engine passes the previous fit (``warm_start_from``); only the seed weight's choice is kept
+    supports_warm_start = True
 
     _parameter_constraints = {
         "constrained": ["boolean"],
@@ -355,15 +402,41 @@ class ConstrainedKMeans(DiscoveryMixin, ScoresClassifierMixin, TransformerMixin,
         self.seed_weight = seed_weight
         self.random_state = random_state
 
-    def fit(self, X: Any, y: Any) -> ConstrainedKMeans:
-        """Fit on counts ``X`` with seed labels ``y`` (None/-1 = unlabeled)."""
+    def fit(self, X: Any, y: Any, doc_ids: Sequence[Any] | None = None,
+            warm_start_from: ConstrainedKMeans | None = None) -> ConstrainedKMeans:
+        """Fit on counts ``X`` with seed labels ``y`` (None/-1 = unlabeled).
+
+        Parameters
+        ----------
+        X : sparse matrix of shape (n_samples, n_features)
+            Term counts.
+        y : sequence of length n_samples
+            Seed label of each row; None or -1 for unlabeled.
+        doc_ids : sequence, optional
+            Not used (documents are matched by content); accepted because the engine passes it
+            to every warm-starting estimator.
+        warm_start_from : ConstrainedKMeans, optional
+            The previous fit (the engine passes it for refits of a full window with the same
+            seeded classes). With ``seed_weight="held-out"`` its chosen weight is kept without the
+            six held-out fits while :func:`choice_still_holds` (the seeds changed by at most
+            :data:`SEED_WEIGHT_KEEP_SEEDS`, at most :data:`SEED_WEIGHT_MAX_AGE` fits since the
+            choice); nothing else is carried over.
+
+        Returns
+        -------
+        self : ConstrainedKMeans
+        """
+        if warm_start_from is not None and not isinstance(warm_start_from, ConstrainedKMeans):
+            raise TypeError("warm_start_from must be a fitted ConstrainedKMeans, got "
+                            f"{type(warm_start_from).__name__}")
         if uses_calibrated(self):
-            return fit_calibrated(self, X, y)
+            return fit_calibrated(self, X, y, doc_ids=doc_ids, warm_start_from=warm_start_from)
         X, codes, classes = self._fit_inputs(X, y)
         n_known = classes.size
         self.idf_ = idf_weights(X)
         Xn = tfidf(X, self.idf_)
-        self.seed_weight_, self.seed_weight_scores_ = self._choose_seed_weight(Xn, codes, n_known)
+        (self.seed_weight_, self.seed_weight_scores_, self.seed_weight_seed_keys_,
+         self.seed_weight_age_) = self._seed_weight(X, codes, classes, Xn, warm_start_from)
         best, best_owner = self._lloyd_runs(Xn, codes, n_known, self.seed_weight_)
         C, labels, n_iter, self.objective_ = best
         n_clusters = n_known + int(self.n_new_clusters)
@@ -400,6 +473,22 @@ class ConstrainedKMeans(DiscoveryMixin, ScoresClassifierMixin, TransformerMixin,
         assert best is not None
         return best, best_owner
 
+    def _seed_weight(self, X: sp.csr_matrix, codes: np.ndarray, classes: np.ndarray, Xn: sp.csr_matrix,
+                     prev: ConstrainedKMeans | None,
+                     ) -> tuple[float, np.ndarray | None, np.ndarray | None, int | None]:
+        """The seed weight, its candidates' held-out scores, the keys of the seeds it was chosen with
+        and the fits since the choice: ``prev``'s choice one fit older while :func:`choice_still_holds`,
+        else a new one (:meth:`_choose_seed_weight`)."""
+        if self.seed_weight != "held-out":
+            return float(self.seed_weight), None, None, None
+        hashes = row_hashes(X.indptr, X.indices, np.asarray(X.data, dtype=np.float64))
+        seeds = seed_set_keys(hashes, codes, classes)
+        kept = None if prev is None else getattr(prev, "seed_weight_seed_keys_", None)
+        if kept is not None and choice_still_holds(kept, seeds, int(prev.seed_weight_age_)):
+            return float(prev.seed_weight_), prev.seed_weight_scores_, kept, int(prev.seed_weight_age_) + 1
+        weight, scores = self._choose_seed_weight(Xn, codes, classes.size)
+        return weight, scores, seeds, 0
+
     def _choose_seed_weight(self, Xn: sp.csr_matrix, codes: np.ndarray, n_known: int,
                             ) -> tuple[float, np.ndarray | None]:
         """The seed weight of the fit and, for ``seed_weight="held-out"``, the held-out macro-F1 of
@@ -412,8 +501,6 @@ class ConstrainedKMeans(DiscoveryMixin, ScoresClassifierMixin, TransformerMixin,
         higher by more than :data:`SEED_WEIGHT_GAIN_Z` paired-bootstrap standard errors
         (:func:`~streamsemi.algorithms._heldout.chosen_rounds`, candidates for rounds).
         """
-        if self.seed_weight != "held-out":
-            return float(self.seed_weight), None
         keys = row_keys(Xn, np.flatnonzero(codes >= 0))
         folds = held_out_folds(codes, SEED_WEIGHT_FOLDS, np.random.default_rng(self.random_state), keys)
         if not (folds >= 0).any():
@@ -453,6 +540,7 @@ class ConstrainedKMeans(DiscoveryMixin, ScoresClassifierMixin, TransformerMixin,
         if self.seed_weight == "held-out":
             scores = getattr(self, "seed_weight_scores_", None)
             out["seed_weight"] = float(getattr(self, "seed_weight_", 1.0))
+            out["seed_weight_age"] = int(getattr(self, "seed_weight_age_", 0) or 0)
             out["seed_weight_scores"] = None if scores is None else {
                 f"{w:g}": round(float(v), 4) for w, v in zip(SEED_WEIGHT_CANDIDATES, scores, strict=True)}
         return out
