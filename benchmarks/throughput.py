@@ -38,7 +38,9 @@ method of sessions <= 15).
     record's timestamp - its document record's timestamp (both CreateTime, stamped by
     the producers); p50 / p99 / max, and the refit rounds and revision passes that ran
     during the phase. ``latency-ck`` is the same with the worker's default algorithm
-    (constrained k-means): issue 14's latency target.
+    (constrained k-means): issue 14's latency target. Labels arrive among the measured documents
+    at ``--seed-fraction`` unless ``--phase-seed-fraction`` says otherwise (0: every seed was given
+    in the warm-up, a stream people label now and then).
 
 The worker's resident memory (VmRSS of the worker process and of its children, e.g.
 a fit process) is sampled every 0.5 s in every worker phase; the maximum is written. The
@@ -55,6 +57,7 @@ Examples::
     python benchmarks/throughput.py --phases ck --docs 5000  # a quick check
     python benchmarks/throughput.py --phases latency --tag after
     python benchmarks/throughput.py --phases latency-ck     # the same with the worker's defaults (issue 14)
+    python benchmarks/throughput.py --phases latency-ck --phase-seed-fraction 0   # seeds given in the warm-up only
 """
 
 from __future__ import annotations
@@ -526,7 +529,8 @@ class Bench:
                     raise RuntimeError("the worker did not settle after the warm-up")
                 time.sleep(0.5)
             warm_s = time.monotonic() - t0
-            msgs = self.take(name, n, self.args.seed_fraction)
+            phase_seeds = self.args.seed_fraction if self.args.phase_seed_fraction is None else self.args.phase_seed_fraction
+            msgs = self.take(name, n, phase_seeds)
             events_before = len(worker_events(log_path))
             spy = start_profiler(proc.pid, self.work / f"profile-{name}.txt")
             cpu0 = cpu_seconds(proc.pid)
@@ -668,7 +672,9 @@ def markdown(result: dict[str, Any]) -> str:
     lines = [f"# Throughput (issue 16), {result['when']}", "", f"`{result['command']}`", "",
              f"Load average at the start: {result['environment']['load']}.", "",
              f"Host: {result['environment']['cpus']} CPUs, Python {result['environment']['python']}, "
-             f"commit {result['environment']['commit']}. 20 Newsgroups, {result['args']['seed_fraction']:.0%} seeds.",
+             f"commit {result['environment']['commit']}. 20 Newsgroups, {result['args']['seed_fraction']:.1%} seeds"
+             + ("" if result["args"].get("phase_seed_fraction") is None
+                else f" in the warm-up, {result['args']['phase_seed_fraction']:.1%} among the measured documents") + ".",
              "Packages: " + ", ".join(f"{k} {v}" for k, v in result["environment"].get("packages", {}).items()) + ".", ""]
     rows = result["phases"]
     if any(k in rows for k in ("ck", "six")):
@@ -727,6 +733,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--docs", type=int, default=20000, help="measured documents per throughput phase")
     ap.add_argument("--warmup", type=int, default=2000)
     ap.add_argument("--seed-fraction", type=float, default=0.05)
+    ap.add_argument("--phase-seed-fraction", type=float, default=None,
+                    help="labels among the measured documents (default: --seed-fraction); 0: the seeds are given in the warm-up only, as when people label a handful while the stream runs")
     ap.add_argument("--latency-warmup", type=int, default=10000)
     ap.add_argument("--latency-rate", type=float, default=1000.0)
     ap.add_argument("--latency-seconds", type=float, default=30.0)
