@@ -331,8 +331,8 @@ class ConstrainedKMeans(DiscoveryMixin, ScoresClassifierMixin, TransformerMixin,
         :data:`SEED_WEIGHT_CANDIDATES` fits the window with each fold of the seeds hidden in turn,
         and the heavier weight replaces 1 only when its macro-F1 on the hidden seeds is higher by
         more than :data:`SEED_WEIGHT_GAIN_Z` bootstrap standard errors (seven fits instead of one;
-        a refit from ``warm_start_from`` keeps its choice while the seeds and the window changed
-        little and for a few fits, :func:`choice_still_holds`).
+        a refit from ``warm_start_from`` keeps its choice while the seeds changed little, for at
+        most :data:`SEED_WEIGHT_MAX_AGE` fits, :func:`choice_still_holds`).
         docs/algorithms/constrained-kmeans.md.
     random_state : int >= 0 or None, default=0
         Tie-breaking seed for the extra clusters' initialisation.
