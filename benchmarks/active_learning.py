@@ -323,6 +323,7 @@ import json
 import sys
 import time
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -384,12 +385,22 @@ def engine_config(algorithms: list[str], n_docs: int, top_n: int, **kw: Any) -> 
 
 
 def windowed(texts: list[str], order: np.ndarray, cfg: EngineConfig) -> tuple[Engine, list[str]]:
-    """An engine whose window holds the corpus (``order``); returns it and the ids in the window."""
+    """An engine whose window holds the corpus (``order``); returns it and the ids in the window.
+
+    The window is exactly full, as a worker's sliding window is in steady state (refits of a full
+    window warm-start, e.g. constrained k-means keeps its seed-weight choice): when the engine
+    rejects a document (20NG comp.* has one whose only word is the stop word "how"), it is built again with
+    the window's size set to the documents it took.
+    """
     eng = Engine(cfg)
     ids = [f"d{i}" for i in order]
     for lo in range(0, len(order), 2000):
         eng.absorb([Document(id=ids[j], text=texts[order[j]]) for j in range(lo, min(lo + 2000, len(order)))])
-    return eng, [k for k in ids if k in eng.window]
+    kept = [k for k in ids if k in eng.window]
+    if len(kept) < cfg.window_max_docs and kept:
+        taken = np.asarray([j for j, k in enumerate(ids) if k in eng.window])
+        return windowed(texts, order[taken], replace(cfg, window_max_docs=len(kept), max_buffered_docs=len(kept)))
+    return eng, kept
 
 
 def predictions(eng: Engine, ids: list[str]) -> tuple[list[str], np.ndarray]:

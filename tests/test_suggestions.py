@@ -651,6 +651,16 @@ def test_label_efficiency_curves_stop_at_exactly_the_target_fraction():
     assert al.at_fraction(curve, 0.02) == 0.80 and al.first_reaching(curve, 0.78) == 97 / 4869
 
 
+def test_label_efficiency_window_is_exactly_full_when_the_engine_rejects_a_document():
+    al = _benchmark_module()
+    texts = ["how", *[f"grain wheat harvest {i}" if i % 2 else f"oil crude barrel {i}" for i in range(9)]]
+    order = np.arange(len(texts))[::-1]
+    eng, ids = al.windowed(texts, order, al.engine_config(["constrained-kmeans"], len(texts), 5))
+    # the stop-word-only document is rejected; the others fill the window to its size, so refits warm-start
+    assert "d0" not in ids and ids == [f"d{i}" for i in order if i != 0]
+    assert len(eng.window) == eng.config.window_max_docs == len(texts) - 1
+
+
 def test_queue_benchmark_scores_what_the_primary_serves_on_documents_nobody_labelled():
     sq = _benchmark_module("served_quality")
     ds = datasets.load("reuters-r8")
