@@ -295,10 +295,16 @@ def test_the_held_out_choice_holds_while_the_seeds_change_little_for_a_few_fits(
     assert not choice_still_holds(prev, prev, ck.SEED_WEIGHT_MAX_AGE), "a choice serves a bounded number of fits"
     assert not choice_still_holds(prev[:0], prev[:0], 0), "no seeds: nothing was chosen"
     # a seed relabelled to another class is another seed
-    hashes = np.array([11, 12, 13], dtype=np.uint64)
-    a = seed_set_keys(hashes, np.array([0, 1, -1]), np.array(["x", "y"], dtype=object))
-    b = seed_set_keys(hashes, np.array([1, 1, -1]), np.array(["x", "y"], dtype=object))
+    import scipy.sparse as sp
+
+    X = sp.csr_matrix(np.array([[1.0, 0, 2], [0, 3, 0], [1, 1, 1]]))
+    classes = np.array(["x", "y"], dtype=object)
+    a = seed_set_keys(X, np.array([0, 1, -1]), classes)
+    b = seed_set_keys(X, np.array([1, 1, -1]), classes)
     assert a.size == 2 and np.intersect1d(a, b).size == 1
+    # the same seeds in another row order, with other unlabeled rows: the same keys
+    order = np.array([2, 1, 0])
+    assert np.array_equal(seed_set_keys(sp.vstack([X[order], X[[2]]]).tocsr(), np.array([-1, 1, 0, -1]), classes), a)
 
 
 def test_a_warm_refit_keeps_the_held_out_seed_weight_without_held_out_fits(r8, monkeypatch):

@@ -24,7 +24,6 @@ from streamsemi.algorithms._discovery import (
     fit_calibrated,
     uses_calibrated,
 )
-from streamsemi.algorithms._dlda_gibbs import row_hashes
 from streamsemi.algorithms._heldout import chosen_rounds, gain_se, held_out_folds, macro_f1_by_round
 from streamsemi.algorithms.base import (
     RANDOM_STATE,
@@ -34,7 +33,7 @@ from streamsemi.algorithms.base import (
     new_cluster_names,
     sparse_dot_t,
 )
-from streamsemi.algorithms.ensemble import _mix, row_keys
+from streamsemi.algorithms.ensemble import row_keys
 from streamsemi.core.features import idf_weights, l2_normalize_rows, tfidf
 
 #: ``prototypes="by-size"``: seeds per prototype at least (a class's centroids are started from its seeds)
@@ -250,17 +249,18 @@ def farthest_point_centroids(Xn: sp.csr_matrix, C: np.ndarray, candidates: np.nd
     return np.vstack([C, np.array(out)]) if out else C
 
 
-def seed_set_keys(hashes: np.ndarray, codes: np.ndarray, classes: np.ndarray) -> np.ndarray:
+def seed_set_keys(X: sp.csr_matrix, codes: np.ndarray, classes: np.ndarray) -> np.ndarray:
     """Sorted unique 64-bit keys of the seeds as (content, class) pairs.
 
-    ``hashes``: each row's content fingerprint (:func:`~streamsemi.algorithms._dlda_gibbs.row_hashes`
-    of the counts, the same for a document in any window); ``codes``: class index of each row (-1:
+    ``X``: the counts (a document's row is the same in any window; its content key is
+    :func:`~streamsemi.algorithms.ensemble.row_keys`); ``codes``: class index of each row (-1:
     unlabeled). A seed relabelled to another class gets another key.
     """
-    names = np.array([int.from_bytes(hashlib.blake2b(str(c).encode(), digest_size=8).digest(), "little")
-                      for c in classes], dtype=np.uint64)
     seeds = np.flatnonzero(codes >= 0)
-    return np.unique(_mix(hashes[seeds] ^ names[codes[seeds]]))
+    content = row_keys(X, seeds)[seeds]
+    keys = [int.from_bytes(hashlib.blake2b(f"{k}\x1f{classes[c]}".encode(), digest_size=8).digest(), "little")
+            for k, c in zip(content.tolist(), codes[seeds].tolist(), strict=True)]   # seeds only
+    return np.unique(np.asarray(keys, dtype=np.uint64))
 
 
 def choice_still_holds(prev_seeds: np.ndarray, seeds: np.ndarray, age: int, *,
@@ -481,8 +481,7 @@ class ConstrainedKMeans(DiscoveryMixin, ScoresClassifierMixin, TransformerMixin,
         else a new one (:meth:`_choose_seed_weight`)."""
         if self.seed_weight != "held-out":
             return float(self.seed_weight), None, None, None
-        hashes = row_hashes(X.indptr, X.indices, np.asarray(X.data, dtype=np.float64))
-        seeds = seed_set_keys(hashes, codes, classes)
+        seeds = seed_set_keys(X, codes, classes)
         kept = None if prev is None else getattr(prev, "seed_weight_seed_keys_", None)
         if kept is not None and choice_still_holds(kept, seeds, int(prev.seed_weight_age_)):
             return float(prev.seed_weight_), prev.seed_weight_scores_, kept, int(prev.seed_weight_age_) + 1
