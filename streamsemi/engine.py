@@ -23,7 +23,9 @@ Each algorithm's new model is published as soon as it is fitted (one dict
 reference swap per algorithm; a batch is assigned with the dict it read first, so
 it never mixes model versions of one algorithm). Warm-starting algorithms
 (``supports_warm_start``) start cold when the window grew by more than
-``refit_growth`` since the previous model's fit or the seeded classes changed.
+``refit_growth`` since the previous model's fit or the seeded classes changed; an estimator
+with a ``warm_start_view()`` gets only that of the previous model (constrained k-means: its
+seed-weight choice, not its centroids).
 
 Revisions: after every model swap, :meth:`Engine.process` walks the window in
 chunks of ``revision_chunk`` documents (after the fresh documents of the call),
@@ -1938,6 +1940,8 @@ class Engine:
         if prev is not None and not self._warm_start_useful(prev, snap):
             prev = None
         warm = prev.model if getattr(cls, "supports_warm_start", False) and prev is not None and not prev.fallback else None
+        if warm is not None and hasattr(warm, "warm_start_view"):  # only what the next fit reads of it
+            warm = warm.warm_start_view()
         scored: tuple[np.ndarray, np.ndarray | None] | None = None
         if self.fitter is not None:  # in another process (streamsemi.service.fitter): returns the fitted copy
             if probe:

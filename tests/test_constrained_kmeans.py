@@ -352,3 +352,29 @@ def test_a_warm_refit_keeps_the_held_out_seed_weight_without_held_out_fits(r8, m
     assert fixed.seed_weight_ == 8.0 and fixed.seed_weight_seed_keys_ is None and calls == [1, 1]
     with pytest.raises(TypeError, match="warm_start_from must be a fitted ConstrainedKMeans"):
         make_estimator("constrained-kmeans").fit(X, ys, warm_start_from=object())
+
+
+def test_a_warm_start_view_carries_the_choice_and_not_the_centroids(r8):
+    from sklearn.exceptions import NotFittedError
+
+    from streamsemi.service.checkpoint import estimator_state
+
+    X, y, ys, seeds = r8
+    with pytest.raises(NotFittedError):
+        make_estimator("constrained-kmeans", seed_weight="held-out").warm_start_view()
+    m = make_estimator("constrained-kmeans", seed_weight="held-out").fit(X, ys)
+    view = m.warm_start_view()
+    assert not hasattr(view, "cluster_centers_") and not hasattr(view, "idf_")
+    assert view.get_params() == m.get_params()
+    assert np.array_equal(view.seed_weight_seed_keys_, m.seed_weight_seed_keys_) and view.seed_weight_age_ == 0
+    state, arrays = estimator_state(view)
+    assert sum(a.nbytes for a in arrays.values()) < 0.01 * sum(a.nbytes for a in estimator_state(m)[1].values())
+    a = make_estimator("constrained-kmeans", seed_weight="held-out").fit(X, ys, warm_start_from=view)
+    b = make_estimator("constrained-kmeans", seed_weight="held-out").fit(X, ys, warm_start_from=m)
+    assert a.seed_weight_age_ == b.seed_weight_age_ == 1 and np.array_equal(a.labels_, b.labels_)
+    # calibrated discovery: the seeded classes' model is what the next fit reads
+    auto = make_estimator("constrained-kmeans", seed_weight="held-out", n_new_clusters="auto").fit(X, ys)
+    v = auto.warm_start_view()
+    assert not hasattr(v.known_model_, "cluster_centers_") and v.known_model_.seed_weight_ == auto.known_model_.seed_weight_
+    again = make_estimator("constrained-kmeans", seed_weight="held-out", n_new_clusters="auto").fit(X, ys, warm_start_from=v)
+    assert again.known_model_.seed_weight_age_ == 1

@@ -153,6 +153,17 @@ def test_the_fit_process_fits_the_same_model_as_in_process(r8, fitter, name):
     np.testing.assert_allclose(remote.predict_proba(X), local.predict_proba(X), rtol=1e-9, atol=1e-12)
 
 
+def test_the_fit_process_keeps_the_seed_weight_choice_from_the_previous_models_view(r8, fitter):
+    ds, order = r8
+    X, y, ids = _xy(ds, order)
+    first = fitter(CK, build_estimator(CK, None, 0, 0), X, y, ids)
+    assert first.seed_weight == "held-out" and first.seed_weight_age_ == 0
+    again = fitter(CK, build_estimator(CK, None, 0, 0), X, y, ids, first.warm_start_view())
+    assert again.seed_weight_age_ == 1 and again.seed_weight_ == first.seed_weight_
+    np.testing.assert_array_equal(again.seed_weight_seed_keys_, first.seed_weight_seed_keys_)
+    np.testing.assert_allclose(again.predict_proba(X), first.predict_proba(X), rtol=1e-9, atol=1e-12)
+
+
 @pytest.mark.parametrize("name", [CK, "pseudo-lsc"])
 def test_the_fit_process_scores_the_snapshot_as_the_fitted_model_would(r8, fitter, name):
     """scores=True: the fitted copy and its predict_proba (and a multi-label model's predict) of X, computed there."""

@@ -553,13 +553,25 @@ def test_a_revision_pass_predicts_only_with_the_models_that_changed(r8):
 
 
 @pytest.mark.parametrize("n_new_clusters", [0, "auto"])
-def test_the_workers_constrained_kmeans_keeps_its_seed_weight_choice_on_a_full_window(r8, n_new_clusters):
+def test_the_workers_constrained_kmeans_keeps_its_seed_weight_choice_on_a_full_window(r8, n_new_clusters, monkeypatch):
     ds, order = r8
     eng = Engine(cfg(window_max_docs=300, min_docs_first_refit=300, n_new_clusters=n_new_clusters))
     pool = order[:700]
     first = by_class(ds, pool[:300], 6, {"earn", "acq", "crude", "trade"})
     assert len(first) == 24
     seed(eng, ds, first)
+
+    from streamsemi.algorithms.constrained_kmeans import ConstrainedKMeans
+
+    sent = []
+    fit = ConstrainedKMeans.fit
+
+    def recording_fit(self, X, y, doc_ids=None, warm_start_from=None):
+        if warm_start_from is not None:   # the previous model's view, not its centroids
+            sent.append(hasattr(warm_start_from, "cluster_centers_"))
+        return fit(self, X, y, doc_ids=doc_ids, warm_start_from=warm_start_from)
+
+    monkeypatch.setattr(ConstrainedKMeans, "fit", recording_fit)
 
     def choice():
         m = eng.models["constrained-kmeans"].model
@@ -577,3 +589,4 @@ def test_the_workers_constrained_kmeans_keeps_its_seed_weight_choice_on_a_full_w
     seed(eng, ds, added)
     eng.request_refit()                        # v3: 16 seeds more than the 24 of the choice: chosen afresh
     assert eng.version == 3 and choice() == 0
+    assert sent and not any(sent)

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 from sklearn.utils._param_validation import Interval, StrOptions
+from sklearn.utils.validation import check_is_fitted
 
 from streamsemi.algorithms._discovery import (
     DISCOVERY_CONSTRAINTS,
@@ -472,6 +473,27 @@ class ConstrainedKMeans(DiscoveryMixin, ScoresClassifierMixin, TransformerMixin,
                 best, best_owner = found, owner
         assert best is not None
         return best, best_owner
+
+    def warm_start_view(self) -> ConstrainedKMeans:
+        """What a warm-started fit reads of this fitted model: its seed-weight choice, without the
+        centroids (the engine sends the previous model to the fit process at every refit, and a
+        model's centroids are 2 MiB per class at the default 2**18 features).
+
+        Returns
+        -------
+        view : ConstrainedKMeans
+            Unfitted but for ``seed_weight_``, ``seed_weight_scores_``, ``seed_weight_seed_keys_``,
+            ``seed_weight_age_`` and, after calibrated discovery, ``known_model_``'s view.
+        """
+        check_is_fitted(self)
+        view = type(self)(**self.get_params(deep=False))
+        for name in ("seed_weight_", "seed_weight_scores_", "seed_weight_seed_keys_", "seed_weight_age_"):
+            if hasattr(self, name):
+                setattr(view, name, getattr(self, name))
+        known = getattr(self, "known_model_", None)
+        if isinstance(known, ConstrainedKMeans):
+            view.known_model_ = known.warm_start_view()
+        return view
 
     def _seed_weight(self, X: sp.csr_matrix, codes: np.ndarray, classes: np.ndarray, Xn: sp.csr_matrix,
                      prev: ConstrainedKMeans | None,
