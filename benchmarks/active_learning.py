@@ -396,11 +396,11 @@ def windowed(texts: list[str], order: np.ndarray, cfg: EngineConfig) -> tuple[En
     ids = [f"d{i}" for i in order]
     for lo in range(0, len(order), 2000):
         eng.absorb([Document(id=ids[j], text=texts[order[j]]) for j in range(lo, min(lo + 2000, len(order)))])
-    kept = [k for k in ids if k in eng.window]
-    if len(kept) < cfg.window_max_docs and kept:
-        taken = np.asarray([j for j, k in enumerate(ids) if k in eng.window])
-        return windowed(texts, order[taken], replace(cfg, window_max_docs=len(kept), max_buffered_docs=len(kept)))
-    return eng, kept
+    took = np.fromiter((k in eng.window for k in ids), dtype=bool, count=len(ids))
+    n = int(took.sum())
+    if 0 < n < cfg.window_max_docs:
+        return windowed(texts, order[took], replace(cfg, window_max_docs=n, max_buffered_docs=n))
+    return eng, [k for k, t in zip(ids, took, strict=True) if t]
 
 
 def predictions(eng: Engine, ids: list[str]) -> tuple[list[str], np.ndarray]:

@@ -93,13 +93,6 @@ def wait_for(predicate, timeout: float, what: str, interval: float = 0.5, logs: 
     raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what} (last error: {last_exc})\n{tails}")
 
 
-def model_version(metrics_port: int) -> float:
-    """The worker's highest ``streamsemi_model_version`` (0 before the first model)."""
-    _, body = http_get(f"http://127.0.0.1:{metrics_port}/metrics")
-    found = re.findall(r"^streamsemi_model_version\{[^}]*\} (\S+)$", body.decode(), flags=re.M)
-    return max((float(v) for v in found), default=0.0)
-
-
 def http_get(url: str, timeout: float = 5.0) -> tuple[int, bytes]:
     try:
         with urllib.request.urlopen(url, timeout=timeout) as r:
@@ -265,7 +258,8 @@ def stack(tmp_path_factory):
             rc = s.procs[part].wait(timeout=90)
             assert rc == 0, s.logs[part].read_text()[-3000:]
             if skip == 0:
-                wait_for(lambda: model_version(s.metrics_port) >= 1, 60, "a first model", logs=s.all_logs())
+                wait_for(lambda: max(s.api.values('streamsemi_model_version{job="streamsemi"}'), default=0.0) >= 1,
+                         60, "a first model", logs=s.all_logs())
         total = N_DOCS + len(BAD_MESSAGES)
         wait_for(lambda: s.api.values('streamsemi_documents_consumed_total{job="streamsemi"}') == [float(total)],
                  45, f"Prometheus to see {total} consumed documents", logs=s.all_logs())
