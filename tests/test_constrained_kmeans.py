@@ -378,3 +378,102 @@ def test_a_warm_start_view_carries_the_choice_and_not_the_centroids(r8):
     assert not hasattr(v.known_model_, "cluster_centers_") and v.known_model_.seed_weight_ == auto.known_model_.seed_weight_
     again = make_estimator("constrained-kmeans", seed_weight="held-out", n_new_clusters="auto").fit(X, ys, warm_start_from=v)
     assert again.known_model_.seed_weight_age_ == 1
+
+
+def test_exemplar_class_scores_keep_each_class_s_best_seed_past_the_gate():
+    import scipy.sparse as sp
+
+    from streamsemi.algorithms.constrained_kmeans import exemplar_class_scores, exemplar_rows
+    from streamsemi.core.features import l2_normalize_rows
+
+    rng = np.random.default_rng(3)
+    Xn = l2_normalize_rows(sp.csr_matrix(rng.random((9, 12)) * (rng.random((9, 12)) < 0.4)))
+    codes = np.array([-1, 1, -1, 0, 1, -1, -1, 0, -1])
+    E, owner = exemplar_rows(Xn, codes)
+    assert owner.tolist() == [0, 0, 1, 1] and np.allclose(E.toarray(), Xn[[3, 7, 1, 4]].toarray())
+    sims = Xn.toarray() @ E.toarray().T
+    gate = float(np.median(sims))
+    want = np.zeros((9, 3))
+    for c in (0, 1):
+        s = np.where(sims[:, owner == c] >= gate, sims[:, owner == c], 0.0)
+        want[:, c] = s.max(axis=1)
+    E_t = sp.csr_matrix(E.T)
+    for chunk in (1, 4, 2048):
+        assert np.allclose(exemplar_class_scores(Xn, E_t, owner, 3, gate, chunk_rows=chunk), want)
+    assert not exemplar_class_scores(Xn, E_t[:, :0], owner[:0], 3, gate).any()
+
+
+def near_copies_corpus(seed=0):
+    """Topics A (words 0-29) and B (30-59), 200 documents each, 20 seeds each; one A seed written with B's
+    words (a story B's centroid would take), three near copies of it (true class A, unlabelled) and a
+    "cousin" that shares four of its words."""
+    import scipy.sparse as sp
+
+    rng = np.random.default_rng(seed)
+
+    def doc(words):
+        x = np.zeros(70)
+        np.add.at(x, words, 1)
+        np.add.at(x, rng.integers(60, 70, size=2), 1)   # background words
+        return x
+
+    rows = [doc(rng.choice(30, 8)) for _ in range(200)] + [doc(30 + rng.choice(30, 8)) for _ in range(200)]
+    odd_words = 30 + rng.choice(30, 10, replace=False)
+    odd = np.zeros(70)
+    odd[odd_words] = 2
+    copies = [odd + np.eye(70)[60 + i] for i in range(3)]
+    cousin = doc(np.r_[odd_words[:4], odd_words[:4], 30 + rng.choice(30, 4)])
+    X = sp.csr_matrix(np.vstack(rows + [odd] + copies + [cousin]))
+    y = np.array(["A"] * 200 + ["B"] * 200 + ["A"] * 4 + ["B"], dtype=object)
+    ys = np.full(len(y), None, dtype=object)
+    seeds = np.r_[rng.choice(200, 20, replace=False), 200 + rng.choice(200, 20, replace=False), 400]
+    ys[seeds] = y[seeds]
+    return X, y, ys
+
+
+def test_the_near_copies_of_a_labelled_document_follow_its_label():
+    from streamsemi.algorithms.constrained_kmeans import EXEMPLAR_GATE
+
+    X, y, ys = near_copies_corpus()
+    copies, cousin = [401, 402, 403], 404
+    plain = make_estimator("constrained-kmeans", prototypes="by-size").fit(X, ys)
+    ex = make_estimator("constrained-kmeans", prototypes="by-size", seed_exemplars=True).fit(X, ys)
+    assert plain.exemplars_ is None and ex.exemplars_.shape == (41, 70)
+    assert ex.exemplar_min_similarity_ == pytest.approx(EXEMPLAR_GATE * ex.objective_ / X.shape[0])
+    assert list(plain.predict(X[copies])) == ["B"] * 3, "the centroids alone put the copies with B"
+    assert list(ex.predict(X[copies])) == ["A"] * 3
+    # the fitted assignment follows the exemplars as predict does; seeds stay in their class
+    assert np.array_equal(ex.classes_[ex.labels_], ex.predict(X))
+    seeded = np.flatnonzero(ys != None)  # noqa: E711
+    assert np.array_equal(ex.classes_[ex.labels_[seeded]], ys[seeded].astype(str))
+    # the cousin is more like the odd seed than like B's centroid, but not past the gate: it stays with B
+    from streamsemi.core.features import tfidf
+
+    c = tfidf(X[[cousin]], ex.idf_)
+    to_odd = float((c @ tfidf(X[[400]], ex.idf_).T).toarray()[0, 0])
+    to_b = float(ex.transform(X[[cousin]])[0, list(ex.classes_).index("B")])
+    assert to_b < to_odd < ex.exemplar_min_similarity_, (to_b, to_odd, ex.exemplar_min_similarity_)
+    assert ex.predict(X[[cousin]])[0] == "B"
+    # a model saved before exemplars existed predicts with its centroids
+    del ex.exemplars_
+    assert list(ex.predict(X[copies])) == ["B"] * 3
+    with pytest.raises(ValueError, match="seed_exemplars"):
+        make_estimator("constrained-kmeans", seed_exemplars="yes").fit(X, ys)
+
+
+def test_exemplars_survive_a_checkpoint_and_stay_out_of_the_warm_start_view():
+    from streamsemi.algorithms import build_estimator
+    from streamsemi.evaluation.baselines import make_method
+    from streamsemi.service.checkpoint import estimator_state, restore_estimator
+
+    assert build_estimator("constrained-kmeans", None, 0, 0).seed_exemplars is True
+    assert make_estimator("constrained-kmeans").seed_exemplars is False
+    assert make_method("constrained-kmeans").seed_exemplars is False, "the baselines keep Basu et al."
+    X, y, ys = near_copies_corpus()
+    m = build_estimator("constrained-kmeans", None, 0, 0).fit(X, ys)
+    state, arrays = estimator_state(m)
+    back = restore_estimator(state, arrays, "constrained-kmeans")
+    assert (back.exemplars_ != m.exemplars_).nnz == 0 and back.exemplar_owner_.tolist() == m.exemplar_owner_.tolist()
+    assert np.allclose(back.predict_proba(X), m.predict_proba(X)) and list(back.predict(X[[401]])) == ["A"]
+    view = m.warm_start_view()
+    assert not hasattr(view, "exemplars_") and not hasattr(view, "exemplar_owner_")

@@ -274,3 +274,43 @@ def test_refit_done_carries_what_each_fit_chose_and_ensemble_weights_are_exporte
     assert done["fsl-ck"]["fit"] == {"error": "RuntimeError: no summary"}
     assert eng.models["fsl-ck"].version == 2 and not eng.models["fsl-ck"].fallback
     assert sample(eng.telemetry.refits, algorithm="fsl-ck", outcome="success") == 2
+
+
+def test_the_worker_model_gives_a_labelled_story_s_near_copy_its_label(r8):
+    """The daemon's constrained k-means takes seeds as exemplars (``seed_exemplars``): a story the
+    centroids put in the wrong class is labelled, and a near copy arriving after the refit gets the
+    label; with ``seed_exemplars = false`` the refitted centroids still misplace some of the copies."""
+    ds, order = r8
+    window, seeds = order[:600], order[:600:20]
+
+    def engine(params):
+        eng = Engine(cfg(algorithms=["constrained-kmeans"], min_docs_first_refit=600, algorithm_params=params))
+        for i in seeds:
+            eng.label(f"r{i}", [ds.labels[i]])
+        eng.process(docs(ds, window))
+        return eng
+
+    def served(eng, i, tag):
+        text = ds.texts[i] + " the company said"
+        out = eng.process([Document(id=f"copy-{tag}-{i}", text=text)]).assignments
+        return next(a.cluster for a in out if a.primary)
+
+    plain = engine({"constrained-kmeans": {"seed_exemplars": False}})
+    assert eng_version(plain) == 1
+    wrong = [i for i in window if i not in seeds and served(plain, i, "probe") != ds.labels[i]]
+    assert len(wrong) >= 5, "the sample must have stories the centroids misplace"
+    ex = engine({})
+    assert ex.models["constrained-kmeans"].model.seed_exemplars is True, "the worker's default"
+    picked = wrong[:10]
+    for eng in (plain, ex):
+        for i in picked:
+            eng.label(f"r{i}", [ds.labels[i]])
+        eng.request_refit()
+        assert eng_version(eng) == 2
+    assert [served(ex, i, "after") for i in picked] == [ds.labels[i] for i in picked]
+    still = [i for i in picked if served(plain, i, "after") != ds.labels[i]]
+    assert len(still) >= 2, f"without exemplars some copies keep the centroids' wrong class: {still}"
+
+
+def eng_version(eng):
+    return eng.models["constrained-kmeans"].version

@@ -28,6 +28,7 @@ from streamsemi.algorithms._discovery import (
 from streamsemi.algorithms._heldout import chosen_rounds, gain_se, held_out_folds, macro_f1_by_round
 from streamsemi.algorithms.base import (
     RANDOM_STATE,
+    DerivedArrays,
     ScoresClassifierMixin,
     StreamsemiEstimator,
     TransformerMixin,
@@ -51,6 +52,14 @@ SEED_WEIGHT_GAIN_Z = 1.0
 #: most this share of its seeds, for at most :data:`SEED_WEIGHT_MAX_AGE` fits after the one that chose
 SEED_WEIGHT_KEEP_SEEDS = 0.5
 SEED_WEIGHT_MAX_AGE = 4
+#: ``seed_exemplars=True``: a seed is one more prototype of its class for the documents whose cosine
+#: similarity to it is at least this multiple of the fit's mean similarity of a document to its centroid
+#: (chosen on the development corpora of ``benchmarks/active_learning.py``, docs/algorithms/constrained-kmeans.md)
+EXEMPLAR_GATE = 1.5
+#: rows per block of the exemplar similarities (bounds the sparse block: rows x seeds)
+EXEMPLAR_CHUNK_ROWS = 1024
+#: per fitted model, its exemplars transposed for prediction (weak keys: not checkpointed, goes with the model)
+_EXEMPLARS_T: DerivedArrays[sp.csr_matrix] = DerivedArrays()
 
 
 def _normalize_dense_rows(C: np.ndarray) -> np.ndarray:
@@ -163,6 +172,33 @@ def class_scores(S: np.ndarray, owner: np.ndarray, n_classes: int) -> np.ndarray
         cols = np.flatnonzero(owner == c)
         if cols.size:
             out[:, c] = S[:, cols].max(axis=1)
+    return out
+
+
+def exemplar_rows(Xn: sp.csr_matrix, codes: np.ndarray) -> tuple[sp.csr_matrix, np.ndarray]:
+    """The seeds' unit tf-idf rows ordered by class, and the class code of each."""
+    seeds = np.flatnonzero(codes >= 0)
+    order = seeds[np.argsort(codes[seeds], kind="stable")]
+    return sp.csr_matrix(Xn[order]), np.asarray(codes[order], dtype=np.int64)
+
+
+def exemplar_class_scores(Xn: sp.csr_matrix, exemplars_t: sp.csr_matrix, owner: np.ndarray, n_classes: int,
+                          min_similarity: float, chunk_rows: int = EXEMPLAR_CHUNK_ROWS) -> np.ndarray:
+    """Per row of ``Xn`` (unit tf-idf) and class, the highest cosine similarity to one of the class's
+    exemplars that reaches ``min_similarity``; 0 where none does.
+
+    ``exemplars_t`` is the exemplars' matrix transposed, in CSR (n_features x n_exemplars: each
+    product then reads only the features of the rows), and ``owner`` the class of each exemplar.
+    Computed ``chunk_rows`` rows at a time: the sparse block of similarities is at most
+    ``chunk_rows x n_exemplars`` entries.
+    """
+    out = np.zeros((Xn.shape[0], n_classes))
+    if exemplars_t.shape[1] == 0:
+        return out
+    for lo in range(0, Xn.shape[0], chunk_rows):
+        block = sp.coo_matrix(Xn[lo:lo + chunk_rows] @ exemplars_t)
+        keep = block.data >= min_similarity
+        np.maximum.at(out, (block.row[keep] + lo, owner[block.col[keep]]), block.data[keep])
     return out
 
 
@@ -335,6 +371,14 @@ class ConstrainedKMeans(DiscoveryMixin, ScoresClassifierMixin, TransformerMixin,
         a refit from ``warm_start_from`` keeps its choice while the seeds changed little, for at
         most :data:`SEED_WEIGHT_MAX_AGE` fits, :func:`choice_still_holds`).
         docs/algorithms/constrained-kmeans.md.
+    seed_exemplars : bool, default=False
+        Each seed is also a prototype of its own class: a document whose cosine similarity to a
+        seed reaches :data:`EXEMPLAR_GATE` times the fit's mean similarity of a document to its
+        centroid (``objective_ / n``), and exceeds its similarity to every centroid, takes that
+        seed's class. The close neighbours of a labelled document (its near copies, the posts
+        that quote it) follow its label. ``False``: centroids only (Basu et al.; the evaluation
+        baseline). ``True`` is the worker's default (``DAEMON_PARAMS``).
+        docs/algorithms/constrained-kmeans.md.
     random_state : int >= 0 or None, default=0
         Tie-breaking seed for the extra clusters' initialisation.
 
@@ -369,6 +413,13 @@ class ConstrainedKMeans(DiscoveryMixin, ScoresClassifierMixin, TransformerMixin,
     seed_weight_age_ : int or None
         ``"held-out"``: fits since the choice (0: chosen by this fit; k > 0: ``warm_start_from``'s
         choice kept without held-out fits).
+    exemplars_ : sparse matrix of shape (n_seeds, n_features) or None
+        ``seed_exemplars=True``: the seeds' unit tf-idf rows, ordered by class (None otherwise).
+    exemplar_owner_ : ndarray of int, shape (n_seeds,) or None
+        The class (index into ``classes_``) of each row of ``exemplars_``.
+    exemplar_min_similarity_ : float or None
+        The similarity from which a seed counts as a prototype (:data:`EXEMPLAR_GATE` times the
+        mean similarity of the training rows to their centroids).
     """
 
     #: the engine passes the previous fit (``warm_start_from``); only the seed weight's choice is kept
@@ -382,6 +433,7 @@ class ConstrainedKMeans(DiscoveryMixin, ScoresClassifierMixin, TransformerMixin,
         "prototypes": [StrOptions({"one", "by-size"})],
         "temperature": [Interval(Real, 0, None, closed="neither")],
         "seed_weight": [Interval(Real, 1, None, closed="left"), StrOptions({"held-out"})],
+        "seed_exemplars": ["boolean"],
         "random_state": RANDOM_STATE,
     }
 
@@ -389,7 +441,8 @@ class ConstrainedKMeans(DiscoveryMixin, ScoresClassifierMixin, TransformerMixin,
                  temperature: float = 0.05, discovery: str = "calibrated",
                  discovery_quantile: float = 0.4, discovery_init: Any = None,
                  discovery_split: bool = False, prototypes: str = "one", n_init: int = 1,
-                 seed_weight: float | str = 1.0, random_state: int | None = 0) -> None:
+                 seed_weight: float | str = 1.0, seed_exemplars: bool = False,
+                 random_state: int | None = 0) -> None:
         self.constrained = constrained
         self.n_new_clusters = n_new_clusters
         self.discovery = discovery
@@ -401,6 +454,7 @@ class ConstrainedKMeans(DiscoveryMixin, ScoresClassifierMixin, TransformerMixin,
         self.n_init = n_init
         self.temperature = temperature
         self.seed_weight = seed_weight
+        self.seed_exemplars = seed_exemplars
         self.random_state = random_state
 
     def fit(self, X: Any, y: Any, doc_ids: Sequence[Any] | None = None,
@@ -449,6 +503,14 @@ class ConstrainedKMeans(DiscoveryMixin, ScoresClassifierMixin, TransformerMixin,
         self.cluster_centers_ = C
         self.labels_ = labels
         self.n_iter_ = n_iter
+        self.exemplars_ = self.exemplar_owner_ = self.exemplar_min_similarity_ = None
+        if self.seed_exemplars:
+            self.exemplars_, self.exemplar_owner_ = exemplar_rows(Xn, codes)
+            self.exemplar_min_similarity_ = EXEMPLAR_GATE * self.objective_ / max(Xn.shape[0], 1)
+            # the training rows' assignment follows the exemplars as predict does (seeds stay in their class)
+            S = self._class_scores(Xn)
+            free = np.flatnonzero(codes < 0) if self.constrained else np.arange(Xn.shape[0])
+            self.labels_[free] = S[free].argmax(axis=1)
         self.new_clusters_ = new_cluster_names(int(self.n_new_clusters))
         self.classes_ = np.array(list(classes) + self.new_clusters_, dtype=object)
         return self
@@ -545,11 +607,22 @@ class ConstrainedKMeans(DiscoveryMixin, ScoresClassifierMixin, TransformerMixin,
 
     def _scores(self, X: Any) -> np.ndarray:
         X = self._validate_counts(X, reset=False)
+        return self._class_scores(tfidf(X, self.idf_))
+
+    def _class_scores(self, Xn: sp.csr_matrix) -> np.ndarray:
+        """Each class's score of every row of ``Xn`` (unit tf-idf): its highest cosine similarity to
+        one of the class's centroids or, with exemplars, to one of its seeds past the gate."""
         owner = getattr(self, "prototype_owner_", None)   # absent in models saved before prototypes
         if owner is None or owner.size == self.cluster_centers_.shape[0]:
-            return sparse_dot_t(tfidf(X, self.idf_), self.cluster_centers_)
-        S = sparse_dot_t(tfidf(X, self.idf_), self.prototype_centers_)
-        return class_scores(S, owner, self.cluster_centers_.shape[0])
+            S = sparse_dot_t(Xn, self.cluster_centers_)
+        else:
+            S = class_scores(sparse_dot_t(Xn, self.prototype_centers_), owner, self.cluster_centers_.shape[0])
+        exemplars = getattr(self, "exemplars_", None)   # absent in models saved before exemplars
+        if exemplars is not None:
+            E_t = _EXEMPLARS_T.get(self, (exemplars,), lambda: sp.csr_matrix(exemplars.T))
+            S = np.maximum(S, exemplar_class_scores(Xn, E_t, self.exemplar_owner_, S.shape[1],
+                                                    float(self.exemplar_min_similarity_)))
+        return S
 
     def _fit_summary(self) -> dict[str, Any]:
         """``prototypes="by-size"``: the classes given more than one centroid, with their counts;
@@ -570,8 +643,9 @@ class ConstrainedKMeans(DiscoveryMixin, ScoresClassifierMixin, TransformerMixin,
         return float(self.temperature)
 
     def transform(self, X: Any) -> np.ndarray:
-        """Cosine similarity of each row to each centroid (``predict_proba`` is their softmax
-        at ``temperature``)."""
+        """Cosine similarity of each row to each class: to its centroid, the most similar of its
+        centroids (``prototypes="by-size"``) or of its seeds past the gate (``seed_exemplars``);
+        ``predict_proba`` is their softmax at ``temperature``."""
         return self._scores(X)
 
     def _explain_weights(self) -> np.ndarray:
