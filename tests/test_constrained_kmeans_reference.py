@@ -195,7 +195,7 @@ def test_documented_defaults() -> None:
                                                 "temperature": 0.05, "random_state": 0,
                                                 "discovery": "calibrated", "discovery_quantile": 0.4,
                                                 "discovery_init": None, "discovery_split": False, "n_init": 1,
-                                                "prototypes": "one", "seed_weight": 1.0}
+                                                "prototypes": "one", "seed_weight": 1.0, "seed_exemplars": False}
     assert ConstrainedKMeans(random_state=7).random_state == 7
 
 
