@@ -179,7 +179,7 @@ def exemplar_rows(Xn: sp.csr_matrix, codes: np.ndarray) -> tuple[sp.csr_matrix, 
     """The seeds' unit tf-idf rows ordered by class, and the class code of each."""
     seeds = np.flatnonzero(codes >= 0)
     order = seeds[np.argsort(codes[seeds], kind="stable")]
-    return sp.csr_matrix(Xn[order]), np.asarray(codes[order], dtype=np.int64)
+    return Xn[order], np.asarray(codes[order], dtype=np.int64)
 
 
 def exemplar_class_scores(Xn: sp.csr_matrix, exemplars_t: sp.csr_matrix, owner: np.ndarray, n_classes: int,
@@ -507,10 +507,13 @@ class ConstrainedKMeans(DiscoveryMixin, ScoresClassifierMixin, TransformerMixin,
         if self.seed_exemplars:
             self.exemplars_, self.exemplar_owner_ = exemplar_rows(Xn, codes)
             self.exemplar_min_similarity_ = EXEMPLAR_GATE * self.objective_ / max(Xn.shape[0], 1)
-            # the training rows' assignment follows the exemplars as predict does (seeds stay in their class)
-            S = self._class_scores(Xn)
-            free = np.flatnonzero(codes < 0) if self.constrained else np.arange(Xn.shape[0])
-            self.labels_[free] = S[free].argmax(axis=1)
+            # the training rows a seed reaches past the gate are assigned as predict does (seeds stay in
+            # their class); the others keep the k-means assignment, which is predict's on a converged fit
+            M = self._exemplar_scores(Xn)
+            rows = np.flatnonzero(M.max(axis=1) > 0)
+            if self.constrained:
+                rows = rows[codes[rows] < 0]
+            self.labels_[rows] = np.maximum(self._centroid_scores(Xn[rows]), M[rows]).argmax(axis=1)
         self.new_clusters_ = new_cluster_names(int(self.n_new_clusters))
         self.classes_ = np.array(list(classes) + self.new_clusters_, dtype=object)
         return self
@@ -612,17 +615,25 @@ class ConstrainedKMeans(DiscoveryMixin, ScoresClassifierMixin, TransformerMixin,
     def _class_scores(self, Xn: sp.csr_matrix) -> np.ndarray:
         """Each class's score of every row of ``Xn`` (unit tf-idf): its highest cosine similarity to
         one of the class's centroids or, with exemplars, to one of its seeds past the gate."""
+        S = self._centroid_scores(Xn)
+        M = self._exemplar_scores(Xn)
+        return S if M is None else np.maximum(S, M)
+
+    def _centroid_scores(self, Xn: sp.csr_matrix) -> np.ndarray:
+        """Each class's highest cosine similarity of every row of ``Xn`` to one of its centroids."""
         owner = getattr(self, "prototype_owner_", None)   # absent in models saved before prototypes
         if owner is None or owner.size == self.cluster_centers_.shape[0]:
-            S = sparse_dot_t(Xn, self.cluster_centers_)
-        else:
-            S = class_scores(sparse_dot_t(Xn, self.prototype_centers_), owner, self.cluster_centers_.shape[0])
+            return sparse_dot_t(Xn, self.cluster_centers_)
+        return class_scores(sparse_dot_t(Xn, self.prototype_centers_), owner, self.cluster_centers_.shape[0])
+
+    def _exemplar_scores(self, Xn: sp.csr_matrix) -> np.ndarray | None:
+        """:func:`exemplar_class_scores` of ``Xn`` against this model's seeds (None without exemplars)."""
         exemplars = getattr(self, "exemplars_", None)   # absent in models saved before exemplars
-        if exemplars is not None:
-            E_t = _EXEMPLARS_T.get(self, (exemplars,), lambda: sp.csr_matrix(exemplars.T))
-            S = np.maximum(S, exemplar_class_scores(Xn, E_t, self.exemplar_owner_, S.shape[1],
-                                                    float(self.exemplar_min_similarity_)))
-        return S
+        if exemplars is None:
+            return None
+        E_t = _EXEMPLARS_T.get(self, (exemplars,), lambda: sp.csr_matrix(exemplars.T))
+        return exemplar_class_scores(Xn, E_t, self.exemplar_owner_, self.cluster_centers_.shape[0],
+                                     float(self.exemplar_min_similarity_))
 
     def _fit_summary(self) -> dict[str, Any]:
         """``prototypes="by-size"``: the classes given more than one centroid, with their counts;
