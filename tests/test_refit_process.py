@@ -428,3 +428,51 @@ def test_fit_priority_sets_the_fit_process_policy_and_nice(priority, policy, nic
         assert ni == min(19, base + nice)
     finally:
         f.close()
+
+
+def _thread_nices(pid: int) -> set[int]:
+    return {os.getpriority(os.PRIO_PROCESS, int(t)) for t in os.listdir(f"/proc/{pid}/task")}
+
+
+@pytest.mark.skipif(not hasattr(os, "SCHED_IDLE"), reason="Linux scheduling policies")
+def test_adaptive_fit_priority_follows_urgency_and_never_uses_sched_idle(r8):
+    """fit_priority=adaptive: the process starts at the worker's priority (no model yet: the fit is the hot path),
+    every one of its threads goes to nice +10 when the fit is not urgent and back when it is; never SCHED_IDLE."""
+    base = os.nice(0)
+    f = FitProcess(**FIT_PRIORITY["adaptive"]).start()
+    try:
+        assert scheduling(f.pid) == (os.SCHED_OTHER, base)
+        X, y, ids = _xy(*r8, n=200)
+        est = build_estimator(CK, None, 0, 0)
+        assert f(CK, est, X, y, ids).predict(X[:5]).shape == (5,)
+        f.set_urgent(False)
+        assert _thread_nices(f.pid) == {min(19, base + 10)}
+        assert scheduling(f.pid)[0] == os.SCHED_OTHER
+        assert f.nice_gauge._value.get() == min(19, base + 10)
+        assert f(CK, est, X, y, ids).predict(X[:5]).shape == (5,)  # the niced process still fits
+        if os.geteuid() == 0:  # raising a priority again needs CAP_SYS_NICE
+            f.set_urgent(True)
+            assert _thread_nices(f.pid) == {base}
+            assert f.urgent_gauge._value.get() == 1
+    finally:
+        f.close()
+
+
+def test_adaptive_fit_starts_a_new_process_when_the_os_refuses_a_higher_priority(r8, monkeypatch):
+    """Without CAP_SYS_NICE a niced process cannot be raised again: the next urgent fit runs in a new process started
+    at the worker's priority (and the fit succeeds)."""
+    import streamsemi.service.fitter as fitter_mod
+
+    f = FitProcess(**FIT_PRIORITY["adaptive"]).start()
+    try:
+        f.set_urgent(False)
+        first = f.pid
+        monkeypatch.setattr(fitter_mod, "set_process_nice", lambda pid, nice: False)  # what an unprivileged OS answers
+        f.set_urgent(True)
+        assert f.pid == first  # nothing is killed during the (possible) fit
+        X, y, ids = _xy(*r8, n=200)
+        assert f(CK, build_estimator(CK, None, 0, 0), X, y, ids).predict(X[:3]).shape == (3,)
+        assert f.pid is not None and f.pid != first
+        assert os.getpriority(os.PRIO_PROCESS, f.pid) == os.nice(0)
+    finally:
+        f.close()

@@ -50,11 +50,13 @@ def exposed_metrics() -> dict[str, tuple[str, tuple[str, ...]]]:
     from prometheus_client.metrics import MetricWrapperBase
 
     from streamsemi.service.fitter import FitProcess
+    from streamsemi.service.freshness import ModelFreshness
 
     t = Telemetry()
     fitter = FitProcess(t.registry)  # the worker registers the fit process's metrics beside its own (not started)
+    freshness = ModelFreshness(60.0, 90.0, t.registry)  # and the served model's freshness
     out: dict[str, tuple[str, tuple[str, ...]]] = {}
-    for m in [*vars(t).values(), *vars(fitter).values()]:
+    for m in [*vars(t).values(), *vars(fitter).values(), *vars(freshness).values()]:
         if isinstance(m, MetricWrapperBase):
             name = m._name + ("_total" if m._type == "counter" else "")
             out[name] = (m._type, tuple(m._labelnames))

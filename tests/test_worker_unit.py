@@ -333,11 +333,12 @@ def test_without_gc_pacing_the_loop_leaves_the_collector_alone(r8):
     assert gc.get_freeze_count() == 0
 
 
-@pytest.mark.parametrize("priority, idle, nice", [("idle", True, 10), ("low", False, 10), ("normal", False, 0)])
-def test_fit_priority_setting_reaches_the_fit_process(priority, idle, nice):
-    """The worker's fit process gets the priority of the fit_priority setting (default idle: SCHED_IDLE)."""
-    w = Worker(resolve({} if priority == "idle" else {"fit_priority": priority}))
-    assert (w.fitter.idle, w.fitter.nice) == (idle, nice)
+@pytest.mark.parametrize("priority, idle, nice, adaptive", [("adaptive", False, 10, True), ("idle", True, 10, False),
+                                                             ("low", False, 10, False), ("normal", False, 0, False)])
+def test_fit_priority_setting_reaches_the_fit_process(priority, idle, nice, adaptive):
+    """The worker's fit process gets the priority of the fit_priority setting (default adaptive: never SCHED_IDLE)."""
+    w = Worker(resolve({} if priority == "adaptive" else {"fit_priority": priority}))
+    assert (w.fitter.idle, w.fitter.nice, w.fitter.adaptive) == (idle, nice, adaptive)
     assert Worker(resolve({"refit_process": "false"})).fitter is None
 
 

@@ -303,11 +303,16 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("shutdown_grace_s", float, 30.0, "maximum time to finish the current batch on SIGTERM", _positive),
     Setting("refit_process", bool, True, "fit the models in a separate process (the polling thread never waits on "
             "a fit; docs/throughput.md)"),
-    Setting("fit_priority", str, "idle",
-            "CPU priority of the fit process (refit_process): idle (Linux SCHED_IDLE: it fits on the CPU the worker, "
-            "its producer process and the broker leave, so that fresh documents never wait for a core; on a "
-            "saturated machine refits wait), low (nice 10) or normal (docs/throughput.md)",
-            choices=("idle", "low", "normal")),
+    Setting("fit_priority", str, "adaptive",
+            "CPU priority of the fit process (refit_process): adaptive (nice 10 while a model serves, the worker's "
+            "own priority while no model serves yet or a refit runs on a stale model: see model_stale_after_s), "
+            "low (always nice 10), normal (always the worker's priority) or idle (Linux SCHED_IDLE: fits only on "
+            "CPU nothing else wants; on a busy machine the first model may never come; docs/throughput.md)",
+            choices=("adaptive", "idle", "low", "normal")),
+    Setting("model_stale_after_s", float, 60.0,
+            "a refit that runs while the served model is older than this is urgent (the fit process gets the "
+            "worker's priority), the model counts as stale (streamsemi_model_stale, /readyz reason); no model "
+            "first_fit_max_wait_s + this after the first document: the first model is late", _positive),
     Setting("producer_process", bool, True, "produce the outputs from a separate process (the polling thread hands "
             "them over in batches and does not wait for the broker; docs/throughput.md)"),
     Setting("producer_nice", int, 10,

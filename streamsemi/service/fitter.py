@@ -18,8 +18,14 @@ Nothing is pickled: each message is one frame of a JSON header and raw numpy buf
 numeric / bool / fixed-width string dtypes (:func:`frame_parts` / :func:`unpack`), written
 from the arrays' own memory and read into one buffer whose views are the arrays
 (:func:`send_frame` / :func:`recv_frame`: the kernel copies with the GIL released). The fit process runs with one BLAS
-thread and a lower CPU priority (``nice``, or the ``SCHED_IDLE`` policy: setting
-``fit_priority``), so that on a small machine the polling thread keeps its core.
+thread and, by default, a priority that follows what the worker needs (setting
+``fit_priority = adaptive``): a higher nice value than the worker (a smaller CPU share,
+never none: the polling thread keeps its core, and the fit still progresses on a busy
+machine) while a model serves, and the worker's own priority while no model serves yet
+or a refit runs and the served model is older than ``model_stale_after_s``: then the
+fit *is* the hot path (:meth:`FitProcess.set_urgent`, driven by
+:class:`streamsemi.service.freshness.ModelFreshness`). ``idle`` (Linux ``SCHED_IDLE``),
+``low`` (always nice 10) and ``normal`` keep one fixed priority.
 
 A fit process that dies (killed, out of memory) is reported (``fit_process_died``
 event, ``streamsemi_fit_process_deaths_total``) and started again at once; the fit it
@@ -47,7 +53,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from streamsemi.core.logs import event
 from streamsemi.service.checkpoint import estimator_state, restore_estimator
-from streamsemi.service.processes import lower_priority
+from streamsemi.service.processes import lower_priority, process_nice, set_process_nice
 
 log = logging.getLogger("streamsemi.service.fitter")
 
@@ -291,9 +297,14 @@ def _rss_bytes(pid: int) -> int | None:
         return None
 
 
-#: the fit process's CPU priority per value of the ``fit_priority`` setting (:class:`FitProcess` arguments)
-FIT_PRIORITY: dict[str, dict[str, Any]] = {"idle": {"nice": 10, "idle": True}, "low": {"nice": 10, "idle": False},
-                                           "normal": {"nice": 0, "idle": False}}
+#: the fit process's CPU priority per value of the ``fit_priority`` setting (:class:`FitProcess` arguments).
+#: ``adaptive`` (default): nice 10 while a model serves, the worker's priority while the fit is urgent;
+#: ``idle``: Linux ``SCHED_IDLE`` (no CPU at all while other processes want it: on a busy machine the
+#: first model may never come); ``low``: always nice 10; ``normal``: always the worker's priority.
+FIT_PRIORITY: dict[str, dict[str, Any]] = {"adaptive": {"nice": 10, "idle": False, "adaptive": True},
+                                           "idle": {"nice": 10, "idle": True, "adaptive": False},
+                                           "low": {"nice": 10, "idle": False, "adaptive": False},
+                                           "normal": {"nice": 0, "idle": False, "adaptive": False}}
 
 
 class FitProcess:
@@ -308,18 +319,29 @@ class FitProcess:
         Added to the fit process's nice value (lower CPU priority than the worker).
     idle : bool
         Run the fit process under Linux's ``SCHED_IDLE`` policy (:func:`lower_priority`):
-        it fits on whatever CPU the worker, its producer process and the broker leave,
-        and never keeps the polling thread waiting for a core (setting ``fit_priority``).
+        it fits only on CPU that nothing else wants, so on a busy machine it may never
+        fit at all (setting ``fit_priority = idle``).
+    adaptive : bool
+        ``nice`` applies only while the fit is not urgent (:meth:`set_urgent`); an urgent
+        fit (no model serves yet, or the served one is stale) runs at the worker's own
+        priority. The process starts urgent. Raising the priority again after lowering it
+        needs ``CAP_SYS_NICE`` (or an ``RLIMIT_NICE`` allowance); where the OS refuses,
+        the idle process is started again at the worker's priority before the next fit
+        (``fit_priority_raise_refused`` event, once).
     context : str
         Multiprocessing start method (``spawn`` or ``forkserver``).
     """
 
     def __init__(self, registry: CollectorRegistry | None = None, nice: int = 10, context: str = "spawn",
-                 idle: bool = False) -> None:
+                 idle: bool = False, adaptive: bool = False) -> None:
         if context not in ("spawn", "forkserver"):
             raise ValueError(f"context must be 'spawn' or 'forkserver', got {context!r}")
         self.nice = int(nice)
         self.idle = bool(idle)
+        self.adaptive = bool(adaptive)
+        self.base_nice = os.nice(0)  # the worker's own nice value: an urgent fit runs at it
+        self.urgent = True           # adaptive: no model yet when the process starts
+        self._raise_refused = False  # the OS refused a higher priority: start a new process instead
         self._ctx = multiprocessing.get_context(context)
         self._lock = threading.Lock()
         self._proc: Any = None
@@ -331,6 +353,13 @@ class FitProcess:
         self.starts = Counter("streamsemi_fit_process_starts", "Fit processes started", registry=r)
         self.rss = Gauge("streamsemi_fit_process_resident_bytes",
                          "Resident memory of the fit process after its last fit", registry=r)
+        self.nice_gauge = Gauge("streamsemi_fit_process_nice",
+                                "Nice value of the fit process (higher: a smaller CPU share than the worker's)",
+                                registry=r)
+        self.urgent_gauge = Gauge("streamsemi_fit_urgent",
+                                  "1 while the fit runs at the worker's priority (no model yet, or a stale one)",
+                                  registry=r)
+        self.urgent_gauge.set(1 if self.adaptive else 0)
 
     @property
     def pid(self) -> int | None:
@@ -347,13 +376,50 @@ class FitProcess:
 
     def _spawn(self) -> None:
         parent, child = self._ctx.Pipe(duplex=True)
-        proc = self._ctx.Process(target=serve, args=(child, self.nice, self.idle), name="streamsemi-fit", daemon=True)
+        # adaptive: the process starts at the worker's priority and is lowered from here (set_urgent)
+        nice = 0 if self.adaptive else self.nice
+        proc = self._ctx.Process(target=serve, args=(child, nice, self.idle), name="streamsemi-fit", daemon=True)
         proc.start()
         _widen(parent)
         child.close()  # the worker keeps one end only: the fit process's death closes the pipe (EOF)
         self._proc, self._conn = proc, parent
+        self._raise_refused = False
         self.starts.inc()
-        event(log, "fit_process_started", pid=proc.pid)
+        if self.adaptive and not self.urgent:
+            set_process_nice(proc.pid, self.base_nice + self.nice)
+        self._show_nice(proc.pid)
+        event(log, "fit_process_started", pid=proc.pid, nice=process_nice(proc.pid), urgent=self.urgent)
+
+    def _show_nice(self, pid: int) -> None:
+        ni = process_nice(pid)
+        if ni is not None:
+            self.nice_gauge.set(ni)
+
+    def set_urgent(self, urgent: bool) -> None:
+        """Run the fit at the worker's priority (``urgent``) or ``nice`` lower (adaptive mode only).
+
+        Called from the polling thread (:class:`streamsemi.service.freshness.ModelFreshness`)
+        whenever the answer changes; it takes effect at once, also during a fit. A no-op
+        unless ``adaptive``.
+        """
+        urgent = bool(urgent)
+        if not self.adaptive or urgent == self.urgent:
+            return
+        self.urgent = urgent
+        self.urgent_gauge.set(1 if urgent else 0)
+        proc = self._proc
+        if proc is None or proc.pid is None:
+            return
+        target = self.base_nice if urgent else self.base_nice + self.nice
+        ok = set_process_nice(proc.pid, target)
+        if urgent and not ok and not self._raise_refused:
+            self._raise_refused = True
+            event(log, "fit_priority_raise_refused", logging.WARNING, pid=proc.pid, nice=process_nice(proc.pid),
+                  action="the fit process is started again at the worker's priority before the next fit "
+                         "(give the worker CAP_SYS_NICE to raise it during a fit)")
+        else:
+            event(log, "fit_priority_changed", pid=proc.pid, urgent=urgent, nice=process_nice(proc.pid))
+        self._show_nice(proc.pid)
 
     def _died(self, algorithm: str, exc: BaseException) -> FitProcessDied:
         proc = self._proc
@@ -406,6 +472,8 @@ class FitProcess:
                 if self._proc is not None:
                     raise self._died(name, RuntimeError("not running before the fit"))
                 self._spawn()
+            elif self.urgent and self._raise_refused:
+                self._restart_idle()  # the OS would not raise the niced process: a new one at the worker's priority
             try:
                 send_frame(self._conn, parts)
                 del parts
@@ -427,6 +495,17 @@ class FitProcess:
         if "scores_error" in reply:
             event(log, "snapshot_scores_failed", logging.WARNING, algorithm=name, error=str(reply["scores_error"]))
         return fitted, (None if proba is None else (proba, indicator))
+
+    def _restart_idle(self) -> None:
+        """Replace the (idle, lock held) fit process with a new one (at the priority :meth:`_spawn` gives)."""
+        proc = self._proc
+        self._close_pipe()
+        if proc is not None:
+            proc.join(2.0)
+            if proc.is_alive():
+                proc.kill()
+                proc.join(2.0)
+        self._spawn()
 
     def close(self, timeout: float = 1.0) -> None:
         """Stop the fit process (a fit in flight fails with :class:`FitProcessClosed`, its result is not waited for).

@@ -28,4 +28,36 @@ def lower_priority(nice: int, idle: bool = False) -> None:
             pass
 
 
-__all__ = ["lower_priority"]
+def set_process_nice(pid: int, nice: int) -> bool:
+    """Set the nice value of every thread of process ``pid`` to ``nice`` (clamped to -20..19).
+
+    Linux keeps a nice value per thread (``setpriority(PRIO_PROCESS, tid)`` changes one
+    thread), so each task under ``/proc/PID/task`` is set; elsewhere the process's.
+    Lowering a nice value (a higher priority) needs ``CAP_SYS_NICE`` or an
+    ``RLIMIT_NICE`` allowance: False when the OS refused any thread, True otherwise.
+    """
+    nice = max(-20, min(19, int(nice)))
+    try:
+        tids = [int(t) for t in os.listdir(f"/proc/{pid}/task")]
+    except (OSError, ValueError):
+        tids = [pid]
+    ok = True
+    for tid in tids:
+        try:
+            os.setpriority(os.PRIO_PROCESS, tid, nice)
+        except ProcessLookupError:
+            continue  # the thread (or process) has ended
+        except (PermissionError, OSError):
+            ok = False
+    return ok
+
+
+def process_nice(pid: int) -> int | None:
+    """The nice value of process ``pid``'s main thread (None when it cannot be read)."""
+    try:
+        return os.getpriority(os.PRIO_PROCESS, pid)
+    except OSError:
+        return None
+
+
+__all__ = ["lower_priority", "process_nice", "set_process_nice"]

@@ -62,6 +62,7 @@ from streamsemi.service.broker_reset import AssignmentWatchdog, BrokerResetGuard
 from streamsemi.service.config import Settings, instance_name
 from streamsemi.service.control_rejections import RejectedControl, fingerprint
 from streamsemi.service.fitter import FIT_PRIORITY, FitProcess
+from streamsemi.service.freshness import ModelFreshness
 from streamsemi.service.gcpacer import GcPacer
 from streamsemi.service.httpserver import StatusServer
 from streamsemi.service.inflight import InFlightMarker
@@ -211,6 +212,9 @@ class Worker:
         self.fitter = (FitProcess(t.registry, **FIT_PRIORITY[settings.fit_priority]) if settings.refit_process
                        else None)
         self.engine.fitter = self.fitter
+        # the served model's age and the fit's urgency (service/freshness.py): drives the fit process's priority
+        self.freshness = ModelFreshness(settings.model_stale_after_s,
+                                        settings.first_fit_max_wait_s + settings.model_stale_after_s, t.registry)
         self.engine.revision_budget_s = REVISION_BUDGET_S  # a revision pass never holds fresh documents long
         self.engine.deferred_budget_s = DEFERRED_BUDGET_S
         if settings.producer_process and isinstance(self.engine, Engine):
@@ -259,8 +263,25 @@ class Worker:
         assigned = bool(self.consumer is not None and self.consumer.assignment())
         ok = assigned and self.engine.ready
         self.telemetry.ready.set(1 if ok else 0)
-        return ok, {"partitions_assigned": assigned, "model_loaded": self.engine.ready, **self.engine.stats(),
-                    "refit_errors": self.engine.last_refit_error}
+        fresh = self.freshness.last
+        info: dict[str, Any] = {"partitions_assigned": assigned, "model_loaded": self.engine.ready,
+                                **self.engine.stats(), "refit_errors": self.engine.last_refit_error,
+                                "model_age_s": round(fresh.model_age_s, 3),
+                                "first_model_wait_s": (None if fresh.first_model_wait_s is None
+                                                       else round(fresh.first_model_wait_s, 3)),
+                                "fit_urgent": fresh.urgent}
+        reason = fresh.reason()
+        if reason is not None:
+            info["reason"] = reason
+        return ok, info
+
+    def _update_freshness(self) -> None:
+        """The served model's age and whether the fit is urgent (service/freshness.py); the fit's priority follows."""
+        e = self.engine
+        f = self.freshness.update(time.monotonic(), serving=e.serving, version=e.version, refitting=e.refitting,
+                                  documents_seen=self.records_seen > 0)
+        if self.fitter is not None:
+            self.fitter.set_urgent(f.urgent)
 
     def broker_error(self, kind: str) -> None:
         self.telemetry.broker_errors.labels(kind).inc()
@@ -417,6 +438,7 @@ class Worker:
             self._commit_and_checkpoint()
         self._update_flow_control()
         self._update_lag()
+        self._update_freshness()
         self.readiness()  # keeps streamsemi_ready current without anyone polling /readyz
         self._pace_gc()
 
