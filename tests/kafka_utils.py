@@ -103,30 +103,95 @@ def send_json(p: KafkaProducer, topic: str, obj: Any, key: str | None = None) ->
     p.send(topic, key=key.encode() if key else None, value=json.dumps(obj).encode())
 
 
-def read_topic(bootstrap: str, topic: str, expect: int | None = None, timeout: float = 60.0,
+# A bound on failure, never a pass condition: anything that involves a fit or a broker round trip may take
+# minutes on a loaded machine (2 cores shared by several test runs), and a wait returns as soon as its event comes.
+DEADLINE = 240.0
+
+
+def wait_for(predicate: Any, deadline: float, what: str, interval: float = 0.3, logs: Any = ()) -> Any:
+    """Poll ``predicate`` until it returns a truthy value, and return that value.
+
+    Parameters
+    ----------
+    predicate : callable
+        Called with no argument; an exception it raises counts as "not yet" (a broker or an HTTP
+        endpoint that is not up yet) and is reported if the deadline passes.
+    deadline : float
+        Seconds before giving up: a bound on failure (use :data:`DEADLINE` for anything that
+        involves a fit or a broker round trip), never a pass condition.
+    what : str
+        The event waited for, named in the failure message.
+    interval : float
+        Seconds between calls.
+    logs : iterable of Path
+        Files whose last 3,000 characters the failure message includes (a worker's log).
+
+    Raises
+    ------
+    AssertionError
+        When ``deadline`` passes first: names ``what``, the deadline, the predicate's last value
+        or exception and the log tails.
+    """
+    end = time.monotonic() + deadline
+    last: Any = None
+    last_exc: Exception | None = None
+    while True:
+        try:
+            last = predicate()
+            if last:
+                return last
+        except Exception as exc:  # noqa: BLE001 - retried until the deadline, reported after it
+            last_exc = exc
+        if time.monotonic() >= end:
+            break
+        time.sleep(interval)
+    tails = "\n".join(f"--- {Path(p).name}\n{Path(p).read_text(errors='replace')[-3000:]}"
+                      for p in logs if Path(p).exists())
+    raise AssertionError(f"timed out after {deadline:.0f} s waiting for {what} (last value: {last!r:.300}, "
+                         f"last error: {last_exc!r})" + (f"\n{tails}" if tails else ""))
+
+
+def read_topic(bootstrap: str, topic: str, expect: int | None = None, timeout: float = DEADLINE,
                idle: float = 3.0) -> list[Any]:
-    """All records of ``topic`` from the beginning: stop at ``expect`` records, ``timeout``, or ``idle`` quiet seconds (when expect is None)."""
+    """All records of ``topic`` from the beginning.
+
+    With ``expect``: until ``expect`` records arrived (or ``timeout`` passed: fewer records).
+    Without: until the reader has caught up with every partition's high-water mark as the broker
+    last reported it, and no record came for ``idle`` seconds since then. The quiet time counts
+    from the first fetch answer, not from the call: on a loaded machine joining and the first fetch
+    can take longer than ``idle``, and an empty answer before them means nothing.
+    """
     settings = resolve({"bootstrap_servers": bootstrap})
     c = make_reader(settings)
-    assign_all(c, topic)
+    tps = assign_all(c, topic)
     out: list[Any] = []
-    t0 = last = time.monotonic()
+    t0 = time.monotonic()
+    last: float | None = None  # when the last record came, or when the reader first caught up
     try:
         while time.monotonic() - t0 < timeout:
             batch = c.poll(timeout_ms=300)
             for records in batch.values():
                 out.extend(records)
+                if records:
+                    last = time.monotonic()
+            if expect is not None:
+                if len(out) >= expect:
+                    break
+                continue
+            highs = [c.highwater(tp) for tp in tps]
+            caught_up = all(h is not None for h in highs) and all(c.position(tp) >= h for tp, h in zip(tps, highs, strict=True))
+            if not caught_up:
+                continue
+            if last is None:
                 last = time.monotonic()
-            if expect is not None and len(out) >= expect:
-                break
-            if expect is None and time.monotonic() - last > idle:
+            if time.monotonic() - last >= idle:
                 break
     finally:
         c.close()
     return out
 
 
-def read_table(bootstrap: str, topic: str, timeout: float = 10.0, idle: float = 1.0) -> dict[str, dict]:
+def read_table(bootstrap: str, topic: str, timeout: float = DEADLINE, idle: float = 1.0) -> dict[str, dict]:
     """A compacted topic as its readers see it: the last JSON value per key, keys whose last record is a
     tombstone left out."""
     table: dict[str, dict] = {}
@@ -208,7 +273,7 @@ class WorkerProcess:
                     total = (total or 0.0) + s.value
         return total
 
-    def wait_ready(self, timeout: float = 60.0) -> bool:
+    def wait_ready(self, timeout: float = DEADLINE) -> bool:
         t0 = time.monotonic()
         while time.monotonic() - t0 < timeout:
             try:
@@ -222,7 +287,7 @@ class WorkerProcess:
             time.sleep(0.3)
         return False
 
-    def wait_assigned(self, timeout: float = 60.0) -> bool:
+    def wait_assigned(self, timeout: float = DEADLINE) -> bool:
         """Wait until the worker's consumer has partitions (from /readyz details)."""
         t0 = time.monotonic()
         while time.monotonic() - t0 < timeout:
@@ -237,7 +302,7 @@ class WorkerProcess:
             time.sleep(0.3)
         return False
 
-    def wait_metric(self, name: str, at_least: float, timeout: float = 60.0,
+    def wait_metric(self, name: str, at_least: float, timeout: float = DEADLINE,
                     labels: dict[str, str] | None = None) -> float | None:
         t0 = time.monotonic()
         value = None
@@ -290,7 +355,7 @@ def kill_broker(b: EmbeddedBroker) -> None:
         b.proc = None
 
 
-def id_positions(bootstrap: str, topic: str, expect: int | None = None, timeout: float = 60.0) -> dict[str, tuple[int, int]]:
+def id_positions(bootstrap: str, topic: str, expect: int | None = None, timeout: float = DEADLINE) -> dict[str, tuple[int, int]]:
     """``{document id: (partition, offset)}`` of the JSON documents on ``topic``."""
     out: dict[str, tuple[int, int]] = {}
     for r in read_topic(bootstrap, topic, expect=expect, timeout=timeout):
@@ -302,19 +367,30 @@ def id_positions(bootstrap: str, topic: str, expect: int | None = None, timeout:
     return out
 
 
-def assigned_ids(bootstrap: str, topic: str, expect: int | None = None, timeout: float = 60.0,
+def assigned_ids(bootstrap: str, topic: str, expect: int | None = None, timeout: float = DEADLINE,
                  idle: float = 3.0) -> list[str]:
     """Document ids of every assignment record on ``topic`` (with repeats)."""
     return [json.loads(r.value)["id"] for r in read_topic(bootstrap, topic, expect=expect, timeout=timeout, idle=idle)]
 
 
 def wait_until(predicate: Any, timeout: float, interval: float = 0.3) -> bool:
+    """True as soon as ``predicate()`` is truthy, False once ``timeout`` passed: for a caller that handles the
+    timeout itself; a test that asserts the event waits with :func:`wait_for` (which names what it waited for)."""
     t0 = time.monotonic()
     while time.monotonic() - t0 < timeout:
         if predicate():
             return True
         time.sleep(interval)
-    return False
+    return bool(predicate())
+
+
+def alive(pid: int) -> bool:
+    """The process runs (not gone, not a zombie waiting to be reaped): read from /proc, so nothing is reaped."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
 
 
 def scheduling(pid: int) -> tuple[int, int]:

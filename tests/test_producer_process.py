@@ -14,6 +14,7 @@ from kafka.errors import InvalidRecordError, KafkaConfigurationError, KafkaError
 from kafka.partitioner import murmur2
 from kafka.producer.future import FutureProduceResult, FutureRecordMetadata
 from kafka_utils import (
+    DEADLINE,
     Topics,
     WorkerProcess,
     assigned_ids,
@@ -21,7 +22,7 @@ from kafka_utils import (
     read_topic,
     scheduling,
     send_json,
-    wait_until,
+    wait_for,
 )
 
 from streamsemi.core import datasets
@@ -99,15 +100,15 @@ def test_records_land_where_kafka_producer_would_put_them_with_keys_values_heade
         keys = [b"doc-%d" % (i % 150) for i in range(600)]  # repeated keys: their order must survive
         futures = [p.send(t.assignments, key=k, value=b"%d" % i, headers=[("model_version", b"7")])
                    for i, k in enumerate(keys)]
-        assert wait_until(lambda: sum(f.succeeded() for f in futures) >= 576, 30, 0.1), \
-            "full batches go out without a flush"
+        wait_for(lambda: sum(f.succeeded() for f in futures) >= 576, DEADLINE, "full batches go out without a flush",
+                 0.1)
         futures.append(p.send(t.assignments, key=b"tomb", value=None))
         big = p.send(t.assignments, key=b"big", value=b"x" * 2_100_000)  # past max_request_size (2 MB)
         with pytest.raises(TypeError, match="bytes"):
             p.send(t.assignments, key=b"x", value="text")
         with pytest.raises(TypeError, match="partitioner"):
             p.send(t.assignments, key=b"x", value=b"v", partition=0)
-        p.flush(timeout=30)
+        p.flush(timeout=DEADLINE)
         assert all(f.is_done and f.succeeded() for f in futures) and p.unanswered == 0
         assert big.failed() and "MessageSizeTooLargeError" in str(big.exception), "the process's error, per record"
         assert p.failures == 1, "counted: the output ledger scans for failed outputs only when this grows"
@@ -130,19 +131,20 @@ def test_kill_9_of_the_producer_process_fails_its_records_and_the_next_batch_sta
         futures = [p.send(t.assignments, key=b"k%d" % i, value=b"x" * 200) for i in range(3000)]
         p.ship()
         os.kill(first, signal.SIGKILL)
-        assert wait_until(lambda: all(f.is_done for f in futures), 20, 0.1), "every record is answered"
+        wait_for(lambda: all(f.is_done for f in futures), DEADLINE, "every record is answered", 0.1)
         lost = [f for f in futures if f.failed()]
         assert lost and all(isinstance(f.exception, ProducerProcessDied) for f in lost)
         assert "exit code -9" in str(lost[0].exception) and p.failures == len(lost)
         assert len(deaths) == 1 and p.deaths == 1 and len(starts) == 1
         later = [p.send(t.assignments, key=b"later%d" % i, value=b"y") for i in range(10)]
-        p.flush(timeout=30)
+        p.flush(timeout=DEADLINE)
         assert all(f.succeeded() for f in later), "a new producer process sends them"
         assert len(starts) == 2 and p.pid not in (None, first)
     finally:
         p.close(timeout=5)
-    got = {r.key for r in read_topic(broker.bootstrap, t.assignments, idle=2.0)}
-    assert {b"later%d" % i for i in range(10)} <= got
+    later_keys = {b"later%d" % i for i in range(10)}
+    wait_for(lambda: later_keys <= {r.key for r in read_topic(broker.bootstrap, t.assignments, idle=2.0)}, DEADLINE,
+             "the records sent after the kill on the topic")
     assert len(deaths) == 1, "closing is not a death"
 
 
@@ -180,7 +182,7 @@ def test_a_broken_pipe_names_how_the_producer_process_ended_not_only_the_pipe(br
         child.proc.wait(10)
         assert child.exit_reason("the pipe broke") == "the pipe broke; the producer process exited (exit code -9)"
         later = [p.send(t.assignments, key=b"later%d" % i, value=b"y") for i in range(3)]
-        p.flush(timeout=30)
+        p.flush(timeout=DEADLINE)
         assert all(f.succeeded() for f in later), "the next batch starts a new process"
     finally:
         p.close(timeout=5)
@@ -219,7 +221,7 @@ def test_the_worker_survives_kill_9_of_its_producer_process_without_losing_an_ou
                       log_dir=tmp_path).start()
     n = 3000
     try:
-        assert w.wait_assigned(90)
+        assert w.wait_assigned(DEADLINE)
         p = producer(broker.bootstrap)
         for j in range(n):
             doc_id = f"p{j}"
@@ -229,29 +231,29 @@ def test_the_worker_survives_kill_9_of_its_producer_process_without_losing_an_ou
                           key=doc_id)
             if j == n // 2:
                 p.flush()
-                assert wait_until(lambda: len(assigned_ids(broker.bootstrap, topics.assignments, idle=0.5)) > 200,
-                                  60, 0.5), "the worker serves before the kill"
+                wait_for(lambda: len(assigned_ids(broker.bootstrap, topics.assignments, idle=0.5)) > 200, DEADLINE,
+                         "the worker serves before the kill", 0.5, logs=[w.log_path])
                 (started,) = [e for e in w.logs() if e.get("event") == "producer_process_started"]
                 os.kill(started["pid"], signal.SIGKILL)
         p.flush()
         p.close()
         expected = {f"p{j}" for j in range(n)}
         pairs = {(doc_id, a) for doc_id in expected for a in algorithms}
-        assert wait_until(lambda: _verdicts(broker.bootstrap, topics.assignments) >= pairs,
-                          120, 2.0), "every document has every algorithm's assignment"
-        assert w.wait_metric("streamsemi_producer_process_deaths_total", 1, timeout=10) == 1
+        wait_for(lambda: _verdicts(broker.bootstrap, topics.assignments) >= pairs, DEADLINE,
+                 "every document has every algorithm's assignment", 2.0, logs=[w.log_path])
+        assert w.wait_metric("streamsemi_producer_process_deaths_total", 1) == 1
         assert w.metric("streamsemi_producer_process_starts_total") == 2
         assert w.proc.poll() is None, "the worker keeps running"
-        labels = {r.key.decode() for r in read_topic(broker.bootstrap, topics.labels, idle=2.0)}
-        assert labels >= expected, "the labels topic too"
+        wait_for(lambda: {r.key.decode() for r in read_topic(broker.bootstrap, topics.labels, idle=2.0)} >= expected,
+                 DEADLINE, "every document's labels record on the labels topic too", 2.0, logs=[w.log_path])
     finally:
         code = w.terminate()
     died = [e for e in w.logs() if e.get("event") == "producer_process_died"]
     assert len(died) == 1 and died[0]["level"] == "error" and "-9" in died[0]["reason"]
     assert code == 0
     pids = [e["pid"] for e in w.logs() if e.get("event") == "producer_process_started"]
-    assert len(pids) == 2 and wait_until(lambda: not any(_alive(pid) for pid in pids), 10, 0.2), \
-        "no producer process outlives the worker"
+    assert len(pids) == 2
+    wait_for(lambda: not any(_alive(pid) for pid in pids), DEADLINE, "no producer process outlives the worker", 0.2)
 
 
 def _alive(pid: int) -> bool:
@@ -271,10 +273,10 @@ def test_a_frame_the_process_cannot_read_fails_its_records_instead_of_leaving_th
         futures = [_Sent(), _Sent()]
         assert p._child.register(10_000, futures)
         p._child.conn.send_bytes(b"b" + _BATCH_HEAD.pack(10_000, 2, 2, 8) + b"[]" + b"\x00" * 3)  # tables cut short
-        assert wait_until(lambda: all(f.is_done for f in futures), 20, 0.1)
+        wait_for(lambda: all(f.is_done for f in futures), DEADLINE, "both records of the unreadable frame answered", 0.1)
         assert all(f.failed() and "ValueError" in str(f.exception) for f in futures) and p.failures == 2
         ok = p.send(t.assignments, key=b"k", value=b"v")
-        p.flush(timeout=30)
+        p.flush(timeout=DEADLINE)
         assert ok.succeeded() and p.deaths == 0, "the process goes on"
     finally:
         p.close(timeout=5)
@@ -313,7 +315,7 @@ def test_without_record_futures_records_join_the_open_batch_and_land_as_before(b
                    for i, k in enumerate(keys)]
         joined = sum(isinstance(f, BatchRecordFuture) for f in futures)
         assert 1000 <= joined < len(keys), "most records join an open batch; the first of each batch opens it"
-        p.flush(timeout=30)
+        p.flush(timeout=DEADLINE)
         assert all(f.is_done and f.succeeded() and f.exception is None for f in futures)
         assert p.lean_sends == len(keys)
     finally:
@@ -331,7 +333,7 @@ def test_the_sender_is_woken_per_full_batch_only_when_asked(broker, monkeypatch)
     p = kafka_io.make_producer(t.settings(broker.bootstrap))
     try:
         p.send(t.assignments, key=b"k", value=b"v")  # the topic's metadata
-        p.flush(timeout=30)
+        p.flush(timeout=DEADLINE)
         woken: list[int] = []
         monkeypatch.setattr(p._sender, "wakeup", lambda: woken.append(1))
         for full, new, wake_when_full, expected in [(True, False, True, 10), (True, False, False, 0),
@@ -363,9 +365,9 @@ def test_send_many_lands_records_as_send_does_and_adds_nothing_when_one_is_refus
         assert p.unanswered == 0, "nothing of a refused call was added"
         futures = p.send_many(recs)
         assert len(futures) == len(recs)
-        assert wait_until(lambda: sum(f.succeeded() for f in futures) >= 256, 30, 0.1), \
-            "the batches filled inside the call went out without a flush"
-        p.flush(timeout=30)
+        wait_for(lambda: sum(f.succeeded() for f in futures) >= 256, DEADLINE,
+                 "the batches filled inside the call went out without a flush", 0.1)
+        p.flush(timeout=DEADLINE)
         assert all(f.succeeded() for f in futures) and p.unanswered == 0
     finally:
         p.close(timeout=5)
@@ -420,7 +422,7 @@ def test_a_batch_of_the_largest_size_fits_in_the_pipe_without_the_process_readin
             assert shipped.wait(10), "ship() waited for the stopped process to read the batch"
         finally:
             os.kill(p.pid, signal.SIGCONT)
-        p.flush(timeout=30)
+        p.flush(timeout=DEADLINE)
         assert all(f.succeeded() for f in futures)
     finally:
         p.close(timeout=5)

@@ -7,12 +7,11 @@ import logging
 import os
 import signal
 import threading
-import time
 
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from kafka_utils import scheduling
+from kafka_utils import DEADLINE, alive, scheduling, wait_for
 
 from streamsemi.algorithms import build_estimator
 from streamsemi.core.datasets import load
@@ -219,17 +218,17 @@ def test_kill_9_of_the_fit_process_is_reported_restarted_and_old_models_keep_ser
         eng = _engine(fitter)
         _feed(eng, ds, order[:200])
         eng.tick()
-        assert eng.wait_for_refit(120) and eng.ready
+        assert eng.wait_for_refit(DEADLINE) and eng.ready
         v1 = eng.models[CK].version
         deaths = fitter.deaths._value.get()
         # kill -9 while idle: the next refit finds the pipe broken
         old_pid = fitter.pid
         os.kill(old_pid, signal.SIGKILL)
-        time.sleep(0.5)
+        wait_for(lambda: not alive(old_pid), DEADLINE, "the killed fit process gone")
         with caplog.at_level(logging.ERROR, logger="streamsemi.service.fitter"):
             _feed(eng, ds, order[200:260])
             eng.request_refit()
-            assert eng.wait_for_refit(120)
+            assert eng.wait_for_refit(DEADLINE)
         assert fitter.deaths._value.get() == deaths + 1
         died = [r for r in caplog.records if r.getMessage() == "fit_process_died"]
         assert len(died) == 1 and died[0].fields["algorithm"] == CK and died[0].fields["exitcode"] == -signal.SIGKILL
@@ -240,7 +239,7 @@ def test_kill_9_of_the_fit_process_is_reported_restarted_and_old_models_keep_ser
         assert fitter.pid is not None and fitter.pid != old_pid, "restarted at once"
         # the restarted process fits the next round
         eng.request_refit()
-        assert eng.wait_for_refit(120)
+        assert eng.wait_for_refit(DEADLINE)
         assert eng.models[CK].version > v1 and CK not in eng.last_refit_error
         served = _feed(eng, ds, order[300:330]).assignments
         assert {a.model_version for a in served} == {eng.models[CK].version}
@@ -249,21 +248,22 @@ def test_kill_9_of_the_fit_process_is_reported_restarted_and_old_models_keep_ser
 
 
 def _long_fit_running(fitter, X, y, ids) -> tuple[threading.Thread, dict]:
-    """A D-LDA fit on a thread, 0.5 s in: ``result`` gets its "model" or "error" when it ends."""
+    """A D-LDA fit on a thread, in flight (it holds the fit process' pipe): ``result`` gets its "model" or
+    "error" when it ends."""
     result: dict = {}
 
     def fit() -> None:
         try:
-            # 100x the default sweeps: a fit that outlasts 0.5 s on any machine (200 sweeps on these 400
-            # documents took ~2 s when this test was written and under 0.5 s on a faster stack)
+            # 100x the default sweeps: a fit that outlasts the test's kill or close on any machine (200 sweeps
+            # on these 400 documents take well under a second to ~2 s)
             result["model"] = fitter("d-lda", build_estimator("d-lda", {"n_sweeps": 20000}, 0, 0), X, y, ids)
         except Exception as exc:  # noqa: BLE001
             result["error"] = exc
 
     t = threading.Thread(target=fit)
     t.start()
-    time.sleep(0.5)
-    assert t.is_alive(), f"the fit is still running: {result}"
+    wait_for(lambda: fitter._lock.locked() or result, DEADLINE, "the fit sent to the fit process", 0.02)
+    assert t.is_alive() and fitter._lock.locked(), f"the fit is still running: {result}"
     return t, result
 
 
@@ -276,7 +276,7 @@ def test_kill_9_during_a_fit_fails_that_fit_only(r8):
         t, result = _long_fit_running(fitter, X, y, ids)
         old_pid = fitter.pid
         os.kill(old_pid, signal.SIGKILL)
-        t.join(60)
+        t.join(DEADLINE)
         assert isinstance(result.get("error"), FitProcessDied) and "model" not in result
         assert fitter.deaths._value.get() == 1 and fitter.pid not in (None, old_pid)
         assert list(fitter(CK, build_estimator(CK, None, 0, 0), X, y, ids).classes_)  # the new process fits
@@ -323,7 +323,7 @@ def test_close_during_a_fit_ends_that_fit_with_remote_fit_error(r8, monkeypatch)
     t, result = _long_fit_running(fitter, X, y, ids)
     proc = fitter._proc
     fitter.close(timeout=0.2)
-    t.join(30)
+    t.join(DEADLINE)
     assert not t.is_alive() and "model" not in result
     assert type(result.get("error")) is FitProcessClosed, repr(result.get("error"))
     assert "closed during the fit" in str(result["error"])
