@@ -40,6 +40,17 @@ from streamsemi.service.models_topic import (
 CLASSES = ("grain", "crude", "money", "ships")
 
 
+def key_file(tmp_path) -> str:
+    """A models key file (32 random bytes, mode 600) in ``tmp_path``: roles refuse to start without one."""
+    import os
+
+    path = tmp_path / "models.key"
+    if not path.exists():
+        path.write_bytes(os.urandom(32))
+        path.chmod(0o600)
+    return str(path)
+
+
 def _vocab(cls: str) -> list[str]:
     return [f"{cls}{w}" for w in ("alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india",
                                   "juliet", "kilo", "lima", "mike", "november", "oscar", "papa")]
@@ -73,9 +84,10 @@ class _Record:
     offset: int = 0
 
 
-def _records(payload: bytes, version: int, pub: str, chunk: int) -> list[_Record]:
+def _records(payload: bytes, version: int, pub: str, chunk: int, key: bytes | None = None) -> list[_Record]:
     return [_Record(k, v, h) for k, v, h in chunk_records(payload, stream="default", version=version,
-                                                          publication_id=pub, chunk_bytes=chunk)]
+                                                          publication_id=pub, chunk_bytes=chunk, writer="w1",
+                                                          key=key)]
 
 
 def _publish(eng: Engine, version: int, parent: int | None = None) -> bytes:
@@ -251,7 +263,7 @@ def test_the_refitter_chooses_primary_auto_and_publishes_it_before_its_held_out_
         refitter.publisher.close()
 
 
-def test_role_settings_are_checked_at_start():
+def test_role_settings_are_checked_at_start(tmp_path):
     from streamsemi.core.errors import ConfigError
     from streamsemi.service.config import instance_name
     from streamsemi.service.roles import AssignWorker, Refitter, make_worker
@@ -263,9 +275,11 @@ def test_role_settings_are_checked_at_start():
         resolve({"model_chunk_bytes": "100"})
     with pytest.raises(ConfigError, match="setting 'models_topic'.*distinct"):
         resolve({"models_topic": "streamsemi.documents"})
-    s = resolve({"role": "assign", "instance_id": "a-1", "metrics_port": "0"})
+    key = key_file(tmp_path)
+    s = resolve({"role": "assign", "instance_id": "a-1", "metrics_port": "0", "models_key_file": key})
     assert instance_name(s) == "a-1" and instance_name(resolve({})).endswith(f"-{__import__('os').getpid()}")
-    assert [type(make_worker(resolve({"role": r, "metrics_port": "0"}))) for r in ("all", "refit", "assign")] == [
+    assert [type(make_worker(resolve({"role": r, "metrics_port": "0", "models_key_file": key})))
+            for r in ("all", "refit", "assign")] == [
         Worker, Refitter, AssignWorker]
     a = AssignWorker(s)
     assert a.settings.revisions == "off" and not a.settings.drift_detection and not a.engine.refits_enabled
@@ -290,7 +304,8 @@ def _setup(broker, partitions: int = 6) -> Topics:
 
 
 def _role(broker, topics: Topics, role: str, tmp_path, name: str) -> WorkerProcess:
-    extra = ["--role", role, "--instance-id", name, "--models-topic", f"{topics.prefix}.models",
+    extra = ["--role", role, "--instance-id", name, "--models-key-file", key_file(tmp_path),
+             "--models-topic", f"{topics.prefix}.models",
              "--refit-leader-topic", f"{topics.prefix}.leader", *ROLE_ARGS]
     return WorkerProcess(broker.bootstrap, topics, extra, log_dir=tmp_path)
 

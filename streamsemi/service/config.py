@@ -21,6 +21,7 @@ import os
 import re
 import socket
 import ssl
+import stat
 import tempfile
 import tomllib
 from collections.abc import Callable, Mapping
@@ -224,6 +225,13 @@ SETTINGS: tuple[Setting, ...] = (
             lambda v: None if 1024 <= v <= 100_000_000 else "must be in 1024..100000000"),
     Setting("max_model_bytes", int, 1_000_000_000,
             "roles: larger model publications are refused by the reader (bounds its memory)", _positive),
+    Setting("models_key_file", str, "",
+            "roles: file of the shared secret (at least 32 bytes, no access for others: chmod 600) that signs every "
+            "models-topic publication (HMAC-SHA256); refit and assign refuse to start without it unless "
+            "insecure_models (docs/reliability.md, Trust boundaries)"),
+    Setting("insecure_models", bool, False,
+            "roles: run refit/assign without models_key_file: publications are unsigned and anyone who can write the "
+            "models topic can make every assigner serve a model of their own (a warning at start)"),
     Setting("topic_partitions", int, 3, "partitions of topics created at start", _positive),
     Setting("replication_factor", int, 1, "replication factor of topics created at start", _positive),
     Setting("security_protocol", str, "PLAINTEXT", "Kafka security protocol",
@@ -551,6 +559,7 @@ def resolve(flags: Mapping[str, Any] | None = None, env: Mapping[str, str] | Non
     _check_metrics_host(settings)
     _check_state_dir(settings)
     _check_streams(settings)
+    _check_models_key(settings)
     return settings
 
 
@@ -710,6 +719,57 @@ def _check_metrics_host(settings: Settings) -> None:
         socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
     except (OSError, UnicodeError) as exc:
         raise ConfigError(f"{where}: must be an IP address or a resolvable host name, got {host!r} ({exc})") from None
+
+
+MODELS_KEY_MIN_BYTES = 32
+MODELS_KEY_MAX_BYTES = 4096
+
+
+def read_models_key(path: str) -> bytes:
+    """The key material of a models key file: its bytes without trailing line ends or spaces.
+
+    Raises
+    ------
+    OSError
+        The file cannot be read.
+    """
+    with open(path, "rb") as fh:
+        return fh.read(MODELS_KEY_MAX_BYTES + 1).rstrip(b"\r\n\t ")
+
+
+def _check_models_key(settings: Settings) -> None:
+    """``models_key_file``: a regular file, no permission for others, 32..4096 bytes of key; roles need one."""
+    v = settings.values
+    path, role = v["models_key_file"], v["role"]
+    where = settings.where("models_key_file")
+    if not path:
+        if role in ("refit", "assign") and not v["insecure_models"]:
+            raise ConfigError(f"{where}: role {role!r} signs and verifies every models-topic publication and needs a "
+                              "key file (create one: head -c 32 /dev/urandom > models.key; chmod 600 models.key), or "
+                              "insecure_models (--insecure-models) to run without, got ''")
+        return
+    if v["insecure_models"]:
+        raise ConfigError(f"{settings.where('insecure_models')}: is set but models_key_file is set too ({path!r}): "
+                          "publications would be signed and verified all the same (drop one of them)")
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        raise ConfigError(f"{where}: must be a readable file, got {path!r} ({exc.strerror or exc})") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise ConfigError(f"{where}: must be a regular file, got {path!r}")
+    if st.st_mode & 0o007:
+        raise ConfigError(f"{where}: must not be readable or writable by others (chmod 600 {path}), got {path!r} "
+                          f"with mode {stat.S_IMODE(st.st_mode):04o}")
+    try:
+        key = read_models_key(path)
+    except OSError as exc:
+        raise ConfigError(f"{where}: must be a readable file, got {path!r} ({exc.strerror or exc})") from None
+    if len(key) < MODELS_KEY_MIN_BYTES:
+        raise ConfigError(f"{where}: must hold at least {MODELS_KEY_MIN_BYTES} bytes of key material, got {path!r} "
+                          f"with {len(key)} (head -c 32 /dev/urandom > {path})")
+    if len(key) > MODELS_KEY_MAX_BYTES:
+        raise ConfigError(f"{where}: must hold at most {MODELS_KEY_MAX_BYTES} bytes of key material, got {path!r} "
+                          "with more")
 
 
 def _check_state_dir(settings: Settings) -> None:

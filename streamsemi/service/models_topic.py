@@ -13,7 +13,9 @@ JSON + ``.npz`` read with ``allow_pickle=False``; classes only from the registry
 The payload is cut into records of at most ``model_chunk_bytes`` (below the broker's
 ``max.message.bytes``), keyed ``<stream>/<version:012d>/<chunk:05d>`` on a
 single-partition compacted topic, each with headers naming the publication, the
-chunk's index and count, its SHA-256 and the whole payload's SHA-256. After a new
+chunk's index and count, its SHA-256, the whole payload's SHA-256, the writer and, with
+a key (``models_key_file``), an HMAC-SHA256 ``signature`` of all of these and the chunk's
+bytes (:func:`chunk_signature`). After a new
 version the publisher sends tombstones for the chunks of versions older than the
 previous one, so a compacting cluster keeps the last two versions (the embedded
 broker does not compact: readers take the newest complete publication anyway).
@@ -21,17 +23,23 @@ broker does not compact: readers take the newest complete publication anyway).
 A reader (:class:`ModelsReader`) reads the topic from the beginning, keeps the
 chunks of at most :data:`MAX_PARTIAL` publications newer than the newest complete
 one (bounded in bytes by ``max_model_bytes`` each), verifies every chunk and the
-whole, decodes, and offers the newest complete publication. Two publications of the
-same version (a deposed refitter that had not noticed yet) resolve to the later one
-in the log, which every reader sees in the same order.
+whole, decodes, validates every model (:func:`streamsemi.service.model_validation.validate_model`)
+and offers the newest complete publication. With a key, a record whose signature does
+not verify is refused before anything of it is looked at (its version is not counted);
+versions are decimal digits below 2**63 (:func:`parse_count`); the version, stream and
+writer inside the payload must be those of its chunks. Two publications of the same
+version (a deposed refitter that had not noticed yet) resolve to the later one in the
+log, which every reader sees in the same order.
 """
 
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 import logging
 import math
+import re
 import threading
 import time
 import uuid
@@ -43,8 +51,9 @@ from streamsemi import __version__
 from streamsemi.core.errors import StreamsemiError
 from streamsemi.core.logs import event
 from streamsemi.service import checkpoint
-from streamsemi.service.config import Settings
+from streamsemi.service.config import Settings, read_models_key
 from streamsemi.service.kafka_io import assign_all, make_producer, make_reader
+from streamsemi.service.model_validation import reason_category, validate_model
 
 log = logging.getLogger("streamsemi.service.models_topic")
 
@@ -54,10 +63,62 @@ MAX_PARTIAL = 3            # publications being assembled at once (newer than th
 MAX_INDEX = 1000           # (stream, version) -> chunk count entries remembered for tombstones
 DEFAULT_STREAM = "default"
 SEND_TIMEOUT_S = 60.0
+MAX_VERSION = 2**63 - 1    # versions are signed 64-bit integers (a gauge holds them exactly enough, Kafka tools too)
+MAX_CHUNKS = 1_000_000
+SIGNATURE_CONTEXT = b"streamsemi-models-v1"
+_DIGITS = re.compile(r"[0-9]{1,19}")
+_SIGNED_HEADERS = ("stream", "version", "publication", "chunk", "chunks", "sha256", "total_sha256", "total_bytes",
+                   "writer")
+_SIGNATURE_LOG_FIRST = 10      # signature failures logged one by one, then one event per _SIGNATURE_LOG_EVERY
+_SIGNATURE_LOG_EVERY = 1000
 
 
 class ModelsTopicError(StreamsemiError):
     """A publication that is malformed, corrupted, too large or made for other settings."""
+
+
+def parse_count(text: str | None, maximum: int = MAX_VERSION) -> int | None:
+    """A header's non-negative integer: ASCII digits only, at most 19 of them, at most ``maximum``; else None.
+
+    ``int()`` alone takes ``" 7"``, ``"+7"``, ``"1_000"``, other scripts' digits and
+    thousands of digits (a version no gauge can hold).
+    """
+    if text is None or not _DIGITS.fullmatch(text):
+        return None
+    value = int(text)
+    return value if value <= maximum else None
+
+
+def models_key(settings: Settings) -> bytes | None:
+    """The key of ``models_key_file`` (checked at start by the configuration), or None without one."""
+    path = settings.values.get("models_key_file") or ""
+    return read_models_key(path) if path else None
+
+
+def chunk_signature(key: bytes, fields: dict[str, str], value: bytes | None) -> str:
+    """HMAC-SHA256 (hex) of a record's signed header fields (:data:`_SIGNED_HEADERS`, as sent) and its value.
+
+    A tombstone (``value`` None) signs its fields and the marker ``tombstone``. The
+    fields are length-prefixed, so no two different records give the same message.
+    """
+    mac = hmac.new(key, SIGNATURE_CONTEXT, hashlib.sha256)
+    for name in _SIGNED_HEADERS:
+        raw = fields.get(name, "").encode("utf-8")
+        mac.update(b"%d:%s=" % (len(raw), name.encode()))
+        mac.update(raw)
+    if value is None:
+        mac.update(b"|tombstone")
+    else:
+        mac.update(b"|%d:" % len(value))
+        mac.update(value)
+    return mac.hexdigest()
+
+
+def _sign(headers: list[tuple[str, bytes]], key: bytes | None, value: bytes | None) -> list[tuple[str, bytes]]:
+    if key is None:
+        return headers
+    fields = {k: v.decode("utf-8") for k, v in headers}
+    return [*headers, ("signature", chunk_signature(key, fields, value).encode())]
 
 
 @dataclass
@@ -146,9 +207,11 @@ def decode_publication(payload: bytes, config: Any) -> tuple[dict[str, Any], dic
     return header, models, skipped
 
 
-def chunk_records(payload: bytes, *, stream: str, version: int, publication_id: str,
-                  chunk_bytes: int) -> list[tuple[bytes, bytes, list[tuple[str, bytes]]]]:
-    """``(key, value, headers)`` of every chunk of ``payload``."""
+def chunk_records(payload: bytes, *, stream: str, version: int, publication_id: str, chunk_bytes: int,
+                  writer: str = "", key: bytes | None = None) -> list[tuple[bytes, bytes, list[tuple[str, bytes]]]]:
+    """``(key, value, headers)`` of every chunk of ``payload``, signed with ``key`` when given."""
+    if not 0 <= version <= MAX_VERSION:
+        raise ModelsTopicError(f"version {version} outside 0..{MAX_VERSION}")
     total = hashlib.sha256(payload).hexdigest().encode()
     n = max(1, math.ceil(len(payload) / chunk_bytes))
     out = []
@@ -157,9 +220,16 @@ def chunk_records(payload: bytes, *, stream: str, version: int, publication_id: 
         headers = [("stream", stream.encode()), ("version", str(version).encode()),
                    ("publication", publication_id.encode()), ("chunk", str(i).encode()), ("chunks", str(n).encode()),
                    ("sha256", hashlib.sha256(part).hexdigest().encode()), ("total_sha256", total),
-                   ("total_bytes", str(len(payload)).encode())]
-        out.append((chunk_key(stream, version, i), part, headers))
+                   ("total_bytes", str(len(payload)).encode()), ("writer", writer.encode())]
+        out.append((chunk_key(stream, version, i), part, _sign(headers, key, part)))
     return out
+
+
+def tombstone_record(stream: str, version: int, index: int,
+                     key: bytes | None = None) -> tuple[bytes, None, list[tuple[str, bytes]]]:
+    """``(key, None, headers)`` deleting one chunk (compaction), signed with ``key`` when given."""
+    headers = [("stream", stream.encode()), ("version", str(version).encode()), ("chunk", str(index).encode())]
+    return chunk_key(stream, version, index), None, _sign(headers, key, None)
 
 
 def chunk_key(stream: str, version: int, index: int) -> bytes:
@@ -174,6 +244,7 @@ class ModelPublisher:
         self.settings = settings
         self.writer = writer
         self.stream = stream
+        self.key = models_key(settings)
         self.producer: Any = None
 
     def _producer(self) -> Any:
@@ -204,7 +275,7 @@ class ModelPublisher:
         t_enc = time.perf_counter() - t0
         pub_id = uuid.uuid4().hex
         records = chunk_records(payload, stream=self.stream, version=version, publication_id=pub_id,
-                                chunk_bytes=self.settings.model_chunk_bytes)
+                                chunk_bytes=self.settings.model_chunk_bytes, writer=self.writer, key=self.key)
         producer = self._producer()
         topic = self.settings.models_topic
         futures = [producer.send(topic, key=k, value=v, headers=h) for k, v, h in records]
@@ -213,7 +284,8 @@ class ModelPublisher:
             f.get(timeout=SEND_TIMEOUT_S)
         for old_version, n in obsolete:
             for i in range(n):
-                producer.send(topic, key=chunk_key(self.stream, old_version, i), value=None)
+                k, v, h = tombstone_record(self.stream, old_version, i, self.key)
+                producer.send(topic, key=k, value=v, headers=h)
         if obsolete:
             producer.flush(SEND_TIMEOUT_S)
         return {"version": version, "bytes": len(payload), "chunks": len(records), "publication": pub_id,
@@ -256,19 +328,29 @@ class ModelAssembler:
     Bounded: at most :data:`MAX_PARTIAL` publications in progress, each at most
     ``max_bytes``; an index of at most :data:`MAX_INDEX` (stream, version) -> chunk counts
     (what the publisher tombstones).
+
+    With ``key``, every record must carry a verifying ``signature`` (:func:`chunk_signature`);
+    one that does not is refused (``signature``) before its headers are parsed. ``max_seen``
+    counts the versions of verified records only: signed chunks with a key, complete,
+    decoded and validated publications without one. ``on_reject(reason)`` counts refused
+    publications, ``on_refuse(category)`` the ones refused for a model that fails
+    :func:`~streamsemi.service.model_validation.validate_model` (the newest accepted one stays).
     """
 
     def __init__(self, config: Any, max_bytes: int, stream: str = DEFAULT_STREAM,
-                 on_reject: Any = None) -> None:
+                 on_reject: Any = None, key: bytes | None = None, on_refuse: Any = None) -> None:
         self.config = config
         self.max_bytes = max_bytes
         self.stream = stream
         self.on_reject = on_reject
+        self.on_refuse = on_refuse
+        self.key = key
         self.latest: Publication | None = None
         self.max_seen = 0
         self.partial: OrderedDict[tuple[int, str], _Partial] = OrderedDict()
         self.index: OrderedDict[int, int] = OrderedDict()   # version -> chunks of complete publications
         self.refused: set[tuple[int, str]] = set()
+        self.unverified = 0
 
     def _reject(self, key: tuple[int, str], reason: str, detail: str) -> None:
         self.partial.pop(key, None)
@@ -281,32 +363,63 @@ class ModelAssembler:
             if self.on_reject:
                 self.on_reject(reason)
 
+    def _unverified(self, record: Any, why: str) -> None:
+        """A record without a verifying signature: counted and (rate-limited) logged, nothing of it kept."""
+        self.unverified += 1
+        n = self.unverified
+        if n <= _SIGNATURE_LOG_FIRST or n % _SIGNATURE_LOG_EVERY == 0:
+            event(log, "model_publication_rejected", logging.WARNING, reason="signature", detail=why,
+                  offset=getattr(record, "offset", None), unverified_records=n)
+        if self.on_reject:
+            self.on_reject("signature")
+
+    def _verified(self, record: Any, h: dict[str, str]) -> bool:
+        if self.key is None:
+            return True
+        sig = h.get("signature")
+        if sig is None:
+            self._unverified(record, "no signature (models_key_file is set: every record must be signed)")
+            return False
+        want = chunk_signature(self.key, h, record.value)
+        if not hmac.compare_digest(want.encode(), sig.encode("utf-8", "replace")):
+            self._unverified(record, "signature does not verify with models_key_file")
+            return False
+        return True
+
     def feed(self, record: Any) -> Publication | None:
         """Take one record of the models topic; returns a publication when this record completed a newer one."""
         h = _headers(record)
         if h.get("stream", DEFAULT_STREAM) != self.stream and record.value is not None:
             return None
         if record.value is None:   # a tombstone: that version's chunks are gone
+            if self.key is not None and not self._verified_tombstone(record, h):
+                return None
             try:
                 _, v, _ = record.key.decode().split("/")
-                self.index.pop(int(v), None)
             except (AttributeError, ValueError, UnicodeDecodeError):
-                pass
+                return None
+            version = parse_count(v)
+            if version is not None:
+                self.index.pop(version, None)
             return None
-        try:
-            version, chunk, n = int(h["version"]), int(h["chunk"]), int(h["chunks"])
-            pub, sha, total_sha, total_bytes = h["publication"], h["sha256"], h["total_sha256"], int(h["total_bytes"])
-        except (KeyError, ValueError):
-            self._reject((-1, "?"), "bad_headers", f"record at offset {getattr(record, 'offset', '?')}")
+        if not self._verified(record, h):
+            return None
+        version, chunk, n = parse_count(h.get("version")), parse_count(h.get("chunk")), parse_count(h.get("chunks"))
+        total_bytes = parse_count(h.get("total_bytes"))
+        pub, sha, total_sha = h.get("publication"), h.get("sha256"), h.get("total_sha256")
+        if None in (version, chunk, n, total_bytes, pub, sha, total_sha):
+            self._reject((-1, "?"), "bad_headers", f"record at offset {getattr(record, 'offset', '?')}: "
+                         "missing headers or counts that are not decimal digits below 2**63")
             return None
         key = (version, pub)
         if key in self.refused:
             return None
-        self.max_seen = max(self.max_seen, version)
+        if self.key is not None:
+            self.max_seen = max(self.max_seen, version)   # signed: a refitter's version, even when it never completes
         cur = self.latest
         if cur is not None and (version < cur.version or (version == cur.version and pub == cur.publication_id)):
             return None
-        if not (0 <= chunk < n) or total_bytes > self.max_bytes or n > total_bytes + 1:
+        if not (0 <= chunk < n <= MAX_CHUNKS) or total_bytes > self.max_bytes or n > total_bytes + 1:
             self._reject(key, "too_large" if total_bytes > self.max_bytes else "bad_headers",
                          f"chunk {chunk} of {n}, {total_bytes} bytes (max_model_bytes={self.max_bytes})")
             return None
@@ -339,9 +452,18 @@ class ModelAssembler:
             self._reject(key, "undecodable", f"{type(exc).__name__}: {exc}")
             return None
         meta = header["publication"]
+        problem = _mismatch(header, version, self.stream, h.get("writer"))
+        if problem is not None:
+            self._reject(key, "mismatch", problem)
+            return None
+        problem = self._invalid_model(header, models)
+        if problem is not None:
+            self._reject(key, "invalid_model", problem)
+            return None
         pub_obj = Publication(self.stream, version, meta.get("parent_version"), pub, str(meta.get("writer")),
                               meta.get("primary"), models, header, len(payload), n, skipped)
         self.latest = pub_obj
+        self.max_seen = max(self.max_seen, version)
         self.index[version] = n
         while len(self.index) > MAX_INDEX:
             self.index.popitem(last=False)
@@ -349,24 +471,69 @@ class ModelAssembler:
             del self.partial[k]
         return pub_obj
 
+    def _verified_tombstone(self, record: Any, h: dict[str, str]) -> bool:
+        sig = h.get("signature")
+        return sig is not None and hmac.compare_digest(chunk_signature(self.key, h, None).encode(),
+                                                       sig.encode("utf-8", "replace"))
+
+    def _invalid_model(self, header: dict[str, Any], models: dict[str, Any]) -> str | None:
+        """The first decoded model :func:`validate_model` refuses, logged once and counted by category."""
+        registry = {m["algorithm"]: m["registry"] for m in header["models"]}
+        for name, slot in models.items():
+            reason = validate_model(registry.get(name, name), slot.model, classes=None,
+                                    n_features=self.config.n_features)
+            if reason is not None:
+                detail = f"{name}: {reason}"
+                event(log, "model_refused", logging.WARNING, algorithm=name, stream=self.stream,
+                      version=header["publication"]["version"], writer=str(header["publication"].get("writer")),
+                      reason=reason_category(reason), detail=detail[:300])
+                if self.on_refuse:
+                    self.on_refuse(reason_category(reason))
+                return detail
+        return None
+
     def obsolete(self, keep: int = 2) -> list[tuple[int, int]]:
         """``(version, chunks)`` of complete publications older than the newest ``keep`` (to tombstone)."""
         versions = sorted(self.index)
         return [(v, self.index[v]) for v in versions[:max(0, len(versions) - keep)]]
 
 
+def _mismatch(header: dict[str, Any], version: int, stream: str, writer: str | None) -> str | None:
+    """Why a decoded payload is not the publication its chunks announce (version, stream, writer), or None."""
+    meta = header["publication"]
+    inner = meta.get("version")
+    if inner != version or header.get("model_version") != version:
+        return f"chunks announce version {version}, the payload holds {str(inner)[:30]}"
+    if meta.get("stream", DEFAULT_STREAM) != stream:
+        return f"chunks of stream {stream!r}, the payload is of {str(meta.get('stream'))[:60]!r}"
+    if writer is not None and meta.get("writer") != writer:
+        return f"chunks written by {writer[:60]!r}, the payload names {str(meta.get('writer'))[:60]!r}"
+    parent = meta.get("parent_version")
+    if parent is not None and not (isinstance(parent, int) and 0 <= parent < version):
+        return f"parent version {str(parent)[:30]} is not below {version}"
+    for m in header["models"]:
+        v = m.get("version")
+        if not (isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= MAX_VERSION):
+            return f"model {str(m.get('algorithm'))[:60]} of version {str(v)[:30]}, outside 0..2**63-1"
+    return None
+
+
 class ModelsReader(threading.Thread):
     """Reads the models topic from the beginning (group-less) and keeps the newest complete publication.
 
     ``latest()`` returns it; ``caught_up`` is set once the reader reached the end of the
-    topic at least once; ``max_seen()`` is the highest version any chunk announced (a
-    new refitter numbers its models above it).
+    topic at least once; ``max_seen()`` is the highest verified version (a new refitter
+    numbers its models above it: :class:`ModelAssembler`).
     """
 
-    def __init__(self, settings: Settings, config: Any, on_error: Any = None, on_reject: Any = None) -> None:
+    def __init__(self, settings: Settings, config: Any, on_error: Any = None, on_reject: Any = None,
+                 on_refuse: Any = None) -> None:
         super().__init__(name="models-reader", daemon=True)
         self.settings = settings
-        self.assembler = ModelAssembler(config, settings.max_model_bytes, on_reject=on_reject)
+        self.key = models_key(settings)
+        self.on_refuse = on_refuse
+        self.assembler = ModelAssembler(config, settings.max_model_bytes, on_reject=on_reject, key=self.key,
+                                        on_refuse=on_refuse)
         self.on_error = on_error
         self.lock = threading.Lock()
         self.stop_event = threading.Event()

@@ -30,6 +30,7 @@ from typing import Any
 
 from kafka import ConsumerRebalanceListener, KafkaConsumer, TopicPartition
 from kafka.errors import KafkaError
+from prometheus_client import Counter
 
 from streamsemi.core.logs import event
 from streamsemi.core.messages import (
@@ -57,6 +58,7 @@ from streamsemi.service.kafka_io import (
 )
 from streamsemi.service.models_topic import (
     DEFAULT_STREAM,
+    MAX_VERSION,
     ModelPublisher,
     ModelsReader,
     Publication,
@@ -87,6 +89,15 @@ def ensure_role_topics(settings: Settings, timeout_s: float = 30.0) -> list[str]
     return create_missing_topics(settings, specs, timeout_s, what="the role topics")
 
 
+def warn_if_insecure(settings: Settings, role: str) -> None:
+    """The warning event of a role process started with ``insecure_models`` (no key: publications unsigned)."""
+    if settings.values.get("insecure_models") and not settings.values.get("models_key_file"):
+        event(log, "models_insecure", logging.WARNING, role=role, setting="insecure_models",
+              detail="models-topic publications are neither signed nor verified: anyone who can write "
+                     f"{settings.models_topic!r} can make the assigners serve a model of their own; "
+                     "set models_key_file (docs/reliability.md, Trust boundaries)")
+
+
 def round_fitted(e: Engine) -> bool:
     """Whether a refit leader may publish ``e.models``: no round runs, or the running one has every enabled
     algorithm's new model in and only its held-out probes are left (``primary = auto``: one more fit per
@@ -106,7 +117,9 @@ class RoleMetrics:
 
     ``streamsemi_serving_model_version{role, worker, stream}``: the model version an
     assigner serves, or the version a refitter published last (standbys: adopted);
-    ``streamsemi_refit_leader{worker}``: 1 on the active refitter.
+    ``streamsemi_refit_leader{worker}``: 1 on the active refitter;
+    ``streamsemi_models_refused_total{reason}``: publications whose model failed
+    :func:`~streamsemi.service.model_validation.validate_model` (reason: its category).
     """
 
     def __init__(self, telemetry: Telemetry, role: str, worker: str) -> None:
@@ -119,12 +132,14 @@ class RoleMetrics:
         self.publish_seconds = t.model_publication_seconds
         self.swaps = t.model_swaps
         self.rejected = t.model_publications_rejected
+        self.refused = Counter("streamsemi_models_refused", "Model publications refused because a model failed "
+                               "validation (the previous model keeps serving)", ["reason"], registry=t.registry)
         self.version.labels(role, worker, DEFAULT_STREAM).set(0)
         if role == "refit":
             self.leader.labels(worker).set(0)
 
     def serving(self, version: int, stream: str = DEFAULT_STREAM) -> None:
-        self.version.labels(self.role, self.worker, stream).set(version)
+        self.version.labels(self.role, self.worker, stream).set(float(min(max(int(version), 0), MAX_VERSION)))
 
 
 # ---------------------------------------------------------------- assign
@@ -144,6 +159,7 @@ class AssignWorker(Worker):
         self.adopted: str | None = None
 
     def start(self) -> None:
+        warn_if_insecure(self.settings, "assign")
         ensure_role_topics(self.settings)
         self.models_reader = self._make_models_reader()
         self.models_reader.start()
@@ -154,7 +170,8 @@ class AssignWorker(Worker):
 
     def _make_models_reader(self) -> ModelsReader:
         return ModelsReader(self.settings, self.engine.config, on_error=self.broker_error,
-                            on_reject=lambda reason: self.roles.rejected.labels(reason).inc())
+                            on_reject=lambda reason: self.roles.rejected.labels(reason).inc(),
+                            on_refuse=lambda reason: self.roles.refused.labels(reason).inc())
 
     def _adopt_suggestions(self, timeout_s: float = 10.0) -> None:
         """Nothing: the queue is the leading refitter's (an assigner holds no window, so adopting would
@@ -316,6 +333,7 @@ class Refitter:
 
     def start(self) -> None:
         s = self.settings
+        warn_if_insecure(s, "refit")
         self.http = StatusServer(s.metrics_host, s.metrics_port, self.telemetry.registry, self.health,
                                  self.readiness, suggestion_routes(s, self.engine)).start()
         ensure_topics(s)
@@ -336,7 +354,8 @@ class Refitter:
 
     def _make_models_reader(self) -> ModelsReader:
         return ModelsReader(self.settings, self.engine.config, on_error=self.broker_error,
-                            on_reject=lambda reason: self.roles.rejected.labels(reason).inc())
+                            on_reject=lambda reason: self.roles.rejected.labels(reason).inc(),
+                            on_refuse=lambda reason: self.roles.refused.labels(reason).inc())
 
     def _seek_window(self, tps: list[TopicPartition]) -> None:
         """Start each partition ``window_max_docs`` records before its end (the window holds no more).

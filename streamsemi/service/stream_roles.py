@@ -44,8 +44,9 @@ log = logging.getLogger("streamsemi.service.stream_roles")
 class StreamModelsReader(ModelsReader):
     """:class:`ModelsReader` of every stream: one assembler per stream of the ``streams`` setting (bounded)."""
 
-    def __init__(self, settings: Settings, config: Any, on_error: Any = None, on_reject: Any = None) -> None:
-        super().__init__(settings, config, on_error, on_reject)
+    def __init__(self, settings: Settings, config: Any, on_error: Any = None, on_reject: Any = None,
+                 on_refuse: Any = None) -> None:
+        super().__init__(settings, config, on_error, on_reject, on_refuse)
         names = stream_list(settings.streams)
         self.any = names == ["*"]
         self.allowed = frozenset([*names, settings.default_stream])
@@ -59,7 +60,8 @@ class StreamModelsReader(ModelsReader):
         if asm is None and not stream_name_problem(stream) and (self.any or stream in self.allowed) \
                 and len(self.assemblers) < self.max_streams:
             asm = self.assemblers[stream] = ModelAssembler(self.config, self.settings.max_model_bytes, stream=stream,
-                                                           on_reject=self.on_reject)
+                                                           on_reject=self.on_reject, key=self.key,
+                                                           on_refuse=self.on_refuse)
         return asm
 
     def _feed(self, record: Any) -> Publication | None:
@@ -114,7 +116,8 @@ class StreamRefitter(Refitter):
 
     def _make_models_reader(self) -> StreamModelsReader:
         return StreamModelsReader(self.settings, self.engine.config, on_error=self.broker_error,
-                                  on_reject=lambda reason: self.roles.rejected.labels(reason).inc())
+                                  on_reject=lambda reason: self.roles.rejected.labels(reason).inc(),
+                                  on_refuse=lambda reason: self.roles.refused.labels(reason).inc())
 
     def shutdown(self) -> None:
         super().shutdown()
@@ -241,7 +244,8 @@ class StreamAssignWorker(AssignWorker):
 
     def _make_models_reader(self) -> StreamModelsReader:
         return StreamModelsReader(self.settings, self.engine.config, on_error=self.broker_error,
-                                  on_reject=lambda reason: self.roles.rejected.labels(reason).inc())
+                                  on_reject=lambda reason: self.roles.rejected.labels(reason).inc(),
+                                  on_refuse=lambda reason: self.roles.refused.labels(reason).inc())
 
     def _swap(self) -> None:
         reader = self.models_reader
