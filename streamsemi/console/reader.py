@@ -6,6 +6,12 @@ so that a console started on a long-running deployment does not replay the whole
 (the tables are bounded anyway). Topics that do not exist yet (the clusters and suggestions
 topics before their worker runs) are looked for again every ``rescan_s`` and adopted when
 they appear.
+
+A record is one record: whatever its value holds (nesting 100,000 levels deep, numbers beyond a
+double, bytes that are not UTF-8, fields of the wrong type), :meth:`ConsoleState.ingest` skips and
+counts it, and the reader logs ``console_record_skipped`` with its topic, partition, offset and the
+reason (at most :data:`SKIP_LOGS_PER_WINDOW` lines per :data:`SKIP_LOG_WINDOW_S`, the others counted
+in the next line's ``suppressed``) and goes on with the next record.
 """
 
 from __future__ import annotations
@@ -46,6 +52,9 @@ BOOTSTRAP_TIMEOUT_MS = 10_000
 #: seconds with no open connection to any broker after which a connected reader reports Kafka unreachable
 #: (kafka-python reconnects by itself and raises nothing, so a broker lost after start was never shown)
 DISCONNECTED_AFTER_S = 5.0
+#: skipped records logged one by one per window; beyond, counted in the next line's ``suppressed``
+SKIP_LOGS_PER_WINDOW = 20
+SKIP_LOG_WINDOW_S = 60.0
 
 
 def broker_connections(consumer: Any) -> float | None:
@@ -82,6 +91,10 @@ class TopicReader(threading.Thread):
         self.caught_up = threading.Event()
         self.assigned: set[str] = set()
         self.errors = 0
+        #: records skipped as malformed (the state counts them per kind too)
+        self.skipped = 0
+        self._skip_window = (0.0, 0)   # (window start, lines logged in it)
+        self._skips_unlogged = 0
         #: a client to Kafka is up (set once one bootstraps, cleared by a failure) and the last failure's text
         self.connected = False
         self.last_error: str | None = None
@@ -146,9 +159,10 @@ class TopicReader(threading.Thread):
                                 consumer.seek(tp, hw - self.backfill)
                                 continue
                         for r in records:
-                            self.state.ingest(kind, r.key, r.value, tp.partition, r.offset, r.timestamp)
-                        if records:
-                            self._next[tp] = records[-1].offset + 1
+                            why = self.state.ingest(kind, r.key, r.value, tp.partition, r.offset, r.timestamp)
+                            self._next[tp] = r.offset + 1
+                            if why is not None:
+                                self._skip(tp, r.offset, kind, why)
                     if not batch and not self.caught_up.is_set():
                         self.caught_up.set()
             except Exception as exc:  # noqa: BLE001 - keep reading after broker trouble
@@ -162,6 +176,22 @@ class TopicReader(threading.Thread):
                         consumer.close()
                     except Exception:  # noqa: BLE001
                         pass
+
+    def _skip(self, tp: TopicPartition, offset: int, kind: str, why: str) -> None:
+        """Count one skipped record and log it (rate-limited: a topic full of bad records floods no log)."""
+        self.skipped += 1
+        now = time.monotonic()
+        start, logged = self._skip_window
+        if now - start >= SKIP_LOG_WINDOW_S:
+            start, logged = now, 0
+        if logged >= SKIP_LOGS_PER_WINDOW:
+            self._skips_unlogged += 1
+            self._skip_window = (start, logged)
+            return
+        event(log, "console_record_skipped", logging.WARNING, topic=tp.topic, partition=tp.partition, offset=offset,
+              kind=kind, reason=why, skipped=self.skipped, suppressed=self._skips_unlogged)
+        self._skips_unlogged = 0
+        self._skip_window = (start, logged + 1)
 
     def _watch_connection(self, consumer: Any, down_since: float | None) -> float | None:
         """Mark the reader disconnected after :data:`DISCONNECTED_AFTER_S` without a broker connection, and
@@ -184,9 +214,10 @@ class TopicReader(threading.Thread):
         return down_since
 
     def status(self) -> dict[str, Any]:
-        """``connected``, the last ``error`` (None after a successful connection) and how many ``errors``:
-        every console page warns when Kafka cannot be reached, instead of showing empty tables."""
-        return {"connected": self.connected, "error": self.last_error, "errors": self.errors}
+        """``connected``, the last ``error`` (None after a successful connection), how many ``errors`` and
+        records ``skipped`` as malformed: every console page warns when Kafka cannot be reached, instead of
+        showing empty tables."""
+        return {"connected": self.connected, "error": self.last_error, "errors": self.errors, "skipped": self.skipped}
 
     def stop(self) -> None:
         self.stop_event.set()

@@ -10,7 +10,7 @@ dropped. A malformed record is counted and skipped, never raised.
 from __future__ import annotations
 
 import heapq
-import json
+import math
 import sys
 import threading
 import time
@@ -19,6 +19,7 @@ from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from streamsemi.core.jsonsafe import loads_object
 from streamsemi.service.config import stream_name_problem
 
 #: kinds of topic the reader feeds in
@@ -170,7 +171,14 @@ def _str_list(v: Any, limit: int) -> list[str]:
 
 
 def _float(v: Any, default: float = 0.0) -> float:
-    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else default
+    """``v`` as a finite float (a bool, a string, NaN, an infinity or an int beyond a double: ``default``)."""
+    if not isinstance(v, (int, float)) or isinstance(v, bool):
+        return default
+    try:
+        f = float(v)
+    except OverflowError:
+        return default
+    return f if math.isfinite(f) else default
 
 
 def _int(v: Any, default: int = 0) -> int:
@@ -188,6 +196,116 @@ def _scores(v: Any, keep: int = SCORES_KEPT) -> tuple[tuple[str, float], ...]:
         return ()
     pairs = sorted(((_name(k), _float(p)) for k, p in list(v.items())[:50]), key=lambda kv: -kv[1])
     return tuple(pairs[:keep])
+
+
+def _str(v: Any, limit: int = MAX_NAME_CHARS) -> str:
+    return v[:limit] if isinstance(v, str) else ""
+
+
+#: what a record's field may hold, by the name its schema gives the type (docs/schemas/)
+_IS: dict[str, Callable[[Any], bool]] = {
+    "a string": lambda v: isinstance(v, str),
+    "an integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
+    "a number": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v),
+    "a boolean": lambda v: isinstance(v, bool),
+    "a list": lambda v: isinstance(v, list),
+    "an object": lambda v: isinstance(v, dict),
+}
+
+
+def _field(m: dict, name: str, kind: str, default: Any = None) -> Any:
+    """Field ``name`` of record ``m`` (``default`` when missing or null).
+
+    Raises
+    ------
+    ValueError
+        The field holds another type than ``kind`` (a key of :data:`_IS`): the record is skipped.
+    """
+    v = m.get(name)
+    if v is None:
+        return default
+    if not _IS[kind](v):
+        raise ValueError(f"field {name!r} must be {kind}, got {type(v).__name__}")
+    return v
+
+
+def _items(m: dict, name: str, kind: str, limit: int) -> list[Any]:
+    """The first ``limit`` items of list field ``name``, each of type ``kind`` (else ValueError)."""
+    items = _field(m, name, "a list", [])[:limit]
+    if not all(_IS[kind](x) for x in items):
+        raise ValueError(f"field {name!r} must be a list of {kind.split(' ', 1)[1]}s")
+    return items
+
+
+def _probabilities(m: dict, name: str) -> dict[str, float]:
+    """Object field ``name`` of ``{class: probability}`` (at most 50 classes kept; else ValueError)."""
+    obj = _field(m, name, "an object", {})
+    out = {}
+    for k, p in list(obj.items())[:50]:
+        if not _IS["a number"](p):
+            raise ValueError(f"field {name!r} must map classes to numbers, got {type(p).__name__} for a class")
+        out[_name(k)] = float(p)
+    return out
+
+
+#: words and examples kept per cluster event, characters of a document id kept in an example or suggestion
+MAX_WORDS = 50
+MAX_EXAMPLES = 20
+MAX_ID_CHARS = 1000
+
+
+def _with_stream(entry: dict[str, Any], m: dict) -> dict[str, Any]:
+    """``entry`` with the record's ``stream`` (checked by :meth:`ConsoleState._stream` before)."""
+    if m.get("stream") is not None:
+        entry["stream"] = m["stream"]
+    return entry
+
+
+def cluster_entry(m: dict) -> dict[str, Any]:
+    """What the console keeps of a clusters-topic event: each field the pages read, of the type
+    docs/schemas/cluster-event.schema.json gives it, and nothing else.
+
+    Raises
+    ------
+    ValueError
+        A field of another type (``examples`` that are not objects with string ``id`` and ``snippet``...).
+    """
+    examples = [{"id": _field(e, "id", "a string", "")[:MAX_ID_CHARS],
+                 "snippet": _field(e, "snippet", "a string", "")[:SNIPPET_CHARS]}
+                for e in _items(m, "examples", "an object", MAX_EXAMPLES)]
+    label = _field(m, "label", "a string")
+    target = _field(m, "target", "a string")
+    return _with_stream({
+        "cluster": _field(m, "cluster", "a string", "")[:MAX_NAME_CHARS],
+        "algorithm": _field(m, "algorithm", "a string", "")[:MAX_NAME_CHARS],
+        "event": _field(m, "event", "a string", "")[:MAX_NAME_CHARS],
+        "target": None if target is None else target[:MAX_NAME_CHARS],
+        "label": None if label is None else label[:MAX_NAME_CHARS],
+        "model_version": _field(m, "model_version", "an integer", 0), "size": _field(m, "size", "an integer", 0),
+        "ts": float(_field(m, "ts", "a number", 0.0)),
+        "top_words": [_name(w) for w in _items(m, "top_words", "a string", MAX_WORDS)], "examples": examples,
+    }, m)
+
+
+def suggestion_entry(m: dict) -> dict[str, Any]:
+    """What the console keeps of a suggestions-topic record: each field the pages read, of the type
+    docs/schemas/suggestion.schema.json gives it, and nothing else.
+
+    Raises
+    ------
+    ValueError
+        A field of another type (a score that is not a number, a rank that is not an integer...).
+    """
+    label = _field(m, "label", "a string")
+    return _with_stream({
+        "id": _field(m, "id", "a string", ""), "snippet": _field(m, "snippet", "a string", "")[:TEXT_CHARS],
+        "algorithm": _field(m, "algorithm", "a string", "")[:MAX_NAME_CHARS],
+        "label": None if label is None else label[:MAX_NAME_CHARS],
+        "reason": _field(m, "reason", "a string", "")[:MAX_NAME_CHARS],
+        "priority": float(_field(m, "priority", "a number", 0.0)), "rank": _field(m, "rank", "an integer", 10**9),
+        "model_version": _field(m, "model_version", "an integer", 0), "ts": float(_field(m, "ts", "a number", 0.0)),
+        "scores": _probabilities(m, "scores"),
+    }, m)
 
 
 def margin(scores: tuple[tuple[str, float], ...]) -> float:
@@ -300,8 +418,14 @@ class ConsoleState:
 
     # ---------------------------------------------------------------- ingest
     def ingest(self, kind: str, key: bytes | None, raw: bytes | None, partition: int = 0, offset: int = 0,
-               timestamp_ms: int | None = None) -> None:
-        """Apply one record of topic kind ``kind``; malformed records are counted and skipped."""
+               timestamp_ms: int | None = None) -> str | None:
+        """Apply one record of topic kind ``kind``; a malformed record is counted and skipped.
+
+        Returns
+        -------
+        str or None
+            Why the record was skipped (its content only: never raised), None when it was applied.
+        """
         with self.lock:
             self.counts.read[kind] += 1
             self.topics_seen.add(kind)
@@ -309,19 +433,17 @@ class ConsoleState:
             try:
                 handler = getattr(self, f"_on_{kind}")
                 ok = handler(key, raw, partition, offset, timestamp_ms)
-            except (ValueError, TypeError, KeyError, AttributeError, UnicodeDecodeError):
-                ok = False
-            if ok is False:
+                why = None if ok is not False else "missing field or wrong type"
+            except Exception as exc:  # noqa: BLE001 - whatever a record holds, it is one skipped record
+                why = f"{type(exc).__name__}: {exc}"[:300]
+            if why is not None:
                 self.counts.malformed[kind] += 1
+            return why
 
     @staticmethod
     def _json(raw: bytes | None) -> dict | None:
-        if raw is None:
-            return None
-        obj = json.loads(raw)
-        if not isinstance(obj, dict):
-            raise ValueError("not a JSON object")
-        return obj
+        """The record's JSON object (None for a tombstone); anything else raises UnsafeJSON (a ValueError)."""
+        return None if raw is None else loads_object(raw)
 
     @staticmethod
     def _size(key: bytes | None, raw: bytes | None) -> int:
@@ -339,13 +461,15 @@ class ConsoleState:
         return True
 
     def _verdict(self, m: dict) -> Verdict:
-        label = m.get("label")
-        explain = m.get("explain")
-        return Verdict(_name(m.get("algorithm", "")), _name(label) if isinstance(label, str) else None,
-                       _name(m.get("cluster", "")), _float(m.get("score")), _scores(m.get("labels")),
-                       tuple(_name(w) for w in explain[:10]) if isinstance(explain, list) else (),
-                       _int(m.get("model_version")), _int(m.get("revision")), bool(m.get("provisional")),
-                       self._stream(m))
+        """An assignment (or labels) record as kept; a field of another type than
+        docs/schemas/assignment.schema.json gives it raises ValueError (the record is skipped)."""
+        label = _field(m, "label", "a string")
+        return Verdict(_name(_field(m, "algorithm", "a string", "")), None if label is None else _name(label),
+                       _name(_field(m, "cluster", "a string", "")), float(_field(m, "score", "a number", 0.0)),
+                       _scores(_probabilities(m, "labels")),
+                       tuple(_name(w) for w in _items(m, "explain", "a string", 10)),
+                       _field(m, "model_version", "an integer", 0), _field(m, "revision", "an integer", 0),
+                       _field(m, "provisional", "a boolean", False), self._stream(m))
 
     def _on_assignments(self, key, raw, partition, offset, ts_ms) -> bool:
         m = self._json(raw)
@@ -394,7 +518,7 @@ class ConsoleState:
         # one document's operations share a partition (key = id): offsets order them
         order = (partition, offset)
         if op == "label" and doc_id and isinstance(m.get("labels"), list):
-            labels = tuple(str(x) for x in m["labels"])
+            labels = tuple(_items(m, "labels", "a string", 1000))
             resolved = m.get("origin") == "resolved" and isinstance(m.get("label_offset"), int)
             effective = (partition, m["label_offset"]) if resolved else order
             undone = self.unlabeled.get(key)
@@ -421,7 +545,7 @@ class ConsoleState:
             self.recent_ops.append({"op": "unlabel", "id": doc_id, "ts": ts, "stream": stream})
             return True
         if op in ("refit", "name"):
-            self.recent_ops.append({"op": op, **{k: m.get(k) for k in ("algorithm", "cluster", "label") if k in m},
+            self.recent_ops.append({"op": op, **{k: _str(m[k]) for k in ("algorithm", "cluster", "label") if k in m},
                                     "ts": ts, "stream": stream})
             return True
         return False
@@ -437,7 +561,7 @@ class ConsoleState:
             return False
         stream = self._stream(m)
         k = k or "/".join([*([stream] if stream else []), str(m.get("algorithm", "")), m["cluster"]])
-        self.clusters.put(k, m, PARSED_FACTOR * self._size(key, raw))
+        self.clusters.put(k, cluster_entry(m), PARSED_FACTOR * self._size(key, raw))
         return True
 
     def _on_suggestions(self, key, raw, partition, offset, ts_ms) -> bool:
@@ -449,7 +573,7 @@ class ConsoleState:
         if not isinstance(m.get("id"), str):
             return False
         self._stream(m)  # a valid stream (or none), and listed
-        self.suggestions.put(m["id"], m, PARSED_FACTOR * self._size(key, raw))
+        self.suggestions.put(m["id"], suggestion_entry(m), PARSED_FACTOR * self._size(key, raw))
         return True
 
     # ---------------------------------------------------------------- local marks
