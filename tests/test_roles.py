@@ -16,12 +16,14 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 from kafka_utils import (
+    DEADLINE,
     Topics,
     WorkerProcess,
     producer,
     read_table,
     read_topic,
     send_json,
+    wait_for,
     wait_until,
 )
 
@@ -180,18 +182,20 @@ def test_publisher_and_reader_through_the_broker_with_tombstones(broker):
                                      primary=eng.primary, n_features=eng.config.n_features,
                                      stop_words=eng.config.stop_words, window={"documents": 1}, seeds=16,
                                      obsolete=seen.obsolete(keep=1) if version == 3 else []))
-            assert wait_until(lambda v=version: (seen.latest() is not None and seen.latest().version == v), 30)
+            wait_for(lambda v=version: seen.latest() is not None and seen.latest().version == v, DEADLINE,
+                     f"the reader sees version {version}")
         assert infos[0]["chunks"] == -(-infos[0]["bytes"] // 8192) > 1
-        assert seen.latest().parent_version == 2 and wait_until(seen.caught_up.is_set, 10)
+        assert seen.latest().parent_version == 2
+        wait_for(seen.caught_up.is_set, DEADLINE, "the reader caught up")
         # v1's chunks were tombstoned when v3 was published: the reader forgot it, v2 and v3 remain
-        assert wait_until(lambda: [v for v, _ in seen.obsolete(keep=0)] == [2, 3], 30), seen.obsolete(keep=0)
+        wait_for(lambda: [v for v, _ in seen.obsolete(keep=0)] == [2, 3], DEADLINE, "v1 forgotten, v2 and v3 kept")
         records = read_topic(broker.bootstrap, s.models_topic, idle=1.0)
         tombstones = [r.key.decode() for r in records if r.value is None]
         assert sorted(tombstones) == [f"default/000000000001/{i:05d}" for i in range(infos[0]["chunks"])]
         # a reader started now (the embedded broker does not compact) takes the newest version too
         late = ModelsReader(s, eng.config)
         late.start()
-        assert wait_until(lambda: late.caught_up.is_set() and late.latest() is not None, 30)
+        wait_for(lambda: late.caught_up.is_set() and late.latest() is not None, DEADLINE, "a late reader's model")
         assert late.latest().version == 3 and late.max_seen() == 3
         late.stop()
     finally:
@@ -252,11 +256,11 @@ def test_the_refitter_chooses_primary_auto_and_publishes_it_before_its_held_out_
         refitter._publish_if_due()
         eng.models = models
         assert round_fitted(eng)
-        time.sleep(1.0)
+        time.sleep(1.0)  # time for a wrong publication to arrive: a slow machine only weakens this, never fails it
         assert reader.latest() is None
         # ... and once every model of it is in, it is published without waiting for the round's end
         refitter._publish_if_due()
-        assert wait_until(lambda: reader.latest() is not None, 30)
+        wait_for(lambda: reader.latest() is not None, DEADLINE, "the publication")
         assert reader.latest().primary == "constrained-kmeans" == eng.primary
     finally:
         reader.stop()
@@ -331,7 +335,7 @@ def _outputs(broker, topics: Topics) -> list[dict]:
     return [json.loads(r.value) for r in read_topic(broker.bootstrap, topics.assignments, idle=2.0)]
 
 
-def _wait_outputs(broker, topics: Topics, ids: list[str], timeout: float) -> list[dict]:
+def _wait_outputs(broker, topics: Topics, ids: list[str], timeout: float = DEADLINE) -> list[dict]:
     want = set(ids)
     got: list[dict] = []
 
@@ -370,11 +374,11 @@ def test_one_refitter_three_assigners_same_labels_a_rebalance_without_loss_and_t
     assigners = [_role(broker, topics, "assign", tmp_path, f"assign-{k}").start() for k in range(3)]
     workers = [refit, *assigners]
     try:
-        assert all(w.wait_assigned(60) for w in assigners)
+        assert all(w.wait_assigned(DEADLINE) for w in assigners)
         p = producer(broker.bootstrap)
         _seed(p, topics, rng)
         ids = _docs(p, topics, rng, "a", 300)
-        out = _wait_outputs(broker, topics, ids, 90)
+        out = _wait_outputs(broker, topics, ids)
         assert {o["id"] for o in out} >= set(ids), "documents without outputs"
         version = max(o["model_version"] for o in out)
         assert all(o["worker"] in {"assign-0", "assign-1", "assign-2"} for o in out)
@@ -386,8 +390,9 @@ def test_one_refitter_three_assigners_same_labels_a_rebalance_without_loss_and_t
                 p.send(topics.documents, key=doc_id.encode(), value=json.dumps({"id": doc_id, "text": text}).encode(),
                        partition=part)
         p.flush()
-        out = _wait_outputs(broker, topics, [d for d, _ in probes], 60)
-        assert wait_until(lambda: sum(1 for o in _outputs(broker, topics) if o["id"].startswith("probe")) >= 120, 60)
+        out = _wait_outputs(broker, topics, [d for d, _ in probes])
+        wait_for(lambda: sum(1 for o in _outputs(broker, topics) if o["id"].startswith("probe")) >= 120, DEADLINE,
+                 "every assigner's outputs of the probes", 2.0)
         out = _outputs(broker, topics)
         labels: dict[tuple[str, int], set[str]] = defaultdict(set)
         workers_of: dict[tuple[str, int], set[str]] = defaultdict(set)
@@ -401,7 +406,7 @@ def test_one_refitter_three_assigners_same_labels_a_rebalance_without_loss_and_t
         assert served == [float(version)] * 3
         assert refit.metric("streamsemi_serving_model_version", {"role": "refit"}) == version
         assert refit.metric("streamsemi_refit_leader") == 1
-        assert wait_until(lambda: len(read_table(broker.bootstrap, topics.suggestions)) >= 10, 60), "no queue"
+        wait_for(lambda: len(read_table(broker.bootstrap, topics.suggestions)) >= 10, DEADLINE, "the queue", 1.0)
         queue = read_table(broker.bootstrap, topics.suggestions)
         assert set(queue) <= set(ids), "suggestions are window documents, never seeds"
         assert all(m["id"] == k and m["algorithm"] == "constrained-kmeans" and m["reason"] for k, m in queue.items())
@@ -412,10 +417,10 @@ def test_one_refitter_three_assigners_same_labels_a_rebalance_without_loss_and_t
         late = _role(broker, topics, "assign", tmp_path, "assign-3").start()
         workers.append(late)
         more = _docs(p, topics, rng, "b", 200)
-        assert late.wait_assigned(60)
-        assert assigners[0].terminate(timeout=30) == 0
+        assert late.wait_assigned(DEADLINE)
+        assert assigners[0].terminate(timeout=DEADLINE) == 0
         more += _docs(p, topics, rng, "c", 200)
-        out = _wait_outputs(broker, topics, more, 90)
+        out = _wait_outputs(broker, topics, more)
         missing = set(more) - {o["id"] for o in out}
         assert not missing, f"{len(missing)} documents lost in the rebalance"
         assert any(o["worker"] == "assign-3" for o in out if o["id"] in set(more))
@@ -425,8 +430,8 @@ def test_one_refitter_three_assigners_same_labels_a_rebalance_without_loss_and_t
         send_json(p, topics.control, {"op": "label", "id": target, "labels": [CLASSES[int(target[1:]) % 4]]},
                   key=target)
         p.flush()
-        assert wait_until(lambda: target not in read_table(broker.bootstrap, topics.suggestions), 60), "no tombstone"
-        assert wait_until(lambda: target not in refit.get("/suggestions")[1], 10)
+        wait_for(lambda: target not in read_table(broker.bootstrap, topics.suggestions), DEADLINE, "the tombstone", 1.0)
+        wait_for(lambda: target not in refit.get("/suggestions")[1], DEADLINE, "the refitter's queue without it")
     finally:
         _stop(*workers)
 
@@ -440,27 +445,25 @@ def test_refitter_kill9_failover_continues_from_the_latest_published_model(broke
     assigner = _role(broker, topics, "assign", tmp_path, "assign-0").start()
     workers = [first, assigner]
     try:
-        assert first.wait_metric("streamsemi_refit_leader", 1, timeout=60) == 1
+        assert first.wait_metric("streamsemi_refit_leader", 1) == 1
         second = _role(broker, topics, "refit", tmp_path, "refit-b").start()
         workers.append(second)
         p = producer(broker.bootstrap)
         _seed(p, topics, rng)
         ids = _docs(p, topics, rng, "a", 150)
-        out = _wait_outputs(broker, topics, ids, 90)
+        out = _wait_outputs(broker, topics, ids)
         assert {o["id"] for o in out} >= set(ids)
         v1 = max(o["model_version"] for o in out)
         # the standby adopts what the leader publishes
-        assert second.wait_metric("streamsemi_serving_model_version", v1, timeout=30) == v1
+        assert second.wait_metric("streamsemi_serving_model_version", v1) == v1
         assert second.metric("streamsemi_refit_leader") == 0
         first.kill()  # kill -9 mid-stream
-        t_kill = time.monotonic()
         ids2 = _docs(p, topics, rng, "b", 100)   # the assigner keeps serving the last model meanwhile
-        assert second.wait_metric("streamsemi_refit_leader", 1, timeout=30) == 1
-        took = time.monotonic() - t_kill
-        assert took < 30, f"no new refitter after {took:.1f} s"
+        # how fast the standby takes over is the group's session timeout plus the machine's speed (a measurement)
+        assert second.wait_metric("streamsemi_refit_leader", 1) == 1, "no new refitter after the leader's kill"
         send_json(p, topics.control, {"op": "refit"})
         p.flush()
-        assert wait_until(lambda: (second.metric("streamsemi_models_published_total") or 0) >= 1, 60)
+        assert (second.wait_metric("streamsemi_models_published_total", 1) or 0) >= 1
         elected = _events(second, "refit_leader_elected")[-1]
         assert elected["latest_published"] == v1 and elected["next_version"] == v1 + 1
         published = _events(second, "model_published")[0]
@@ -473,10 +476,10 @@ def test_refitter_kill9_failover_continues_from_the_latest_published_model(broke
             ranked = {m["id"] for m in json.loads(second.get("/suggestions")[1])}
             return bool(ranked) and set(read_table(broker.bootstrap, topics.suggestions)) == ranked
 
-        assert wait_until(queue_is_the_new_leaders, 30)
-        assert assigner.wait_metric("streamsemi_serving_model_version", v1 + 1, timeout=30) == v1 + 1
+        wait_for(queue_is_the_new_leaders, DEADLINE, "the new leader's queue on the topic", 1.0)
+        assert assigner.wait_metric("streamsemi_serving_model_version", v1 + 1) == v1 + 1
         ids3 = _docs(p, topics, rng, "c", 50)
-        out = _wait_outputs(broker, topics, ids + ids2 + ids3, 60)
+        out = _wait_outputs(broker, topics, ids + ids2 + ids3)
         assert {o["id"] for o in out} >= set(ids + ids2 + ids3), "documents lost in the failover"
         assert {o["model_version"] for o in out if o["id"] in set(ids3)} == {v1 + 1}
     finally:
