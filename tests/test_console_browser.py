@@ -13,11 +13,10 @@ import select
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
-from kafka_utils import Topics, WorkerProcess, producer, read_topic, send_json, wait_until
+from kafka_utils import DEADLINE, Topics, WorkerProcess, producer, read_topic, send_json, wait_for
 
 from streamsemi.core import datasets
 from streamsemi.service.config import SETTINGS
@@ -58,7 +57,7 @@ class ConsoleProcess:
         self.proc = subprocess.Popen(self.cmd, stdout=subprocess.PIPE, stderr=self.err)
         self.url = self._started()
 
-    def _started(self, timeout: float = 30.0) -> str:
+    def _started(self, timeout: float = DEADLINE) -> str:
         assert self.proc.stdout is not None
         ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
         assert ready, "the console printed its address"
@@ -70,7 +69,7 @@ class ConsoleProcess:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
-                self.proc.wait(20)
+                self.proc.wait(DEADLINE)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
@@ -84,18 +83,15 @@ def _refits(worker: WorkerProcess) -> list[dict]:
 
 
 def _control(bootstrap: str, topic: str) -> list[dict]:
-    return [json.loads(r.value) for r in read_topic(bootstrap, topic, timeout=20, idle=1.5) if r.value]
+    return [json.loads(r.value) for r in read_topic(bootstrap, topic, idle=1.5) if r.value]
 
 
-def _reload_until(page: Page, url: str, selector: str, timeout: float) -> None:
-    t0 = time.monotonic()
-    while True:
+def _reload_until(page: Page, url: str, selector: str, timeout: float = DEADLINE) -> None:
+    def shown() -> bool:
         page.goto(url)
-        if page.locator(selector).count():
-            return
-        if time.monotonic() - t0 > timeout:
-            raise AssertionError(f"{selector} never appeared on {url}")
-        time.sleep(1.0)
+        return page.locator(selector).count() > 0
+
+    wait_for(shown, timeout, f"{selector} on {url}", 1.0)
 
 
 def _not_pwned(page: Page) -> None:
@@ -135,13 +131,14 @@ def test_console_in_chromium_label_undo_name_and_escaping(broker, tmp_path):
             ctx = pw.chromium.launch_persistent_context(
                 str(tmp_path / "chromium-profile"), executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS,
                 viewport={"width": 1280, "height": 900})
+            ctx.set_default_timeout(DEADLINE * 1000)  # playwright's 30 s: a loaded machine renders slower
             try:
                 page = ctx.new_page()
                 base = console.url
                 # the queue fills after the worker's first refit: from the worker's suggestions topic where
                 # this streamsemi has one (until it is read, the console ranks the labels it has read itself)
                 source = "suggestions" if any(f == "--suggestions-topic" for f in flags) else "labels"
-                _reload_until(page, base + "/queue", f'#queue[data-source="{source}"] li.suggestion', timeout=120)
+                _reload_until(page, base + "/queue", f'#queue[data-source="{source}"] li.suggestion')
                 page.screenshot(path=str(shots / "queue.png"))
                 _not_pwned(page)
                 first = page.locator("#queue li.suggestion").first
@@ -160,27 +157,30 @@ def test_console_in_chromium_label_undo_name_and_escaping(broker, tmp_path):
                     page.keyboard.press("s")
                     page.wait_for_url("**/queue?msg=skipped*")
                     assert page.locator(f'#queue li.suggestion[data-id="{skipped}"]').count() == 0
-                ops = _control(broker.bootstrap, topics.control)
-                assert any(m["op"] == "label" and m["id"] == doc_id and m["labels"] == [label] for m in ops), \
-                    "the control topic carries the console's label"
+                wait_for(lambda: any(m["op"] == "label" and m["id"] == doc_id and m["labels"] == [label]
+                                     for m in _control(broker.bootstrap, topics.control)), DEADLINE,
+                         "the control topic carries the console's label", 1.0)
                 # the next model has that seed
                 page.goto(base + "/")
                 page.click("#refit")
                 assert "refit requested" in page.inner_text("#flash")
-                assert wait_until(lambda: any(e["version"] > version_before and e["seeds"] == n_seeds + 1
-                                              for e in _refits(worker)), 90), (n_seeds, _refits(worker)[-3:])
+                wait_for(lambda: any(e["version"] > version_before and e["seeds"] == n_seeds + 1
+                                     for e in _refits(worker)), DEADLINE, f"a model with the {n_seeds + 1} seeds",
+                         logs=[worker.log_path])
                 # undo it from the seeds page
-                _reload_until(page, base + "/seeds", f'#seeds tr[data-id="{doc_id}"]', timeout=30)
+                _reload_until(page, base + "/seeds", f'#seeds tr[data-id="{doc_id}"]')
                 page.screenshot(path=str(shots / "seeds.png"))
                 version_labelled = max(e["version"] for e in _refits(worker))
                 page.locator(f'#seeds tr[data-id="{doc_id}"] button.undo').click()
                 assert page.inner_text("#flash").startswith(f"removed the seed of {doc_id}")
-                assert wait_until(lambda: any(m["op"] == "unlabel" and m["id"] == doc_id
-                                              for m in _control(broker.bootstrap, topics.control)), 20)
+                wait_for(lambda: any(m["op"] == "unlabel" and m["id"] == doc_id
+                                     for m in _control(broker.bootstrap, topics.control)), DEADLINE,
+                         "the unlabel op on the control topic", 1.0)
                 page.goto(base + "/")
                 page.click("#refit")
-                assert wait_until(lambda: any(e["version"] > version_labelled and e["seeds"] == n_seeds
-                                              for e in _refits(worker)), 90), "the next model no longer has it"
+                wait_for(lambda: any(e["version"] > version_labelled and e["seeds"] == n_seeds
+                                     for e in _refits(worker)), DEADLINE, "the next model no longer has it",
+                         logs=[worker.log_path])
                 # the keyboard: "n" opens "new class..." on the highlighted suggestion, Enter sends it
                 page.goto(base + "/queue")
                 current = page.locator("#queue li.suggestion.current")
@@ -191,10 +191,11 @@ def test_console_in_chromium_label_undo_name_and_escaping(broker, tmp_path):
                 page.keyboard.press("Enter")
                 page.wait_for_url("**/queue?msg=labelled*")
                 assert page.inner_text("#flash").startswith(f"labelled {new_id} as Widgets")
-                assert wait_until(lambda: any(m["op"] == "label" and m["id"] == new_id and m["labels"] == ["Widgets"]
-                                              for m in _control(broker.bootstrap, topics.control)), 20)
+                wait_for(lambda: any(m["op"] == "label" and m["id"] == new_id and m["labels"] == ["Widgets"]
+                                     for m in _control(broker.bootstrap, topics.control)), DEADLINE,
+                         "the new class's label on the control topic", 1.0)
                 # name a discovered cluster
-                _reload_until(page, base + "/clusters/new", "section.newcluster", timeout=60)
+                _reload_until(page, base + "/clusters/new", "section.newcluster")
                 page.screenshot(path=str(shots / "new_clusters.png"))
                 section = page.locator("section.newcluster").first
                 cluster, algorithm = section.get_attribute("data-cluster"), section.get_attribute("data-algorithm")
@@ -202,10 +203,10 @@ def test_console_in_chromium_label_undo_name_and_escaping(broker, tmp_path):
                 section.locator("button[type=submit]").click()
                 flash = page.inner_text("#flash")
                 assert flash.startswith(f"named {cluster} shipping"), flash
-                ops = _control(broker.bootstrap, topics.control)
-                named = [m for m in ops if m["op"] == "name" and m["cluster"] == cluster
-                         and m.get("algorithm") == algorithm and m["label"] == "shipping"]
-                assert named, "the control topic carries the name op"
+                wait_for(lambda: [m for m in _control(broker.bootstrap, topics.control)
+                                  if m["op"] == "name" and m["cluster"] == cluster
+                                  and m.get("algorithm") == algorithm and m["label"] == "shipping"], DEADLINE,
+                         "the control topic carries the name op", 1.0)
                 # a <script> document shows as text and runs nothing, on every page that shows it
                 page.goto(base + "/doc?id=xss-1")
                 assert XSS_TEXT in page.inner_text("#doc-text")
@@ -221,7 +222,7 @@ def test_console_in_chromium_label_undo_name_and_escaping(broker, tmp_path):
                             page.reload()
                             return page.locator("#quality tbody tr").first.locator("td").all_inner_texts()[col]
 
-                        assert wait_until(lambda: queue_accuracy() != "–", 20)
+                        wait_for(lambda: queue_accuracy() != "–", DEADLINE, "the accuracy on queue seeds", 1.0)
                         assert 0.0 <= float(queue_accuracy()) <= 1.0
                     if name != "queue":
                         page.screenshot(path=str(shots / f"{name}.png"), full_page=name == "overview")

@@ -10,7 +10,15 @@ from collections import Counter
 
 import numpy as np
 import pytest
-from kafka_utils import Topics, WorkerProcess, committed_offsets, producer, read_topic, send_json
+from kafka_utils import (
+    DEADLINE,
+    Topics,
+    WorkerProcess,
+    committed_offsets,
+    producer,
+    read_topic,
+    send_json,
+)
 
 from streamsemi.core import datasets
 from streamsemi.devtools.replay import replay_order, stratified_seeds
@@ -40,12 +48,16 @@ def _values(records):
 def _produce(bootstrap, topics, *args):
     cmd = [sys.executable, "-m", "streamsemi", "produce", "--bootstrap-servers", bootstrap, *topics.flags(),
            "--corpus", "reuters-r8", *args]
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=True)
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=DEADLINE, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def _settled(worker, quiet_s: float = 4.0, timeout: float = 120.0) -> None:
-    """Wait until no refit runs, no revision pass is pending and the refit count stayed put for ``quiet_s``."""
+def _settled(worker, quiet_s: float = 10.0, timeout: float = DEADLINE) -> None:
+    """Wait until no refit runs, no revision pass is pending and the refit count stayed put for ``quiet_s``.
+
+    ``quiet_s`` is longer than the engine's idle refit waits (``refit_idle_s`` 3 s after the last document,
+    ``min_refit_interval_s`` 5 s after the last refit started), so no idle refit follows a settled worker.
+    """
     t0 = time.monotonic()
     last, since = None, time.monotonic()
     while time.monotonic() - t0 < timeout:
@@ -84,9 +96,9 @@ def test_replay_r8_at_full_speed_first_and_latest_labels(broker, tmp_path):
         assert worker.wait_assigned(), "the worker joined its group"
         seeds = {f"reuters-r8:{i}" for i in stratified_seeds(ds, order[:n], frac, 0)}
         assert summary["documents"] == n and summary["seeds"] == len(seeds) >= 100
-        read_topic(broker.bootstrap, topics.assignments, expect=2 * n, timeout=120)
+        read_topic(broker.bootstrap, topics.assignments, expect=2 * n)
         _settled(worker)
-        records = read_topic(broker.bootstrap, topics.assignments, idle=3, timeout=120)
+        records = read_topic(broker.bootstrap, topics.assignments, idle=3)
         msgs = _values(records)
         assert {r.key.decode() for r in records} == {m["id"] for m in msgs}, "key = document id"
         expected_ids = {f"reuters-r8:{int(i)}" for i in order[:n]}
@@ -118,7 +130,7 @@ def test_replay_r8_at_full_speed_first_and_latest_labels(broker, tmp_path):
         # the labels topic read as a table: the last record per key is the latest primary assignment
         table: dict[str, dict] = {}
         label_revs: dict[str, list[int]] = {}
-        for r in read_topic(broker.bootstrap, labels_topic, idle=3, timeout=60):
+        for r in read_topic(broker.bootstrap, labels_topic, idle=3):
             m = json.loads(r.value)
             assert r.key.decode() == m["id"] and m["primary"]
             table[m["id"]] = m
@@ -196,22 +208,26 @@ def test_bad_messages_go_to_dead_letter_and_good_ones_are_assigned(broker, tmp_p
         p = producer(broker.bootstrap)
         for k, i in enumerate(good):
             send_json(p, topics.documents, {"id": f"g{i}", "text": ds.texts[i]}, key=f"g{i}")
-            if k < 40:
-                send_json(p, topics.control, {"op": "label", "id": f"g{i}", "labels": [ds.labels[i]]}, key=f"g{i}")
             if k % 25 == 0 and k // 25 < len(BAD_DOCS):
                 sent[BAD_DOCS[k // 25][1]] = p.send(topics.documents, value=BAD_DOCS[k // 25][0])
+        p.flush()
+        # the seeds' documents are in the window before their labels come: only the ghost document's label
+        # waits (and expires after the 5 s TTL), however late a loaded machine reads the documents
+        assert worker.wait_metric("streamsemi_window_documents", len(good)) == len(good)
+        for i in good[:40]:
+            send_json(p, topics.control, {"op": "label", "id": f"g{i}", "labels": [ds.labels[i]]}, key=f"g{i}")
         for raw, _ in BAD_CONTROL:
             p.send(topics.control, value=raw)
         p.flush()
-        out = _values(read_topic(broker.bootstrap, topics.assignments, expect=len(good), timeout=90))
+        out = _values(read_topic(broker.bootstrap, topics.assignments, expect=len(good)))
         assert sorted(m["id"] for m in out) == sorted(f"g{i}" for i in good)
         expected = Counter(r for _, r in BAD_DOCS) + Counter(r for _, r in BAD_CONTROL)
-        dead = _values(read_topic(broker.bootstrap, topics.deadletter, expect=sum(expected.values()), timeout=30))
+        dead = _values(read_topic(broker.bootstrap, topics.deadletter, expect=sum(expected.values())))
         assert Counter(d["reason"] for d in dead) == expected
         for d in dead:
             assert d["detail"] and d["topic"] in (topics.documents, topics.control)
         invalid = next(d for d in dead if d["reason"] == "invalid_utf8")
-        meta = sent["invalid_utf8"].get(timeout=30)
+        meta = sent["invalid_utf8"].get(timeout=DEADLINE)
         assert invalid["encoding"] == "base64"
         assert (invalid["partition"], invalid["offset"]) == (meta.partition, meta.offset)
         assert worker.metric("streamsemi_dead_letters_total", {"reason": "no_terms"}) == 1
@@ -232,12 +248,12 @@ def test_seeds_survive_a_worker_restart(broker, tmp_path):
         for i in range(400):
             send_json(p, topics.documents, {"id": f"d{i}", "text": ds.texts[i]}, key=f"d{i}")
         p.flush()
-        time.sleep(1.0)
+        assert first.wait_metric("streamsemi_window_documents", 400) == 400, "the documents before their labels"
         for i in seeded:
             send_json(p, topics.control, {"op": "label", "id": f"d{i}", "labels": [ds.labels[i]]}, key=f"d{i}")
         p.flush()
-        read_topic(broker.bootstrap, topics.assignments, expect=400, timeout=90)
-        assert first.wait_metric("streamsemi_seed_documents", len(seeded), timeout=30) == len(seeded)
+        read_topic(broker.bootstrap, topics.assignments, expect=400)
+        assert first.wait_metric("streamsemi_seed_documents", len(seeded)) == len(seeded)
     finally:
         assert first.terminate() == 0
     # The documents were committed; only the control topic can bring the seeds back.
@@ -248,7 +264,7 @@ def test_seeds_survive_a_worker_restart(broker, tmp_path):
         for i in range(400, 600):
             send_json(p, topics.documents, {"id": f"d{i}", "text": ds.texts[i]}, key=f"d{i}")
         p.flush()
-        out = _values(read_topic(broker.bootstrap, topics.assignments, expect=600, timeout=90))
+        out = _values(read_topic(broker.bootstrap, topics.assignments, expect=600))
         assert {m["id"] for m in out} >= {f"d{i}" for i in range(400, 600)}
         assert second.metric("streamsemi_seed_documents") == len(seeded)
         assert second.metric("streamsemi_dead_letters_total") in (None, 0.0), "no seed expired"
