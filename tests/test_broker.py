@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from kafka_utils import DEADLINE, alive, wait_for
 
 from streamsemi.core.errors import BrokerError, ConfigError
 from streamsemi.devtools.broker import EmbeddedBroker, free_port, port_free, wait_for_port
@@ -31,23 +32,6 @@ def _children(pid: int) -> list[int]:
     return out
 
 
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state != "Z"
-
-
-def _wait(predicate, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return predicate()
-
-
 def test_kill9_of_streamsemi_broker_takes_its_tansu_child_down():
     port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "streamsemi", "broker", "--port", str(port)],
@@ -57,21 +41,21 @@ def test_kill9_of_streamsemi_broker_takes_its_tansu_child_down():
         line = proc.stdout.readline()
         assert json.loads(line) == {"event": "broker_started", "bootstrap_servers": f"127.0.0.1:{port}"}, (
             line + proc.stderr.read())
-        assert _wait(lambda: bool(_children(proc.pid)), 5.0)
+        wait_for(lambda: _children(proc.pid), DEADLINE, "the tansu child")
         tansu = _children(proc.pid)
         assert len(tansu) == 1 and "tansu" in Path(f"/proc/{tansu[0]}/cmdline").read_bytes().decode(errors="replace")
-        assert wait_for_port("127.0.0.1", port, 5.0) and not port_free("127.0.0.1", port)
+        assert wait_for_port("127.0.0.1", port, DEADLINE) and not port_free("127.0.0.1", port)
 
         os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(10)
-        assert _wait(lambda: not _alive(tansu[0]), 5.0), "tansu outlived the killed `streamsemi broker`"
-        assert _wait(lambda: port_free("127.0.0.1", port), 5.0), f"port {port} still held after the kill"
+        proc.wait(DEADLINE)
+        wait_for(lambda: not alive(tansu[0]), DEADLINE, "tansu gone after the kill of `streamsemi broker`", 0.05)
+        wait_for(lambda: port_free("127.0.0.1", port), DEADLINE, f"port {port} free after the kill", 0.05)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait(10)
         for pid in tansu:
-            if _alive(pid):
+            if alive(pid):
                 os.kill(pid, signal.SIGKILL)
 
 
@@ -83,8 +67,8 @@ def test_sigterm_stops_the_broker_and_frees_the_port():
         assert "broker_started" in proc.stdout.readline()
         tansu = _children(proc.pid)
         proc.send_signal(signal.SIGTERM)
-        assert proc.wait(15) == 0
-        assert all(not _alive(pid) for pid in tansu)
+        assert proc.wait(DEADLINE) == 0
+        assert all(not alive(pid) for pid in tansu)
         assert port_free("127.0.0.1", port)
     finally:
         if proc.poll() is None:
@@ -109,8 +93,9 @@ def test_a_broker_that_exits_at_once_is_reported(tmp_path, monkeypatch):
     monkeypatch.setenv("STREAMSEMI_TANSU", str(fake))
     t0 = time.monotonic()
     with pytest.raises(BrokerError, match="exited with status 3 before listening"):
-        EmbeddedBroker(log_file=tmp_path / "log").start(timeout=15)
-    assert time.monotonic() - t0 < 10, "an exited broker is noticed without waiting for the whole timeout"
+        EmbeddedBroker(log_file=tmp_path / "log").start(timeout=2 * DEADLINE)
+    # a bound on failure, not a speed: waiting for the whole timeout would take twice as long as this
+    assert time.monotonic() - t0 < DEADLINE, "an exited broker is noticed without waiting for the whole timeout"
 
 
 def test_a_sigterm_while_the_broker_starts_stops_it_cleanly():
