@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import resource
+import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -41,7 +42,10 @@ from streamsemi.core import datasets
 from streamsemi.core.features import TextFeaturizer
 from streamsemi.evaluation.metrics import accuracy_hungarian, nmi
 
-RESULTS = Path(__file__).parent / "results" / "cle.json"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _bench  # noqa: E402
+
+RESULTS = _bench.RESULTS / "cle.json"
 
 VARIANTS = {
     "cle (default: tfidf, seed_link=1000, calibrated)": {},
@@ -54,11 +58,11 @@ VARIANTS = {
 }
 
 
-def _save(key: str, value: dict) -> None:
-    data = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
-    data[key] = value
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(data, indent=2) + "\n")
+def _save(key: str, value: dict, path: Path = RESULTS) -> None:
+    data = json.loads(path.read_text()) if path.exists() else {}
+    data[key] = {**value, "commit": _bench.commit()}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=2) + "\n")
 
 
 def _peak_rss_mb() -> float:
@@ -102,7 +106,7 @@ def quality(draws: int, balanced: bool, seed: int = 12345, variants: list[str] |
                     else:
                         est = CLE(**VARIANTS[name]).fit(Xs, lab)
                     seconds[name] += time.perf_counter() - t0
-                    # the non-seed documents only, as the evaluation harness scores (issue 19): a seed's own
+                    # the non-seed documents only, as the evaluation harness scores : a seed's own
                     # label is given, and scoring it inflates every figure (most at high seed rates)
                     ev = np.array([v is None for v in lab])
                     pred = np.asarray(est.labels_, dtype=object)
@@ -140,8 +144,9 @@ def pooled_corpus() -> tuple[list[str], list[str]]:
     return texts, labels
 
 
-def speed(sizes: list[int], n_predict: int = 5000, seed: int = 0) -> dict:
+def speed(sizes: list[int], n_predict: int = 5000, seed: int = 0, limit: int | None = None) -> dict:
     texts, labels = pooled_corpus()
+    texts, labels = texts[:limit], labels[:limit]  # limit: the first documents only (--smoke)
     X = TextFeaturizer().transform(texts, update_sketch=False)
     keep = np.flatnonzero(np.diff(X.indptr) > 0)
     rng = np.random.default_rng(seed)
@@ -192,24 +197,28 @@ def speed(sizes: list[int], n_predict: int = 5000, seed: int = 0) -> dict:
             "threads": "OMP_NUM_THREADS=1 (shared 2-core machine)", "rows": rows}
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("mode", choices=["speed", "quality"])
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("mode", nargs="?", choices=["speed", "quality"], default="speed")
     ap.add_argument("--sizes", type=int, nargs="+", default=[2000, 10000, 50000])
     ap.add_argument("--draws", type=int, default=5)
     ap.add_argument("--balanced", action="store_true")
     ap.add_argument("--variants", nargs="+", default=None,
                     help="quality: only these CLE variant names (ConstrainedKMeans always runs)")
-    args = ap.parse_args()
-    if args.mode == "speed":
-        _save("speed", speed(args.sizes))
+    _bench.add_smoke(ap)
+    args = ap.parse_args(argv)
+    out = _bench.results_dir(args.smoke) / RESULTS.name
+    if args.mode == "speed":  # --smoke: 200 of the first 600 pooled documents, 100 predicted
+        _save("speed", speed([200], n_predict=100, limit=600) if args.smoke else speed(args.sizes), out)
     else:
         res = quality(args.draws, args.balanced, variants=args.variants)
         key = ("quality_balanced" if args.balanced else "quality") + "_nonseed"
-        _save(key + ("_subset" if args.variants else ""), res)
+        _save(key + ("_subset" if args.variants else ""), res, out)
         for name, v in res["results"].items():
             print(f"{name:45s} acc {list(v['accuracy'].values())} nmi {list(v['nmi'].values())}")
+    print("wrote", out)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -22,10 +22,10 @@ refits every 1,000 documents (warm, default ``warm_sweeps``), each labelling the
 1,000 unseen documents by fold-in before the refit sees them. ``warm-baseline``: the
 same windows and stream with ConstrainedKMeans(n_new_clusters=10) refitted from scratch.
 
-``predict``: the worker's hot path with every class seeded (issue 19): D-LDA with
+``predict``: the worker's hot path with every class seeded: D-LDA with
 ``n_new_clusters=0`` fitted on a 10k-document 20NG window (all 20 groups, 5% seeds, 50
 sweeps), then fold-in of 2,000 unseen documents (best of 3), for the document-frequency
-threshold of 15 before issue 19 (``min_df=0.0015``, i.e. 15 documents of 10,000) and
+threshold of 15 documents in 10,000 (``min_df=0.0015``, i.e. 15 documents of 10,000) and
 the current default (``min_df=15`` capped at ``N // 1000`` = 10): the vocabulary grows,
 and with it the tokens per document that the fold-in samples.
 
@@ -63,7 +63,10 @@ from streamsemi.core.features import TextFeaturizer, idf_weights, tfidf
 from streamsemi.evaluation.metrics import nmi, pairwise_prf
 from streamsemi.evaluation.protocols import DLDA_TASKS
 
-RESULTS = Path(__file__).resolve().parent / "results"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _bench  # noqa: E402
+
+RESULTS = _bench.RESULTS
 TAUS = (0.80, 0.86, 0.92, 0.98)  # paper: 0.80..0.98 step 0.02 (coarser grid to keep the run short)
 
 # The paper's Table II tasks, defined once in the evaluation protocols ("20ng-easy1" -> "Easy1").
@@ -93,7 +96,7 @@ def cpu() -> float:
 def semi_defined_metrics(true: np.ndarray, pred: np.ndarray, known: list[str],
                          unlabeled: np.ndarray, new_names: set[str]) -> dict[str, float]:
     """Metrics of the unlabeled (non-seed) documents only, as the evaluation harness scores
-    (issue 19: scoring the seeds too added up to +0.06 NMI at high seed rates): NMI (mean)
+    (scoring the seeds too adds up to +0.06 NMI at high seed rates): NMI (mean)
     and pairwise F; known-class macro-F1; purity of the documents in new clusters; recall of
     unknown-class documents into new clusters."""
     from sklearn.metrics import f1_score
@@ -344,10 +347,11 @@ def _plot_warm(out: dict) -> None:
 # ----------------------------------------------------------------------------- speed
 
 
-def run_speed() -> dict[str, Any]:
+def run_speed(window: int = 10_000, step: int = 1_000, n_fold: int = 2000,
+              memory_docs: int = 50_000) -> dict[str, Any]:
     X, labels, y_all, ids, known = stream_setup()
-    out: dict[str, Any] = {"loadavg_at_start": os.getloadavg()}
-    W = slice(0, 10_000)
+    out: dict[str, Any] = {"loadavg_at_start": os.getloadavg(), "commit": _bench.commit(), "window": window}
+    W = slice(0, window)
     # compile (cached) before timing
     DLDA(n_sweeps=2, min_df=1).fit(X[:200], y_all[:200])
     m = DLDA(n_new_clusters=10, n_sweeps=1).fit(X[W], y_all[W], doc_ids=ids[W])
@@ -362,8 +366,8 @@ def run_speed() -> dict[str, Any]:
     ptr, w, _ = tokens_from_counts(Xw, lookup, m.max_doc_tokens)
     K, L, V = m.pi_.shape[0], m.pi_.shape[1], m.vocab_.size
     free = (m.seed_codes_ < 0).astype(np.uint8)
-    out["tokens_10k_window"] = T
-    out["vocabulary_10k_window"] = V
+    out["tokens_10k_window" if window == 10_000 else "tokens_window"] = T
+    out["vocabulary_10k_window" if window == 10_000 else "vocabulary_window"] = V
     out["K"] = K
     out["L"] = L
     # state after 40 sweeps (past the random start), then 10 timed sweeps per kernel
@@ -387,24 +391,24 @@ def run_speed() -> dict[str, Any]:
     cold = DLDA(n_new_clusters=10).fit(X[W], y_all[W], doc_ids=ids[W])
     out["cold_fit"] = {"sweeps": cold.n_sweeps_run_, "cpu_s": cpu() - t0,
                        "wall_s": time.perf_counter() - w0}
-    W2 = slice(1_000, 11_000)
+    W2 = slice(step, window + step)
     t0, w0 = cpu(), time.perf_counter()
     warm = DLDA(n_new_clusters=10).fit(X[W2], y_all[W2], doc_ids=ids[W2], warm_start_from=cold)
     out["warm_refit"] = {"sweeps": warm.n_sweeps_run_, "cpu_s": cpu() - t0,
                          "wall_s": time.perf_counter() - w0}
     print("fit", out["cold_fit"], out["warm_refit"], flush=True)
-    # fold-in throughput on 2,000 unseen documents
-    new = slice(11_000, 13_000)
+    # fold-in throughput on n_fold (2,000) unseen documents
+    new = slice(window + step, window + step + n_fold)
     warm.predict_proba(X[new][:10])
     t0, w0 = cpu(), time.perf_counter()
     warm.predict_proba(X[new])
-    out["fold_in_docs_per_s_cpu"] = 2000 / (cpu() - t0)
-    out["fold_in_docs_per_s_wall"] = 2000 / (time.perf_counter() - w0)
+    out["fold_in_docs_per_s_cpu"] = n_fold / (cpu() - t0)
+    out["fold_in_docs_per_s_wall"] = n_fold / (time.perf_counter() - w0)
     print("fold-in", out["fold_in_docs_per_s_cpu"], flush=True)
-    # memory at 50k documents, fresh process
-    res = subprocess.run([sys.executable, __file__, "memory", "50000"], capture_output=True,
+    # memory at memory_docs (50k) documents, fresh process
+    res = subprocess.run([sys.executable, __file__, "memory", str(memory_docs)], capture_output=True,
                          text=True, check=True)
-    out["memory_50k"] = json.loads(res.stdout.strip().splitlines()[-1])
+    out["memory_50k" if memory_docs == 50_000 else "memory"] = json.loads(res.stdout.strip().splitlines()[-1])
     out["loadavg_at_end"] = os.getloadavg()
     _save(out, "dlda.json")
     return out
@@ -436,7 +440,7 @@ def run_predict() -> dict[str, Any]:
     W, new = slice(0, 10_000), slice(11_000, 13_000)
     DLDA(0, n_sweeps=2, min_df=1).fit(X[:200], y[:200])  # compile (cached) before timing
     out: dict[str, Any] = {"loadavg_at_start": os.getloadavg()}
-    for name, min_df in (("min_df 15 (before issue 19)", 0.0015), ("min_df default", 15)):
+    for name, min_df in (("min_df 0.0015 (15 of 10,000)", 0.0015), ("min_df default", 15)):
         t0 = cpu()
         m = DLDA(0, n_sweeps=50, min_df=min_df).fit(X[W], y[W])
         fit_cpu = cpu() - t0
@@ -459,19 +463,33 @@ def _save(obj: dict, name: str) -> None:
     (RESULTS / name).write_text(json.dumps(obj, indent=1, default=float) + "\n")
 
 
-if __name__ == "__main__":
-    mode = sys.argv[1] if len(sys.argv) > 1 else "speed"
-    if mode == "speed":
-        print(json.dumps(run_speed(), indent=1, default=float))
-    elif mode == "warm":
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    global RESULTS
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("mode", nargs="?", default="speed",
+                    choices=("speed", "warm", "warm-baseline", "quality", "predict", "memory"),
+                    help="memory N: (internal) one fit on N documents, its peak RSS as JSON")
+    ap.add_argument("n", nargs="?", type=int, default=50_000, help="memory: documents")
+    _bench.add_smoke(ap)
+    args = ap.parse_args(argv)
+    RESULTS = _bench.results_dir(args.smoke)
+    if args.mode == "speed":  # --smoke: a 200-document window slid by 20, 100 folded in, memory at 300
+        out = run_speed(200, 20, 100, 300) if args.smoke else run_speed()
+        print(json.dumps(out, indent=1, default=float))
+    elif args.mode == "warm":
         run_warm()
-    elif mode == "warm-baseline":
+    elif args.mode == "warm-baseline":
         run_warm_baseline()
-    elif mode == "quality":
+    elif args.mode == "quality":
         run_quality()
-    elif mode == "memory":
-        run_memory(int(sys.argv[2]))
-    elif mode == "predict":
-        run_predict()
+    elif args.mode == "memory":
+        run_memory(args.n)
     else:
-        raise SystemExit(f"unknown mode {mode!r}: speed | warm | warm-baseline | quality | predict | memory N")
+        run_predict()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

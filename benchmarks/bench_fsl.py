@@ -27,6 +27,7 @@ import argparse
 import collections
 import json
 import platform
+import sys
 import time
 import tracemalloc
 from pathlib import Path
@@ -39,11 +40,12 @@ from streamsemi.core import datasets
 from streamsemi.core.features import TextFeaturizer
 from streamsemi.evaluation.metrics import entropy, f_measure
 
-RESULTS = Path(__file__).resolve().parent / "results"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _bench  # noqa: E402
 
 
-def load_corpus(name: str) -> tuple:
-    """Counts and labels: ``reuters`` (top-10 single-topic) or ``20ng``."""
+def load_corpus(name: str, limit: int | None = None) -> tuple:
+    """Counts and labels: ``reuters`` (top-10 single-topic) or ``20ng`` (its first ``limit`` documents)."""
     f = TextFeaturizer()
     if name == "reuters":
         d = datasets.load("reuters21578")
@@ -53,7 +55,7 @@ def load_corpus(name: str) -> tuple:
         texts, y = [d.texts[i] for i in idx], [d.labels[i][0] for i in idx]
     else:
         d = datasets.load("20newsgroups")
-        texts, y = d.texts, d.labels
+        texts, y = d.texts[:limit], d.labels[:limit]
     X = f.transform(texts)
     y = np.array(y, dtype=object)
     keep = np.diff(X.indptr) > 0
@@ -107,14 +109,14 @@ def quality(reps: int) -> dict:
     return report
 
 
-def speed() -> dict:
-    X, y, _ = load_corpus("20ng")
+def speed(sizes: tuple[int, ...] = (2000, 10000), n_new_docs: int = 2000) -> dict:
+    X, y, _ = load_corpus("20ng", None if max(sizes) > 2000 else 4 * (max(sizes) + n_new_docs))
     rng = np.random.default_rng(0)
     perm = rng.permutation(X.shape[0])
-    new = X[perm[-2000:]]
+    new = X[perm[-n_new_docs:]]
     report: dict = {"corpus": "20newsgroups", "seed_fraction": 0.05, "machine": platform.processor() or platform.machine(),
                     "sizes": {}}
-    for n in (2000, 10000):
+    for n in sizes:
         rows = perm[:n]
         seeds = np.full(n, None, dtype=object)
         seeds[: n // 20] = y[rows[: n // 20]]
@@ -141,19 +143,23 @@ def speed() -> dict:
     return report
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("what", choices=["speed", "quality"])
+    ap.add_argument("what", nargs="?", choices=["speed", "quality"], default="speed")
     ap.add_argument("--reps", type=int, default=3)
-    args = ap.parse_args()
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    if args.what == "speed":
-        path, report = RESULTS / "fsl.json", speed()
+    _bench.add_smoke(ap)
+    args = ap.parse_args(argv)
+    results = _bench.results_dir(args.smoke)
+    if args.what == "speed":  # --smoke: 200 documents, 100 to predict
+        path = results / "fsl.json"
+        report = speed((200,), 100) if args.smoke else speed()
     else:
-        path, report = RESULTS / "fsl_quality.json", quality(args.reps)
+        path, report = results / "fsl_quality.json", quality(args.reps)
+    report["commit"] = _bench.commit()
     path.write_text(json.dumps(report, indent=2) + "\n")
     print("wrote", path)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

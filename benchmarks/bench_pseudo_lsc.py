@@ -44,7 +44,10 @@ from typing import Any
 
 import numpy as np
 
-RESULTS = Path(__file__).resolve().parent / "results"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _bench  # noqa: E402
+
+RESULTS = _bench.RESULTS
 
 
 # --------------------------------------------------------------------------- data
@@ -95,12 +98,12 @@ def seed_subset(labels: list[list[str]], frac: float, rng: np.random.Generator) 
 # --------------------------------------------------------------------------- speed
 
 
-def _speed_worker(algo: str, n: int) -> dict[str, Any]:
+def _speed_worker(algo: str, n: int, n_test: int = 10_000) -> dict[str, Any]:
     from streamsemi.algorithms.constrained_kmeans import ConstrainedKMeans
     from streamsemi.algorithms.pseudo_lsc import PseudoLSC
 
-    X, labels = pooled_corpus(n + 10_000)
-    Xtr, Xte = X[:n], X[n:n + 10_000]
+    X, labels = pooled_corpus(n + n_test)
+    Xtr, Xte = X[:n], X[n:n + n_test]
     y = seed_subset(labels[:n], 0.10, np.random.default_rng(1))
     rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     out: dict[str, Any] = {"algo": algo, "n_docs": int(Xtr.shape[0]), "n_seeds": sum(bool(v) for v in y)}
@@ -130,11 +133,11 @@ def _speed_worker(algo: str, n: int) -> dict[str, Any]:
     return out
 
 
-def run_speed(sizes: list[int]) -> dict[str, Any]:
+def run_speed(sizes: list[int], n_test: int = 10_000) -> dict[str, Any]:
     rows = []
     for n in sizes:
         for algo in ("constrained-kmeans", "pseudo-lsc"):
-            proc = subprocess.run([sys.executable, __file__, "_speed_worker", algo, str(n)],
+            proc = subprocess.run([sys.executable, __file__, "_speed_worker", algo, str(n), str(n_test)],
                                   capture_output=True, text=True, check=True)
             row = json.loads(proc.stdout.strip().splitlines()[-1])
             print(row, flush=True)
@@ -149,6 +152,7 @@ def run_speed(sizes: list[int]) -> dict[str, Any]:
                         "pseudo_lsc_peak_rss_mb": round(a["peak_rss_mb"]),
                         "pseudo_lsc_predict_docs_per_s": round(a["predict_docs_per_s"])})
     return {"corpus": "reuters21578 + 20newsgroups pool (cycled beyond 40,399 docs), 10% seeds",
+            "commit": _bench.commit(), "predicted_docs": n_test,
             "threads": os.environ.get("OMP_NUM_THREADS", "unset"), "runs": rows, "summary": summary}
 
 
@@ -266,33 +270,41 @@ def run_stream(window: int = 5000, step: int = 1000, frac: float = 0.10) -> dict
             "n_predicted": int(Y.shape[0]), "macro_auc": res}
 
 
-def save_section(name: str, res: dict[str, Any]) -> None:
-    """Write ``res`` under ``name`` in results/pseudo_lsc.json, keeping other sections."""
-    path = RESULTS / "pseudo_lsc.json"
+def save_section(name: str, res: dict[str, Any], results: Path = RESULTS) -> Path:
+    """Write ``res`` under ``name`` in ``results/pseudo_lsc.json``, keeping other sections."""
+    path = results / "pseudo_lsc.json"
     data = json.loads(path.read_text()) if path.exists() else {}
     if "speed" not in data and "summary" in data:  # an older file holding only the speed run
         data = {"speed": data}
-    data[name] = res
+    data[name] = {**res, "commit": _bench.commit()}
     path.write_text(json.dumps(data, indent=2))
+    return path
 
 
-def main(argv: list[str]) -> None:
-    RESULTS.mkdir(exist_ok=True)
-    if argv[0] == "_speed_worker":
-        print(json.dumps(_speed_worker(argv[1], int(argv[2]))))
-    elif argv[0] == "speed":
-        sizes = [int(s) for s in argv[1:]] or [2000, 10_000, 50_000]
-        res = run_speed(sizes)
-        save_section("speed", res)
-    elif argv[0] == "quality":
-        res = run_quality([0.01, 0.05, 0.10, 0.5], [0, 1, 2])
-        save_section("quality", res)
-    elif argv[0] == "stream":
-        res = run_stream()
-        save_section("stream", res)
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("mode", nargs="?", default="speed", choices=("speed", "quality", "stream", "_speed_worker"),
+                    help="_speed_worker ALGO N N_TEST: (internal) one measurement, in its own process")
+    ap.add_argument("values", nargs="*", help="speed: window sizes (default 2000 10000 50000)")
+    _bench.add_smoke(ap)
+    args = ap.parse_args(argv)
+    if args.mode == "_speed_worker":
+        algo, n, n_test = args.values
+        print(json.dumps(_speed_worker(algo, int(n), int(n_test))))
+        return 0
+    results = _bench.results_dir(args.smoke)
+    if args.mode == "speed":  # --smoke: 200 documents, 100 predicted
+        sizes = [200] if args.smoke else [int(v) for v in args.values] or [2000, 10_000, 50_000]
+        path = save_section("speed", run_speed(sizes, 100 if args.smoke else 10_000), results)
+    elif args.mode == "quality":
+        path = save_section("quality", run_quality([0.01, 0.05, 0.10, 0.5], [0, 1, 2]), results)
     else:
-        raise SystemExit(f"unknown mode {argv[0]!r}: speed | quality | stream")
+        path = save_section("stream", run_stream(), results)
+    print("wrote", path)
+    return 0
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:] or ["speed"])
+    raise SystemExit(main())

@@ -40,8 +40,11 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
-RESULTS = Path(__file__).resolve().parent / "results" / "semi_ldc.json"
-QUALITY = Path(__file__).resolve().parent / "results" / "semi_ldc.quality.json"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _bench  # noqa: E402
+
+RESULTS = _bench.RESULTS / "semi_ldc.json"
+QUALITY = _bench.RESULTS / "semi_ldc.quality.json"
 PAPER = {"comp": [0.532, 0.647, 0.671, 0.709, 0.715], "talk": [0.640, 0.733, 0.766, 0.784, 0.793]}
 N_PREDICT = 5000
 SEED_FRACTION = 0.05
@@ -195,20 +198,21 @@ def quality(params: dict, runs: int = 3) -> None:
     print(f"wrote {path}")
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", default="2000,10000,50000")
     ap.add_argument("--algorithms", default="semi-ldc,constrained-kmeans")
     ap.add_argument("--quality", action="store_true", help="run the macro-F1 comparison instead")
     ap.add_argument("--params", default="{}", help="SemiLDC parameters (JSON) for --quality")
     ap.add_argument("--child", nargs=3, metavar=("DATA", "ALGO", "N"), help=argparse.SUPPRESS)
-    args = ap.parse_args()
+    _bench.add_smoke(ap)
+    args = _bench.parse(ap, argv, ["--sizes", "200"])  # --smoke: one 200-document window
     if args.child:
         print(json.dumps(child(Path(args.child[0]), args.child[1], int(args.child[2]))))
-        return
+        return 0
     if args.quality:
         quality(json.loads(args.params))
-        return
+        return 0
     sizes = [int(s) for s in args.sizes.split(",")]
     algos = args.algorithms.split(",")
     rows = []
@@ -232,7 +236,7 @@ def main() -> None:
             r["predict_ratio_vs_ckm"] = r["predict_docs_per_s"] / b["predict_docs_per_s"]
             r["peak_rss_ratio_vs_ckm"] = r["peak_rss_mb"] / b["peak_rss_mb"]
     result = {
-        "benchmark": "bench_semi_ldc",
+        "benchmark": "bench_semi_ldc", "commit": _bench.commit(),
         "command": "OMP_NUM_THREADS=1 python benchmarks/bench_semi_ldc.py --sizes " + args.sizes,
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
                     "omp_num_threads": os.environ.get("OMP_NUM_THREADS")},
@@ -241,10 +245,11 @@ def main() -> None:
                          "with binomial thinning p=0.9 (seed = copy index); 5% stratified seeds",
         "rows": rows,
     }
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"wrote {RESULTS}")
+    path = _bench.results_dir(args.smoke) / RESULTS.name
+    path.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"wrote {path}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

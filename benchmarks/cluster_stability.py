@@ -1,4 +1,4 @@
-"""Cluster id stability across consecutive refits (issue 18 part 1), in process through the Engine.
+"""Cluster id stability across consecutive refits, in process through the Engine.
 
 Reuters R8 (``--dataset``) streams through an :class:`~streamsemi.engine.Engine` with seeds for 5 of the 8
 classes (earn, acq, crude, trade, money-fx: ``--seeded``; ``--seed-fraction`` of their documents) and
@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -35,8 +36,14 @@ from streamsemi.core.datasets import load
 from streamsemi.core.messages import Document
 from streamsemi.engine import Engine, EngineConfig
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _bench  # noqa: E402
+
 SEEDED = ("earn", "acq", "crude", "trade", "money-fx")
-OUT = Path(__file__).resolve().parent / "results" / "cluster_stability.json"
+OUT = _bench.RESULTS / "cluster_stability.json"
+#: ``--smoke``: one algorithm, 600 documents in a 300-document window, a refit every 100, 30% seeds.
+SMOKE = ["--algorithms", "constrained-kmeans", "--docs", "600", "--window", "300", "--every", "100",
+         "--seed-fraction", "0.3"]
 #: ``discovery_info_`` entries of a split fit recorded per round (how many parts, how many continued).
 SPLIT_INFO = ("first_level_accepted", "warm_parts", "split_clusters", "parts_tried", "parts_continued",
               "parts_accepted", "parts_continued_accepted")
@@ -112,7 +119,7 @@ def run(algorithm: str, n_docs: int, window: int, every: int, seed_fraction: flo
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--algorithms", default="constrained-kmeans,semi-ldc,fsl-ck,d-lda")
     p.add_argument("--docs", type=int, default=6000)
     p.add_argument("--dataset", default="reuters-r8", help="a dataset id (streamsemi.core.datasets)")
@@ -125,8 +132,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--n-new", default="3", help="n_new_clusters: a number or auto")
     p.add_argument("--split", action="store_true", help="discovery_split=True (split rejected clusters)")
     p.add_argument("--discovery", default=None, help="the algorithms' discovery parameter (calibrated, legacy)")
-    p.add_argument("--out", default=str(OUT))
-    a = p.parse_args(argv)
+    p.add_argument("--out", default=None, help=f"default: benchmarks/results/{OUT.name}")
+    _bench.add_smoke(p)
+    a = _bench.parse(p, argv, SMOKE)
     min_jaccard = EngineConfig.cluster_match_min_jaccard if a.min_jaccard is None else a.min_jaccard
     n_new: int | str = a.n_new if a.n_new == "auto" else int(a.n_new)
     results = []
@@ -138,10 +146,12 @@ def main(argv: list[str] | None = None) -> int:
     out = {"corpus": a.dataset, "seeded_classes": a.seeded.split(","), "n_new_clusters": n_new, "docs": a.docs,
            "window": a.window, "refit_every_docs": a.every, "seed_fraction": a.seed_fraction, "seed": a.seed,
            "cluster_match_min_jaccard": min_jaccard, "discovery": a.discovery or "default", "split": a.split,
-           "results": results,
+           "results": results, "commit": _bench.commit(),
            "targets": {"kept": ">= 0.95", "overlap": ">= 0.5"}}
-    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(a.out).write_text(json.dumps(out, indent=2) + "\n")
+    path = Path(a.out) if a.out else _bench.results_dir(a.smoke) / OUT.name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(out, indent=2) + "\n")
+    print("wrote", path)
     return 0
 
 

@@ -17,6 +17,7 @@ import argparse
 import json
 import platform
 import statistics
+import sys
 import time
 import tracemalloc
 from pathlib import Path
@@ -24,7 +25,10 @@ from pathlib import Path
 from streamsemi.console.state import Bounds, ConsoleState
 from streamsemi.core import datasets
 
-OUT = Path(__file__).resolve().parent / "results" / "console_tables.json"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _bench  # noqa: E402
+
+OUT = _bench.RESULTS / "console_tables.json"
 
 
 def records(n: int) -> list[tuple[bytes, bytes, bytes]]:
@@ -45,10 +49,11 @@ def records(n: int) -> list[tuple[bytes, bytes, bytes]]:
     return out
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--entries", type=int, default=50_000)
-    args = ap.parse_args()
+    _bench.add_smoke(ap)
+    args = _bench.parse(ap, argv, ["--entries", "200"])
     recs = records(args.entries)
     unbounded = Bounds(max_entries=args.entries, max_bytes=10**12)
     st = ConsoleState(unbounded)
@@ -78,11 +83,13 @@ def main() -> None:
         pages[name] = round(1000 * statistics.median(times), 1)
     result = {"entries": args.entries, "memory": memory, "ingest_labels_per_s": round(ingest),
               "page_ms_median_of_5": pages, "machine": f"{platform.machine()} {platform.python_version()}",
-              "date": time.strftime("%Y-%m-%d")}
-    OUT.parent.mkdir(parents=True, exist_ok=True)
-    OUT.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+              "date": time.strftime("%Y-%m-%d"), "commit": _bench.commit()}
+    path = _bench.results_dir(args.smoke) / OUT.name
+    path.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     print(json.dumps(result, indent=2))
+    print("wrote", path)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -36,7 +35,12 @@ from streamsemi.core.datasets import load
 from streamsemi.core.messages import Document
 from streamsemi.engine import Engine, EngineConfig
 
-RESULTS = Path(__file__).resolve().parent / "results"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _bench  # noqa: E402
+
+#: ``--smoke``: R8 only, one seed, 400 documents (the switch after 300, 200 after it), a refit every 100.
+SMOKE = ["--corpora", "r8", "--seeds", "0", "--docs", "400", "--switch-after", "300", "--after-switch", "200",
+         "--refit-every", "100", "--batch", "50", "--seed-fraction", "0.2"]
 CORPORA = {"20ng": "20newsgroups", "r8": "reuters-r8"}
 
 
@@ -123,10 +127,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--drift-delta", type=float, default=EngineConfig.drift_delta)
     ap.add_argument("--tag", default="")
     ap.add_argument("--commit", default="", help="commit measured, when run from an exported tree (no .git)")
-    args = ap.parse_args(argv)
+    _bench.add_smoke(ap)
+    args = _bench.parse(ap, argv, SMOKE)
     seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
-    commit = args.commit or subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                                           cwd=Path(__file__).parent, check=False).stdout.strip()
+    commit = args.commit or _bench.commit()
     result: dict[str, Any] = {"command": "python benchmarks/drift_alarms.py " + " ".join(argv or sys.argv[1:]),
                               "commit": commit, "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                               "args": vars(args), "stationary": [], "switch": []}
@@ -137,11 +141,12 @@ def main(argv: list[str] | None = None) -> int:
     for seed in seeds:
         result["switch"].append(switch(args, seed))
         print(json.dumps(result["switch"][-1]), flush=True)
-    RESULTS.mkdir(exist_ok=True)
+    results = _bench.results_dir(args.smoke)
     stem = "drift_alarms" + (f"_{args.tag}" if args.tag else "")
-    (RESULTS / f"{stem}.json").write_text(json.dumps(result, indent=2) + "\n")
-    (RESULTS / f"{stem}.md").write_text(markdown(result))
+    (results / f"{stem}.json").write_text(json.dumps(result, indent=2) + "\n")
+    (results / f"{stem}.md").write_text(markdown(result))
     print(markdown(result))
+    print(f"wrote {results / stem}.json and .md")
     return 0
 
 

@@ -22,7 +22,10 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-OUT = Path(__file__).resolve().parent / "results"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _bench  # noqa: E402
+
+OUT = _bench.RESULTS
 
 # mutmut 3 exit-code meaning (mutmut/stats.py); anything else is "suspicious"
 STATUS = {1: "killed", 3: "killed", 0: "survived", 5: "no tests", 33: "no tests", 34: "skipped",
@@ -41,7 +44,11 @@ def collect(root: Path) -> dict[str, dict[str, str]]:
 
 
 def diff(root: Path, mutmut: str, name: str) -> str:
-    shown = subprocess.run([mutmut, "show", name], cwd=root, capture_output=True, text=True, check=False)
+    """The changed lines of mutant ``name`` (``mutmut show``; empty when mutmut cannot be run)."""
+    try:
+        shown = subprocess.run([mutmut, "show", name], cwd=root, capture_output=True, text=True, check=False)
+    except OSError:
+        return ""
     return "\n".join(line for line in shown.stdout.splitlines() if line[:2] in ("- ", "+ ", "@@"))
 
 
@@ -75,11 +82,29 @@ def _totals(functions: dict[str, dict], n_module: int) -> dict:
             "functions": dict(sorted(functions.items()))}
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("root", type=Path, help="directory mutmut ran in (holds mutants/)")
+def smoke_root() -> Path:
+    """A temporary directory shaped like a mutmut run: one module, one killed and one surviving mutant."""
+    import tempfile
+
+    root = Path(tempfile.mkdtemp(prefix="streamsemi-mutation-smoke-"))
+    meta = root / "mutants" / "streamsemi" / "core" / "example.py.meta"
+    meta.parent.mkdir(parents=True)
+    meta.write_text(json.dumps({"exit_code_by_key": {"streamsemi.core.example.x_f__mutmut_1": 1,
+                                                     "streamsemi.core.example.x_f__mutmut_2": 0}}))
+    return root
+
+
+def main(argv: list[str] | None = None) -> int:
+    global OUT
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("root", type=Path, nargs="?", help="directory mutmut ran in (holds mutants/)")
     ap.add_argument("--mutmut", default=str(Path(sys.executable).with_name("mutmut")))
-    a = ap.parse_args()
+    _bench.add_smoke(ap)
+    a = ap.parse_args(argv)
+    if a.smoke:  # a made-up run of two mutants, reported into a temporary directory
+        a.root, OUT = a.root or smoke_root(), _bench.results_dir(True)
+    elif a.root is None:
+        ap.error("the directory mutmut ran in is required (or --smoke)")
     modules = collect(a.root)
     old = json.loads((OUT / "mutation.json").read_text()) if (OUT / "mutation.json").exists() else {}
     old_diffs = _diffs(OUT / "mutation_survivors.md")
@@ -119,6 +144,9 @@ def main() -> None:
         print(f"{module:<45} {s['mutants']:>5} mutants  {len(s['survivors']):>4} survived  ({s['survived_pct']}%)")
         for f, v in s.get("functions", {}).items():
             print(f"    {f.split('.')[-1]:<41} {v['mutants']:>5} mutants  {len(v['survivors']):>4} survived")
+    print(f"wrote {OUT / 'mutation.json'} and {OUT / 'mutation_survivors.md'}")
+    return 0
+
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -1,4 +1,4 @@
-"""Roles (issue 17): assigners' docs/s with 1 and 2 processes, and the cost of publishing a model.
+"""Roles: assigners' docs/s with 1 and 2 processes, and the cost of publishing a model.
 
 ``assign`` phase
     One embedded broker; a constrained k-means model fitted in this process on
@@ -44,16 +44,34 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+import _bench  # noqa: E402
 from throughput import CORPUS, Corpus, OutputReader, _http_json, rate_of, send  # noqa: E402
 
-RESULTS = Path(__file__).parent / "results"
+#: ``--smoke``: 200 documents through one and two assigners of 2 partitions (a model fitted on 200), and
+#: constrained k-means published at a 200-document window.
+SMOKE = ["--docs", "200", "--partitions", "2", "--fit-docs", "200", "--windows", "200",
+         "--algorithms", "constrained-kmeans"]
 ALL = ("constrained-kmeans,seeded-kmeans,semi-ldc,cle,d-lda,fsl-sk,fsl-ck,fsl-ap,fsl-sap,pseudo-lsc,ensemble")
+
+
+_KEY: list[str] = []
+
+
+def models_key_file() -> str:
+    """A models-topic signing key made for this run (mode 600), shared by the publisher and the assigners."""
+    if not _KEY:
+        path = Path(tempfile.mkdtemp(prefix="streamsemi-scaling-")) / "models.key"
+        path.write_bytes(os.urandom(32))
+        path.chmod(0o600)
+        _KEY.append(str(path))
+    return _KEY[0]
 
 
 def settings_for(bootstrap: str, prefix: str, **extra: Any) -> Any:
     from streamsemi.service.config import resolve
 
-    return resolve({"bootstrap_servers": bootstrap, "documents_topic": f"{prefix}.documents",
+    return resolve({"bootstrap_servers": bootstrap, "models_key_file": models_key_file(),
+                    "documents_topic": f"{prefix}.documents",
                     "control_topic": f"{prefix}.control", "assignments_topic": f"{prefix}.assignments",
                     "deadletter_topic": f"{prefix}.deadletter", "labels_topic": f"{prefix}.labels",
                     "models_topic": f"{prefix}.models", "refit_leader_topic": f"{prefix}.leader",
@@ -158,7 +176,7 @@ def assign_phase(args: argparse.Namespace, bootstrap: str, corpus: Corpus, out: 
                    "--bootstrap-servers", bootstrap, "--algorithms", "constrained-kmeans",
                    "--metrics-port", str(port), "--session-timeout-ms", "6000", "--heartbeat-interval-ms", "1000"]
             for name in ("documents_topic", "control_topic", "assignments_topic", "deadletter_topic", "labels_topic",
-                         "models_topic", "refit_leader_topic", "group_id"):
+                         "models_topic", "refit_leader_topic", "group_id", "models_key_file"):
                 cmd += ["--" + name.replace("_", "-"), s.values[name]]
             procs.append(subprocess.Popen(cmd, stdout=log, stderr=log))
             ports.append(port)
@@ -233,7 +251,7 @@ def markdown(result: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--phases", default="assign,publish")
     p.add_argument("--docs", type=int, default=20000, help="documents per assign measurement")
     p.add_argument("--partitions", type=int, default=4)
@@ -243,19 +261,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--chunk-bytes", type=int, default=900_000)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--tag", default="")
-    args = p.parse_args(argv)
+    _bench.add_smoke(p)
+    args = _bench.parse(p, argv, SMOKE)
     from streamsemi.devtools.broker import EmbeddedBroker
 
+    results = _bench.results_dir(args.smoke)
     name = "scaling" + (f"_{args.tag}" if args.tag else "")
     out: dict[str, Any] = {"command": "python benchmarks/scaling.py " + " ".join(argv if argv is not None else sys.argv[1:]),
-                           "environment": {"when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                           "commit": _bench.commit(), "environment": {"when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                                            "cpus": os.cpu_count(), "python": platform.python_version(),
                                            "corpus": CORPUS, "broker": "embedded Tansu"}}
 
     def save() -> None:
-        RESULTS.mkdir(exist_ok=True)
-        (RESULTS / f"{name}.json").write_text(json.dumps(out, indent=2) + "\n")
-        (RESULTS / f"{name}.md").write_text(markdown(out))
+        (results / f"{name}.json").write_text(json.dumps(out, indent=2) + "\n")
+        (results / f"{name}.md").write_text(markdown(out))
 
     corpus = Corpus(args.seed)
     broker = EmbeddedBroker(log_file=Path(tempfile.gettempdir()) / f"{name}-tansu.log").start()
@@ -267,6 +286,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         broker.stop()
     save()
+    print(markdown(out))
+    print(f"wrote {results / name}.json and .md")
     return 0
 
 

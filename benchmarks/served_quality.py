@@ -1,6 +1,6 @@
 """What users are served: the quality of the output topic of a real worker, against batch.
 
-Issue 14 part 5. Five modes (``python benchmarks/served_quality.py MODE ...``):
+Five modes (``python benchmarks/served_quality.py MODE ...``):
 
 ``served`` (default)
     Starts the embedded broker (Tansu) and ``streamsemi run`` as a separate process
@@ -35,9 +35,9 @@ Issue 14 part 5. Five modes (``python benchmarks/served_quality.py MODE ...``):
     (``timestamp_ms``); the worker's producer stamps each output record's
     CreateTime when it sends it; the type found on the output records (CreateTime or
     LogAppendTime) is written in the results. "Fresh" documents are those sent after
-    the algorithm's first output existed (the others waited for the first model; since
-    session 6 the primary serves before the other algorithms' first models are in, and their
-    first output of those documents is a revision).
+    the algorithm's first output existed (the others waited for the first model; the primary
+    serves before the other algorithms' first models are in, and their first output of those
+    documents is a revision).
 
 ``engine``
     The same stream replayed in process through :class:`streamsemi.engine.Engine`
@@ -62,7 +62,7 @@ Issue 14 part 5. Five modes (``python benchmarks/served_quality.py MODE ...``):
 
 ``queue``
     ``served`` (default worker settings, ``--primary`` from ``--primaries``, one run
-    each), then a simulated person works the suggestion queue (issue 15) through the
+    each), then a simulated person works the suggestion queue through the
     broker: ``--rounds`` times (or until ``--budget`` labels), the top ``--k`` suggestions of
     the newest model get their corpus labels on the control topic and the worker's next refit
     round is awaited (:func:`queue_annotator`). Scored at the end on the documents neither
@@ -122,7 +122,10 @@ from streamsemi.devtools.replay import (
 )
 from streamsemi.evaluation.metrics import macro_f1_known
 
-RESULTS = Path(__file__).parent / "results"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _bench  # noqa: E402
+
+RESULTS = _bench.RESULTS
 CORPORA = {"r8": "reuters-r8", "20ng": "20newsgroups", "r52": "reuters-r52", "r21578": "reuters21578"}
 DEFAULT_DOCS = {"r8": None, "20ng": 8000}
 SIX = "constrained-kmeans,semi-ldc,cle,d-lda,fsl-ck,pseudo-lsc"
@@ -700,7 +703,7 @@ def served_markdown(result: dict[str, Any]) -> str:
 
 
 # ---------------------------------------------------------------- in process: the engine
-#: The refit and revision policy of the worker when issue 14 part 5 was measured (commit ac1fe4f): first refit
+#: The refit and revision policy of the worker at commit ac1fe4f (``--profiles legacy``): first refit
 #: at ``min_docs_first_refit`` documents once 2 classes are seeded, then every ``refit_every_docs``; no growth
 #: or idle refits, no revisions. Applied only for the settings the engine in use has.
 LEGACY = {"min_seed_classes": 2, "min_seeds_per_class": 1, "first_fit_stable_seeds": 0, "refit_growth": 0.0, "refit_idle_s": 0.0,
@@ -1111,7 +1114,7 @@ def _environment() -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("mode", nargs="?", default="served", choices=("served", "engine", "gating", "pseudo-lsc",
                                                                   "queue"))
     p.add_argument("--corpora", default="r8,20ng", help="comma-separated: r8, 20ng, r52")
@@ -1152,7 +1155,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--k", type=int, default=10, help="queue: suggestions labelled per round")
     p.add_argument("--budget", type=int, default=None,
                    help="queue: labels from the queue in all (the last round cut short; default rounds x k)")
+    _bench.add_smoke(p)
     args = p.parse_args(argv)
+    args.quick = args.quick or args.smoke  # --smoke: the --quick run, its files in a temporary directory
     if args.quick:
         args.corpora, args.docs, args.idle = "r8", args.docs or 300, min(args.idle, 5.0)
         args.gate_classes, args.gate_seeds, args.gate_min_docs = "2", "1", "100"
@@ -1168,10 +1173,10 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_write:
         stem = "served_quality" + ("" if args.mode == "served" else "_" + args.mode.replace("-", "_"))
         stem += f"_{args.tag}" if args.tag else ""
-        RESULTS.mkdir(exist_ok=True)
-        (RESULTS / f"{stem}.json").write_text(json.dumps(result, indent=1, default=str) + "\n")
-        (RESULTS / f"{stem}.md").write_text(f"# served_quality {args.mode}\n\n`{' '.join(sys.argv)}`\n\n" + text)
-        print(f"wrote {RESULTS / stem}.json and .md")
+        results = _bench.results_dir(args.smoke)
+        (results / f"{stem}.json").write_text(json.dumps(result, indent=1, default=str) + "\n")
+        (results / f"{stem}.md").write_text(f"# served_quality {args.mode}\n\n`{' '.join(sys.argv)}`\n\n" + text)
+        print(f"wrote {results / stem}.json and .md")
     return 0
 
 

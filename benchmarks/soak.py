@@ -37,7 +37,11 @@ from streamsemi.devtools.broker import EmbeddedBroker, free_port
 from streamsemi.service.config import resolve
 from streamsemi.service.kafka_io import ensure_topics
 
-RESULTS = Path(__file__).parent / "results"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _bench  # noqa: E402
+
+#: ``--smoke``: 300 documents at 300 docs/s, a refit every 100.
+SMOKE = ["--documents", "300", "--refit-every", "100", "--rate", "300", "--seed-every", "10"]
 
 
 def rss_kib(pid: int) -> int | None:
@@ -97,8 +101,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rate", type=float, default=1500.0, help="documents per second produced")
     ap.add_argument("--seed-every", type=int, default=50)
     ap.add_argument("--algorithms", default="constrained-kmeans")
-    ap.add_argument("--out", default=str(RESULTS / "soak.json"))
-    args = ap.parse_args(argv)
+    ap.add_argument("--out", default=None, help="default: benchmarks/results/soak.json")
+    _bench.add_smoke(ap)
+    args = _bench.parse(ap, argv, SMOKE)
 
     work = Path(tempfile.mkdtemp(prefix="streamsemi-soak-"))
     broker = EmbeddedBroker(log_file=work / "tansu.log").start()
@@ -177,6 +182,7 @@ def main(argv: list[str] | None = None) -> int:
         return s["rss_mib"] if s else None
 
     result = {
+        "commit": _bench.commit(),
         "parameters": {"documents": args.documents, "refit_every": args.refit_every, "rate": args.rate,
                        "seed_every": args.seed_every, "algorithms": args.algorithms, "window_max_docs": 10000},
         "seconds": round(samples[-1]["t"], 1) if samples else None,
@@ -199,11 +205,12 @@ def main(argv: list[str] | None = None) -> int:
         "checkpoints": samples[-1].get("checkpoints_total") if samples else None,
         "log_start_ts": t_start,
     }
-    out = Path(args.out)
+    out = Path(args.out) if args.out else _bench.results_dir(args.smoke) / "soak.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n")
     summary = {k: v for k, v in result.items() if k not in ("rss_curve", "refit_seconds", "lag_back_to_zero_s")}
     print(json.dumps(summary, indent=2))
+    print("wrote", out)
     return 0 if assigned >= args.documents and not own_errors else 1
 
 

@@ -1,4 +1,4 @@
-"""Per-stream models (issue 17 part 2): the cost of routing by stream, in process, no Kafka.
+"""Per-stream models: the cost of routing by stream, in process, no Kafka.
 
 For the same documents (R8, cycled with unique ids) and the same fitted models, the
 docs/s of ``process()`` in batches of ``--batch`` (the worker's ``max_poll_records``):
@@ -39,7 +39,12 @@ from streamsemi.core.telemetry import Telemetry
 from streamsemi.engine import Engine, EngineConfig
 from streamsemi.service.streams import StreamEngines
 
-RESULTS = Path(__file__).resolve().parent / "results"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _bench  # noqa: E402
+
+#: ``--smoke``: 300 documents in batches of 100 (200 windowed first), 1 and 2 streams, once, no blocking run.
+SMOKE = ["--docs", "300", "--batch", "100", "--warm", "200", "--streams", "1,2", "--repeats", "1",
+         "--blocking-window", "0"]
 
 
 def _config() -> EngineConfig:
@@ -162,7 +167,7 @@ def measure_blocking(window: int, algorithms: list[str]) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--docs", type=int, default=6000)
     ap.add_argument("--batch", type=int, default=500)
     ap.add_argument("--warm", type=int, default=2000, help="documents windowed before the first fit")
@@ -172,7 +177,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="window of the big stream in the blocking measurement (0 = skip it)")
     ap.add_argument("--blocking-algorithms", default="constrained-kmeans,seeded-kmeans")
     ap.add_argument("--tag", default="")
-    args = ap.parse_args(argv)
+    _bench.add_smoke(ap)
+    args = _bench.parse(ap, argv, SMOKE)
     ds = datasets.load("reuters-r8")
     variants = [0] + [int(x) for x in args.streams.split(",") if x.strip()]
     runs: dict[int, list[dict]] = {k: [] for k in variants}
@@ -196,12 +202,12 @@ def main(argv: list[str] | None = None) -> int:
     for r in rows:
         r["relative"] = round(r["docs_per_s"] / base, 3)
     command = "python benchmarks/streams.py " + " ".join(argv if argv is not None else sys.argv[1:])
-    out = {"command": command.strip(), "python": platform.python_version(), "machine": platform.machine(),
+    out = {"command": command.strip(), "commit": _bench.commit(), "python": platform.python_version(), "machine": platform.machine(),
            "docs": args.docs, "batch": args.batch, "repeats": args.repeats, "load_average_1min": load, "rows": rows,
            "blocking": blocking}
-    RESULTS.mkdir(exist_ok=True)
+    results = _bench.results_dir(args.smoke)
     name = "streams" + (f"_{args.tag}" if args.tag else "")
-    (RESULTS / f"{name}.json").write_text(json.dumps(out, indent=2) + "\n")
+    (results / f"{name}.json").write_text(json.dumps(out, indent=2) + "\n")
     lines = [f"`{out['command']}`", "", f"R8, {args.docs} documents in batches of {args.batch}, constrained k-means, "
              f"median of {args.repeats} (variants interleaved; 1-minute load average {min(load):.1f}..{max(load):.1f} "
              "on this shared 2-core machine)", "", "| variant | docs/s | vs one engine | runs |", "|---|---|---|---|"]
@@ -213,7 +219,9 @@ def main(argv: list[str] | None = None) -> int:
                   f"through the one fit process: {b['small_first_model_alone_s']} s alone, "
                   f"{b['small_first_model_during_big_refit_s']} s while a stream with a {b['window']:,}-document 20NG "
                   f"window refits (its fits {b['big_fit_seconds']} s, its round {b['big_round_s']} s)."]
-    (RESULTS / f"{name}.md").write_text("\n".join(lines) + "\n")
+    (results / f"{name}.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    print(f"wrote {results / name}.json and .md")
     return 0
 
 

