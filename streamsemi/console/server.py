@@ -1,4 +1,14 @@
-"""Start the console: check the bind address and token, start the reader thread, serve with uvicorn."""
+"""Start the console: check the bind address and token, start the reader thread, serve with uvicorn.
+
+uvicorn gives an idle keep-alive connection :data:`KEEP_ALIVE_S` but a new connection that sends
+nothing, or a request that trickles in a byte at a time, forever; and its ``limit_concurrency``
+counts idle connections, so 64 of them made every page (``/healthz`` too) answer 503. The console
+serves with :func:`uvicorn_config`: its protocol gives each request :data:`REQUEST_TIMEOUT_S` from
+its first byte (from the accept for a new connection) to its last byte of body, and keeps at most
+:data:`MAX_CONNECTIONS` open: a new one beyond it closes the connection that has waited longest for
+its request (when every open connection is being answered, the new one is closed). The event loop
+is one thread; the pages' blocking work runs in anyio's bounded thread pool (40 threads).
+"""
 
 from __future__ import annotations
 
@@ -9,6 +19,7 @@ import signal
 import socket
 import sys
 from dataclasses import dataclass
+from typing import Any
 
 from streamsemi.console.state import Bounds, ConsoleState
 from streamsemi.core.errors import ConfigError
@@ -16,6 +27,74 @@ from streamsemi.service.config import Settings, stream_list
 
 TOKEN_ENV = "STREAMSEMI_CONSOLE_TOKEN"
 MIN_TOKEN_CHARS = 16
+#: seconds a request has from its first byte (a new connection: from the accept) to the end of its body
+REQUEST_TIMEOUT_S = 10.0
+#: seconds an idle keep-alive connection is kept
+KEEP_ALIVE_S = 5
+#: connections open at most (each costs a few KB in the event loop)
+MAX_CONNECTIONS = 256
+
+
+def bounded_protocol(request_timeout_s: float = REQUEST_TIMEOUT_S, max_connections: int = MAX_CONNECTIONS) -> type:
+    """uvicorn's h11 protocol with a deadline per request and a bound on open connections (see the module)."""
+    import h11
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    settled = (h11.DONE, h11.MUST_CLOSE, h11.CLOSED, h11.ERROR)
+
+    class BoundedH11Protocol(H11Protocol):
+        _deadline: Any = None
+        _since = 0.0
+
+        def connection_made(self, transport: Any) -> None:  # type: ignore[override]
+            super().connection_made(transport)
+            if len(self.connections) > max_connections:
+                waiting = [c for c in self.connections if c is not self and getattr(c, "_deadline", None) is not None]
+                if not waiting:  # every other connection is being answered: this one waits no turn
+                    self.transport.close()
+                    return
+                oldest = min(waiting, key=lambda c: c._since)
+                oldest._disarm()
+                oldest.transport.close()
+            self._arm()
+
+        def data_received(self, data: bytes) -> None:
+            if self._deadline is None and self.conn.their_state is h11.IDLE:
+                self._arm()  # the next request on a keep-alive connection
+            super().data_received(data)
+            if self.conn.their_state in settled:
+                self._disarm()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._disarm()
+            super().connection_lost(exc)
+
+        def _arm(self) -> None:
+            self._since = self.loop.time()
+            self._deadline = self.loop.call_later(request_timeout_s, self._expired)
+
+        def _disarm(self) -> None:
+            if self._deadline is not None:
+                self._deadline.cancel()
+                self._deadline = None
+
+        def _expired(self) -> None:
+            self._deadline = None
+            if not self.transport.is_closing():
+                self.transport.close()
+
+    return BoundedH11Protocol
+
+
+def uvicorn_config(app: Any, *, request_timeout_s: float = REQUEST_TIMEOUT_S,
+                   max_connections: int = MAX_CONNECTIONS) -> Any:
+    """The ``uvicorn.Config`` the console serves ``app`` with (bounded as the module docstring says)."""
+    import uvicorn
+
+    return uvicorn.Config(app, log_level="warning", access_log=False, server_header=False,
+                          http=bounded_protocol(request_timeout_s, max_connections),
+                          limit_concurrency=2 * max_connections, timeout_keep_alive=KEEP_ALIVE_S,
+                          h11_max_incomplete_event_size=16 * 1024)
 
 
 @dataclass
@@ -122,9 +201,7 @@ def serve(settings: Settings, opts: ServeOptions) -> int:
     print(json.dumps({"event": "console_started", "url": f"http://{shown}:{port}/",
                       "auth": opts.auth_token is not None, "bootstrap_servers": settings.bootstrap_servers}),
           flush=True)
-    config = uvicorn.Config(app, log_level="warning", access_log=False, server_header=False,
-                            limit_concurrency=64, timeout_keep_alive=5)
-    server = uvicorn.Server(config)
+    server = uvicorn.Server(uvicorn_config(app))
     # uvicorn handles SIGINT/SIGTERM (graceful shutdown), then raises the signal again for the handler that was
     # installed before it: a no-op here, so that a stop on request ends the process with status 0
     previous = {s: signal.signal(s, lambda _s, _f: None) for s in (signal.SIGINT, signal.SIGTERM)}
