@@ -349,11 +349,11 @@ def test_crash_while_writing_keeps_the_previous_checkpoint(r8, tmp_path, monkeyp
     calls = {"n": 0}
     real = checkpoint._write_file
 
-    def dying(path, data):
+    def dying(dir_fd, name, data):
         calls["n"] += 1
         if calls["n"] == 3:
             raise OSError("disk full")
-        return real(path, data)
+        return real(dir_fd, name, data)
 
     monkeypatch.setattr(checkpoint, "_write_file", dying)
     with pytest.raises(OSError, match="disk full"):

@@ -28,11 +28,23 @@ re-created only through the
 algorithm registry (:data:`streamsemi.algorithms.REGISTRY`) and the package's own
 class list, never from a path found in the file. A model that cannot be stored is
 skipped (and logged); the next refit rebuilds it.
+
+Nothing under the state directory is trusted to stay inside it: no symbolic link is
+followed there (directories are opened with ``O_NOFOLLOW`` one level at a time, files
+with ``O_NOFOLLOW`` and must be regular files by ``fstat``; listings skip links with a
+``checkpoint_path_skipped`` event), a file is read only up to the size its manifest
+declares, an ``.npz`` is inflated only up to its own declared size (the arrays are
+stored uncompressed; a compressed member may not expand past it), and a restored model
+passes :func:`streamsemi.service.model_validation.validate_model`, the check a model
+from the models topic passes. The state directory itself may be a link (the operator's
+choice). Per-stream checkpoint roots are ``<state_dir>/streams/stream=<hex of the UTF-8
+name>/`` (:func:`stream_dir_name`), never the stream name itself.
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
 import hashlib
 import io
 import json
@@ -41,11 +53,15 @@ import math
 import os
 import re
 import shutil
+import stat
+import struct
 import sys
 import threading
 import time
 import uuid
 import zipfile
+import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -81,10 +97,33 @@ ZEROS_MAX_RATIO = 0.5
 #: the most a model's ``zeros`` entries may expand to, all together (a hostile state of small files must not
 #: allocate without bound; checked before any is expanded)
 ZEROS_MAX_DENSE_BYTES = 4 << 30
+#: the most bytes read from one checkpoint file, or inflated from one ``.npz``, whatever its manifest says
+MAX_FILE_BYTES = 4 << 30
+#: the most bytes read from a ``manifest.json`` (it lists files, models, classes and explanations)
+MAX_MANIFEST_BYTES = 64 << 20
+#: the most bytes read from ``CURRENT`` (one directory name)
+MAX_CURRENT_BYTES = 4096
+#: the directory of the per-stream checkpoint roots, and the prefix of each root's name in it
+STREAMS_DIR = "streams"
+STREAM_DIR_PREFIX = "stream="
+_STREAM_DIR_NAME = re.compile(r"^stream=((?:[0-9a-f]{2}){1,120})$")
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0)
+_NOFOLLOW = os.O_NOFOLLOW
 
 
 class CheckpointError(StreamsemiError):
-    """A checkpoint is missing, of another format version, or corrupted."""
+    """A checkpoint is missing, of another format version, or corrupted.
+
+    ``file`` is the path of the file or directory at fault, when one is.
+    """
+
+    def __init__(self, message: str, file: str | Path | None = None) -> None:
+        super().__init__(message)
+        self.file = None if file is None else str(file)
+
+
+class _Missing(CheckpointError):
+    """The file or directory does not exist."""
 
 
 class UnsupportedState(StreamsemiError, TypeError):
@@ -347,27 +386,135 @@ def restore_estimator(state: dict, arrays: dict[str, np.ndarray], registry_name:
 
 
 # ---------------------------------------------------------------- files
-def _fsync_dir(path: Path) -> None:
+def _path_error(where: Path, exc: OSError, dir_fd: int | None = None, name: str | None = None) -> CheckpointError:
+    """The :class:`CheckpointError` of a failed open of ``where`` (a link is named as one)."""
+    is_link = exc.errno == errno.ELOOP
+    if not is_link and exc.errno in (errno.ENOTDIR, errno.EMLINK):
+        try:
+            st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False) if dir_fd is not None else os.lstat(where)
+            is_link = stat.S_ISLNK(st.st_mode)
+        except OSError:
+            pass
+    if is_link:
+        return CheckpointError(f"{where}: a symbolic link, not followed", where)
+    if exc.errno == errno.ENOENT:
+        return _Missing(f"{where}: missing", where)
+    if exc.errno == errno.ENOTDIR:
+        return CheckpointError(f"{where}: not a directory", where)
+    return CheckpointError(f"{where}: {exc.strerror or exc}", where)
+
+
+def _open_dir(where: Path, dir_fd: int | None = None, name: str | None = None, follow: bool = False) -> int:
+    """A file descriptor of the directory ``where`` (``name`` in ``dir_fd`` when given), not through a link
+    unless ``follow`` (only the state directory itself, the operator's choice, is followed)."""
+    flags = _DIR_FLAGS | (0 if follow else _NOFOLLOW)
     try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
+        return os.open(name if dir_fd is not None else where, flags, dir_fd=dir_fd)
+    except OSError as exc:
+        raise _path_error(where, exc, dir_fd, name) from None
+
+
+def _root_parts(stream: str | None) -> tuple[str, ...]:
+    """The directories below the state directory of a checkpoint root (none: the state directory's own)."""
+    return () if stream is None else (STREAMS_DIR, stream_dir_name(stream))
+
+
+def _open_root(state_dir: Path, stream: str | None, create: bool = False,
+               parts: tuple[str, ...] | None = None) -> tuple[int, Path]:
+    """``(fd, path)`` of a checkpoint root: ``state_dir``, or its stream's root under :data:`STREAMS_DIR`.
+
+    The state directory itself is followed if it is a link (the operator's choice); the
+    directories below it (``parts``, by default :func:`_root_parts` of ``stream``) are
+    opened one at a time without following a link, and made when ``create``. The
+    caller closes the descriptor.
+    """
+    fd = _open_dir(state_dir, follow=True)
+    path = state_dir
+    try:
+        for part in _root_parts(stream) if parts is None else parts:
+            path = path / part
+            if create:
+                try:
+                    os.mkdir(part, dir_fd=fd)
+                except FileExistsError:
+                    pass
+            nfd = _open_dir(path, fd, part)
+            os.close(fd)
+            fd = nfd
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, path
+
+
+def _read_at(dir_fd: int, name: str, where: Path, limit: int, expect: int | None = None) -> bytes:
+    """The bytes of the regular file ``name`` in ``dir_fd``, opened without following a link.
+
+    With ``expect`` (the manifest's size) the file must have exactly that many bytes,
+    checked before anything is read; at most ``limit`` bytes are ever read.
+    """
+    try:
+        fd = os.open(name, os.O_RDONLY | _NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0), dir_fd=dir_fd)
+    except OSError as exc:
+        raise _path_error(where, exc, dir_fd, name) from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise CheckpointError(f"{where}: not a regular file", where)
+        if expect is not None and st.st_size != expect:
+            raise CheckpointError(f"{where}: {st.st_size} bytes, manifest says {expect} (truncated?)", where)
+        if st.st_size > limit:
+            raise CheckpointError(f"{where}: {st.st_size} bytes, more than the {limit} a checkpoint file may have",
+                                  where)
+        want = min(limit, st.st_size if expect is None else expect)
+        chunks, got = [], 0
+        while got <= want:
+            chunk = os.read(fd, min(want + 1 - got, 1 << 24))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            got += len(chunk)
+        data = b"".join(chunks)
+    except OSError as exc:
+        raise CheckpointError(f"{where}: {exc.strerror or exc}", where) from None
+    finally:
+        os.close(fd)
+    if len(data) > want or (expect is not None and len(data) != expect):
+        raise CheckpointError(f"{where}: changed while read ({len(data)} bytes)", where)
+    return data
+
+
+def _fsync_fd(fd: int) -> None:
     try:
         os.fsync(fd)
     except OSError:
         pass
-    finally:
-        os.close(fd)
 
 
-def _write_file(path: Path, data: bytes) -> dict[str, Any]:
-    """Write ``data`` to ``path`` atomically (temp name, fsync, rename); return its sha256 and size."""
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
-    with open(tmp, "wb") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+def _write_file(dir_fd: int, name: str, data: bytes) -> dict[str, Any]:
+    """Write ``data`` to ``name`` in ``dir_fd`` atomically (a new temporary file, fsync, rename); its sha256 and size.
+
+    The temporary file is created exclusively and without following a link, and the
+    rename replaces a link planted at ``name`` instead of writing through it.
+    """
+    tmp = f".{name}.{uuid.uuid4().hex[:8]}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | getattr(os, "O_CLOEXEC", 0), 0o666,
+                 dir_fd=dir_fd)
+    try:
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    except BaseException:
+        try:
+            os.unlink(tmp, dir_fd=dir_fd)
+        except OSError:
+            pass
+        raise
     return {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
 
 
@@ -381,9 +528,144 @@ def _npz_bytes(arrays: dict[str, np.ndarray]) -> bytes:
     return buf.getvalue()
 
 
-def _load_npz(data: bytes) -> dict[str, np.ndarray]:
-    with np.load(io.BytesIO(data), allow_pickle=False) as z:
-        return {k: z[k] for k in z.files}
+_ZIP_LOCAL_HEADER = struct.Struct("<4sHHHHHIIIHH")  # signature ... file name length, extra field length
+_NPY_DTYPE_KINDS = "biufcUS"
+_NPY_MAX_HEADER = 10_000  # numpy's own default bound on an .npy header
+
+
+def _load_npz(data: bytes, limit: int | None = None) -> dict[str, np.ndarray]:
+    """The arrays of an ``.npz``, never inflating more than ``limit`` bytes in all (``pickle`` never used).
+
+    ``limit`` defaults to the file's own size (the size its manifest declares, once
+    verified): :func:`_npz_bytes` stores its members uncompressed, so a member that
+    would expand past it is refused as soon as its output does, before more is
+    inflated; never more than :data:`MAX_FILE_BYTES`. Each member must be an ``.npy``
+    of a numeric, boolean or text dtype whose data has exactly the size of its shape.
+
+    Raises
+    ------
+    CheckpointError
+        Not a zip, a member that is not an array, an object dtype ("Object arrays
+        cannot be loaded when allow_pickle=False"), a compression other than deflate,
+        a bad checksum, or more output than ``limit``.
+    """
+    budget = min(len(data) if limit is None else limit, MAX_FILE_BYTES)
+    try:
+        zf = zipfile.ZipFile(io.BytesIO(data))
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, ValueError, OSError, EOFError) as exc:
+        raise CheckpointError(f"not an .npz archive ({exc})") from None
+    out: dict[str, np.ndarray] = {}
+    with zf:
+        for info in zf.infolist():
+            name = info.filename
+            if not name.endswith(".npy") or name[:-4] in out:
+                raise CheckpointError(f"npz member {name[:80]!r} is not an array or comes twice")
+            raw = _zip_member(data, info, budget)
+            budget -= len(raw)
+            out[name[:-4]] = _npy_array(raw, name)
+    return out
+
+
+def _zip_member(data: bytes, info: zipfile.ZipInfo, budget: int) -> bytearray:
+    """The contents of one zip member, inflated in steps of at most ``budget + 1`` bytes of output."""
+    name = info.filename[:80]
+    at = info.header_offset
+    if info.flag_bits & 0x1 or at < 0 or at + _ZIP_LOCAL_HEADER.size > len(data):
+        raise CheckpointError(f"npz member {name!r}: encrypted or outside the archive")
+    sig, *_, name_len, extra_len = _ZIP_LOCAL_HEADER.unpack_from(data, at)
+    start = at + _ZIP_LOCAL_HEADER.size + name_len + extra_len
+    end = start + info.compress_size
+    if sig != b"PK\x03\x04" or end > len(data):
+        raise CheckpointError(f"npz member {name!r}: bad local header or truncated")
+    packed = memoryview(data)[start:end]
+    if info.compress_type == zipfile.ZIP_STORED:
+        if len(packed) > budget:
+            raise CheckpointError(f"npz member {name!r}: {len(packed)} bytes, more than the {budget} left "
+                                  "of the file's declared size")
+        raw = bytearray(packed)
+    elif info.compress_type == zipfile.ZIP_DEFLATED:
+        inflater = zlib.decompressobj(-zlib.MAX_WBITS)
+        raw, pending = bytearray(), bytes(packed)
+        try:
+            while not inflater.eof:
+                chunk = inflater.decompress(pending, min(budget - len(raw) + 1, 1 << 24))
+                raw += chunk
+                if len(raw) > budget:
+                    raise CheckpointError(f"npz member {name!r} inflates to more than the {budget} bytes left of "
+                                          "the file's declared size (stopped there)")
+                pending = inflater.unconsumed_tail
+                if not chunk and not pending:
+                    break
+        except zlib.error as exc:
+            raise CheckpointError(f"npz member {name!r}: {exc}") from None
+        if not inflater.eof:
+            raise CheckpointError(f"npz member {name!r}: compressed data ends early")
+    else:
+        raise CheckpointError(f"npz member {name!r}: compression method {info.compress_type} is not read")
+    if zlib.crc32(raw) != info.CRC:
+        raise CheckpointError(f"npz member {name!r}: CRC mismatch")
+    return raw
+
+
+def _npy_array(raw: bytearray, name: str) -> np.ndarray:
+    """The array of an ``.npy`` held in ``raw`` (no copy: the array is a writable view of ``raw``)."""
+    where = f"npz member {name[:80]!r}"
+    if len(raw) < 12 or bytes(raw[:6]) != b"\x93NUMPY" or raw[6] not in (1, 2):
+        raise CheckpointError(f"{where}: not an .npy array of format version 1 or 2")
+    start = 10 if raw[6] == 1 else 12
+    header_len = int.from_bytes(raw[8:start], "little")
+    if header_len > _NPY_MAX_HEADER or start + header_len > len(raw):
+        raise CheckpointError(f"{where}: .npy header of {header_len} bytes")
+    fp = io.BytesIO(bytes(raw[:start + header_len]))
+    fp.seek(8)
+    try:
+        reader = np.lib.format.read_array_header_1_0 if raw[6] == 1 else np.lib.format.read_array_header_2_0
+        shape, fortran, dtype = reader(fp, max_header_size=_NPY_MAX_HEADER)
+    except (ValueError, TypeError, SyntaxError) as exc:
+        raise CheckpointError(f"{where}: bad .npy header ({exc})") from None
+    if dtype.hasobject:
+        raise CheckpointError(f"{where}: Object arrays cannot be loaded when allow_pickle=False")
+    if dtype.kind not in _NPY_DTYPE_KINDS or dtype.fields is not None or dtype.subdtype is not None:
+        raise CheckpointError(f"{where}: arrays of dtype {dtype} are not read")
+    count = math.prod(shape)
+    if dtype.itemsize == 0 and count:
+        raise CheckpointError(f"{where}: items of zero size")
+    offset = start + header_len
+    if len(raw) - offset != count * dtype.itemsize:
+        raise CheckpointError(f"{where}: {len(raw) - offset} bytes of data for shape {shape} of {dtype}")
+    if not count:
+        return np.empty(shape, dtype=dtype)
+    flat = np.frombuffer(raw, dtype=dtype, count=count, offset=offset)
+    return flat.reshape(shape[::-1]).transpose() if fortran else flat.reshape(shape)
+
+
+def stream_dir_name(stream: str) -> str:
+    """The directory name of ``stream``'s checkpoint root in ``<state_dir>/streams/``: ``stream=<hex of its UTF-8>``.
+
+    Never the name itself (``..``, ``.`` or ``CURRENT`` would land elsewhere), always
+    one directory level, and reversible (:func:`stream_from_dir_name`).
+
+    Raises
+    ------
+    CheckpointError
+        A name whose UTF-8 takes more than 120 bytes (the directory name would pass the
+        file system's 255).
+    """
+    raw = stream.encode("utf-8")
+    if not raw or len(raw) > 120:
+        raise CheckpointError(f"stream name of {len(raw)} UTF-8 bytes: a checkpoint directory holds 1..120")
+    return STREAM_DIR_PREFIX + raw.hex()
+
+
+def stream_from_dir_name(dirname: str) -> str | None:
+    """The stream whose checkpoint root :func:`stream_dir_name` names ``dirname``, or None when it names none."""
+    m = _STREAM_DIR_NAME.match(dirname)
+    if not m:
+        return None
+    try:
+        return bytes.fromhex(m.group(1)).decode("utf-8")
+    except UnicodeDecodeError:
+        return None
 
 
 def _strings_to_arrays(items: list[str | None]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -521,44 +803,84 @@ def encode_models(models: dict[str, Any]) -> tuple[dict[str, bytes], list[dict[s
     return files, models_meta, skipped
 
 
-def _next_sequence(state_dir: Path) -> int:
-    seqs = [int(p.name.split("-")[1]) for p in state_dir.iterdir() if _DIR_NAME.match(p.name)]
+def _entries(dir_fd: int) -> list[os.DirEntry]:
+    with os.scandir(dir_fd) as it:
+        return list(it)
+
+
+def _ckpt_seq(name: str) -> int:
+    return int(name.split("-")[1])
+
+
+def _next_sequence(root_fd: int) -> int:
+    """One past the newest checkpoint directory (links with a checkpoint's name are not checkpoints)."""
+    seqs = [_ckpt_seq(e.name) for e in _entries(root_fd)
+            if _DIR_NAME.match(e.name) and e.is_dir(follow_symlinks=False)]
     return max(seqs, default=0) + 1
 
 
-def write(state_dir: str | Path, cap: Capture, keep: int = KEEP) -> dict[str, Any]:
-    """Write a captured checkpoint atomically; returns ``{"path", "bytes", "seconds"}``."""
+def write(state_dir: str | Path, cap: Capture, keep: int = KEEP, *, stream: str | None = None) -> dict[str, Any]:
+    """Write a captured checkpoint atomically; returns ``{"path", "bytes", "seconds"}``.
+
+    ``stream``: into that stream's root ``<state_dir>/streams/stream=<hex>/``
+    (:func:`stream_dir_name`), made if missing. Nothing below ``state_dir`` is written
+    through a symbolic link: a link where ``streams/`` or the stream's root should be
+    makes the write fail (:class:`CheckpointError`), one planted where a file or the
+    new checkpoint directory goes is replaced, not followed.
+    """
     t0 = time.perf_counter()
-    root = Path(state_dir)
-    root.mkdir(parents=True, exist_ok=True)
-    name = f"ckpt-{_next_sequence(root):012d}"
-    tmp = root / f".tmp-{name}-{uuid.uuid4().hex[:6]}"
-    tmp.mkdir()
+    base = Path(state_dir)
+    base.mkdir(parents=True, exist_ok=True)
+    root_fd, root = _open_root(base, stream, create=True)
     try:
-        entries = {fname: _write_file(tmp / fname, data) for fname, data in cap.files.items()}
-        manifest = {**cap.manifest, "files": entries}
-        _write_file(tmp / "manifest.json", _json_bytes(manifest))
-        _fsync_dir(tmp)
-        os.replace(tmp, root / name)
-        _fsync_dir(root)
-        _write_file(root / CURRENT, (name + "\n").encode())
-        _fsync_dir(root)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    _prune(root, name, keep)
+        name = f"ckpt-{_next_sequence(root_fd):012d}"
+        tmp = f".tmp-{name}-{uuid.uuid4().hex[:6]}"
+        os.mkdir(tmp, dir_fd=root_fd)
+        try:
+            tmp_fd = _open_dir(root / tmp, root_fd, tmp)
+            try:
+                entries = {fname: _write_file(tmp_fd, fname, data) for fname, data in cap.files.items()}
+                manifest = {**cap.manifest, "files": entries}
+                _write_file(tmp_fd, "manifest.json", _json_bytes(manifest))
+                _fsync_fd(tmp_fd)
+            finally:
+                os.close(tmp_fd)
+            try:  # a link (or file) planted under the new checkpoint's name goes; a directory would stay
+                if not stat.S_ISDIR(os.stat(name, dir_fd=root_fd, follow_symlinks=False).st_mode):
+                    os.unlink(name, dir_fd=root_fd)
+            except FileNotFoundError:
+                pass
+            os.replace(tmp, name, src_dir_fd=root_fd, dst_dir_fd=root_fd)
+            _fsync_fd(root_fd)
+            _write_file(root_fd, CURRENT, (name + "\n").encode())
+            _fsync_fd(root_fd)
+        except BaseException:
+            shutil.rmtree(tmp, dir_fd=root_fd, ignore_errors=True)
+            raise
+        _prune(root_fd, name, keep)
+    finally:
+        os.close(root_fd)
     total = sum(e["bytes"] for e in entries.values())
     return {"path": str(root / name), "bytes": total, "seconds": round(time.perf_counter() - t0, 3)}
 
 
-def _prune(root: Path, current: str, keep: int) -> None:
-    dirs = sorted((p for p in root.iterdir() if _DIR_NAME.match(p.name)), key=lambda p: p.name)
-    for p in dirs[:-keep] if keep > 0 else dirs:
-        if p.name != current:
-            shutil.rmtree(p, ignore_errors=True)
-    for p in root.iterdir():
-        if p.name.startswith(".tmp-") or (p.name.startswith(f".{CURRENT}.") and p.name.endswith(".tmp")):
-            shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
+def _prune(root_fd: int, current: str, keep: int) -> None:
+    """Remove all but the newest ``keep`` checkpoint directories and leftover temporary files (links: only the link)."""
+    entries = _entries(root_fd)
+    dirs = sorted((e.name for e in entries if _DIR_NAME.match(e.name) and e.is_dir(follow_symlinks=False)),
+                  key=_ckpt_seq)
+    for name in dirs[:-keep] if keep > 0 else dirs:
+        if name != current:
+            shutil.rmtree(name, dir_fd=root_fd, ignore_errors=True)
+    for e in entries:
+        if e.name.startswith(".tmp-") or (e.name.startswith(f".{CURRENT}.") and e.name.endswith(".tmp")):
+            try:
+                if e.is_dir(follow_symlinks=False):
+                    shutil.rmtree(e.name, dir_fd=root_fd, ignore_errors=True)
+                else:
+                    os.unlink(e.name, dir_fd=root_fd)
+            except OSError:
+                pass
 
 
 def save(engine: Engine, state_dir: str | Path) -> dict[str, Any]:
@@ -629,18 +951,34 @@ class Loaded:
     files: dict[str, bytes]
 
 
-def _checkpoint_dirs(root: Path) -> list[Path]:
-    """Candidate checkpoint directories, the one named by CURRENT first, then newest first."""
-    out: list[Path] = []
-    cur = root / CURRENT
-    if cur.is_file():
-        name = cur.read_text(encoding="utf-8", errors="replace").strip()
-        if _DIR_NAME.match(name) and (root / name).is_dir():
-            out.append(root / name)
-    for p in sorted((p for p in root.iterdir() if _DIR_NAME.match(p.name) and p.is_dir()), reverse=True):
-        if p not in out:
-            out.append(p)
-    return out
+def _skipped(path: Path, reason: str) -> None:
+    event(log, "checkpoint_path_skipped", logging.WARNING, path=str(path), reason=reason)
+
+
+def _checkpoint_names(root_fd: int, root: Path) -> list[str]:
+    """Candidate checkpoint directories of an open root: the one ``CURRENT`` names first, then newest first.
+
+    Only real directories: a link with a checkpoint's name, or a ``CURRENT`` that is a
+    link or not a regular file, is skipped with a ``checkpoint_path_skipped`` event.
+    """
+    current = None
+    try:
+        text = _read_at(root_fd, CURRENT, root / CURRENT, MAX_CURRENT_BYTES)
+        current = text.decode("utf-8", errors="replace").strip()
+    except _Missing:
+        pass
+    except CheckpointError as exc:
+        _skipped(root / CURRENT, str(exc).removeprefix(f"{root / CURRENT}: "))
+    names = []
+    for e in _entries(root_fd):
+        if not _DIR_NAME.match(e.name):
+            continue
+        if e.is_symlink():
+            _skipped(root / e.name, "a symbolic link, not followed")
+        elif e.is_dir(follow_symlinks=False):
+            names.append(e.name)
+    names.sort(key=_ckpt_seq, reverse=True)
+    return ([current] if current in names else []) + [n for n in names if n != current]
 
 
 def _loads(data: bytes, where: str) -> Any:
@@ -733,56 +1071,163 @@ def validate_manifest(m: Any, where: str = "manifest.json") -> None:
     _require(isinstance(m.get("skipped_models", []), list), where, "'skipped_models' must be a list", m.get("skipped_models"))
 
 
-def read_dir(path: str | Path) -> Loaded:
+def read_dir(path: str | Path, *, _dir_fd: int | None = None) -> Loaded:
     """Read and verify one checkpoint directory.
+
+    The directory, ``manifest.json`` and every file it lists are opened without
+    following a symbolic link and must be a directory / regular files; a file is read
+    only when its size is the one the manifest declares (at most
+    :data:`MAX_FILE_BYTES`; the manifest at most :data:`MAX_MANIFEST_BYTES`).
 
     Raises
     ------
     CheckpointError
-        Missing manifest, bad JSON, another format or version, a manifest of the
-        wrong structure (:func:`validate_manifest`), a missing file, a size or
-        SHA-256 mismatch.
+        A link, missing manifest, bad JSON, another format or version, a manifest of
+        the wrong structure (:func:`validate_manifest`), a missing file, a size or
+        SHA-256 mismatch; ``file`` names the file at fault.
     """
     path = Path(path)
-    mpath = path / "manifest.json"
-    if not mpath.is_file():
-        raise CheckpointError(f"{path}: no manifest.json")
-    manifest = _loads(mpath.read_bytes(), str(mpath))
-    validate_manifest(manifest, str(mpath))
-    files: dict[str, bytes] = {}
-    for fname, meta in manifest["files"].items():
-        fpath = path / fname
-        if not fpath.is_file():
-            raise CheckpointError(f"{fpath}: missing")
-        data = fpath.read_bytes()
-        if len(data) != meta["bytes"]:
-            raise CheckpointError(f"{fpath}: {len(data)} bytes, manifest says {meta['bytes']} (truncated?)")
-        if hashlib.sha256(data).hexdigest() != meta["sha256"]:
-            raise CheckpointError(f"{fpath}: checksum mismatch")
-        files[fname] = data
+    fd = _open_dir(path, _dir_fd, path.name if _dir_fd is not None else None)
+    try:
+        mpath = path / "manifest.json"
+        try:
+            raw = _read_at(fd, "manifest.json", mpath, MAX_MANIFEST_BYTES)
+        except _Missing:
+            raise CheckpointError(f"{path}: no manifest.json", mpath) from None
+        try:
+            manifest = _loads(raw, str(mpath))
+            validate_manifest(manifest, str(mpath))
+        except CheckpointError as exc:
+            raise CheckpointError(str(exc), mpath) from None
+        files: dict[str, bytes] = {}
+        for fname, meta in manifest["files"].items():
+            fpath = path / fname
+            if meta["bytes"] < 0 or meta["bytes"] > MAX_FILE_BYTES:
+                raise CheckpointError(f"{fpath}: the manifest declares {meta['bytes']} bytes, a checkpoint file "
+                                      f"holds 0..{MAX_FILE_BYTES}", fpath)
+            data = _read_at(fd, fname, fpath, MAX_FILE_BYTES, expect=meta["bytes"])
+            if hashlib.sha256(data).hexdigest() != meta["sha256"]:
+                raise CheckpointError(f"{fpath}: checksum mismatch", fpath)
+            files[fname] = data
+    finally:
+        os.close(fd)
     for required in ("engine.json", "window.npz", "seeds.npz", "sketch.json"):
         if required not in files:
-            raise CheckpointError(f"{path}: {required} missing from the manifest")
+            raise CheckpointError(f"{path}: {required} missing from the manifest", path / "manifest.json")
     return Loaded(path, manifest, files)
 
 
-def read_latest(state_dir: str | Path) -> tuple[Loaded | None, list[str]]:
-    """Newest verified checkpoint under ``state_dir`` (CURRENT first) and the problems met on the way."""
-    root = Path(state_dir)
-    problems: list[str] = []
-    if not root.is_dir():
-        return None, [f"{root}: no state directory"]
-    dirs = _checkpoint_dirs(root)
-    if not dirs:
-        return None, [f"{root}: no checkpoint"]
-    for d in dirs:
+def _read_candidates(root_fd: int, root: Path, problems: list[str]) -> Iterator[Loaded]:
+    """The verified checkpoints of an open root, in :func:`_checkpoint_names` order; failures go to ``problems``."""
+    for name in _checkpoint_names(root_fd, root):
         try:
-            return read_dir(d), problems
+            yield read_dir(root / name, _dir_fd=root_fd)
         except CheckpointError as exc:
             problems.append(str(exc))
-        except OSError as exc:
-            problems.append(f"{d}: {exc}")
-    return None, problems
+
+
+def read_latest(state_dir: str | Path, *, stream: str | None = None) -> tuple[Loaded | None, list[str]]:
+    """Newest verified checkpoint under ``state_dir`` (CURRENT first) and the problems met on the way.
+
+    ``stream``: of that stream's root (:func:`stream_dir_name`).
+    """
+    try:
+        parts = _root_parts(stream)
+    except CheckpointError as exc:
+        return None, [str(exc)]
+    return _read_latest(Path(state_dir), parts)
+
+
+def _read_latest(state_dir: Path, parts: tuple[str, ...]) -> tuple[Loaded | None, list[str]]:
+    try:
+        root_fd, root = _open_root(state_dir, None, parts=parts)
+    except _Missing:
+        return None, [f"{state_dir}: no state directory" if not parts else f"{state_dir / Path(*parts)}: missing"]
+    except CheckpointError as exc:
+        return None, [str(exc)]
+    problems: list[str] = []
+    try:
+        for loaded in _read_candidates(root_fd, root, problems):
+            return loaded, problems
+    finally:
+        os.close(root_fd)
+    return None, problems or [f"{root}: no checkpoint"]
+
+
+def stream_roots(state_dir: str | Path, *, migrate: bool = True) -> dict[str, Path]:
+    """The per-stream checkpoint roots under ``<state_dir>/streams/``: stream name -> directory.
+
+    Directories named by :func:`stream_dir_name`; links and other entries are skipped
+    (``checkpoint_path_skipped``). A directory of the earlier layout, named by the
+    stream itself (a valid stream name holding ``CURRENT`` or ``ckpt-*`` directories),
+    is renamed to its encoded name when ``migrate`` (``stream_checkpoint_migrated``;
+    left alone when the encoded one exists too) or, without ``migrate`` (``state
+    inspect``), listed where it is. A ``streams/`` that is a link gives nothing.
+    """
+    from streamsemi.service.config import stream_name_problem
+
+    base = Path(state_dir)
+    try:
+        sfd, streams = _open_root(base, None, parts=(STREAMS_DIR,))
+    except _Missing:
+        return {}
+    except CheckpointError as exc:
+        _skipped(base / STREAMS_DIR, str(exc).removeprefix(f"{base / STREAMS_DIR}: "))
+        return {}
+    out: dict[str, Path] = {}
+    legacy: list[str] = []
+    try:
+        for e in sorted(_entries(sfd), key=lambda e: e.name):
+            if e.is_symlink():
+                _skipped(streams / e.name, "a symbolic link, not followed")
+            elif not e.is_dir(follow_symlinks=False):
+                continue
+            elif (name := stream_from_dir_name(e.name)) is not None:
+                out[name] = streams / e.name
+            elif not e.name.startswith(STREAM_DIR_PREFIX) and stream_name_problem(e.name) is None:
+                legacy.append(e.name)
+            else:
+                _skipped(streams / e.name, "not the checkpoint root of a stream")
+        for name in legacy:
+            here = _entries_or_none(sfd, name)
+            if here is None or not (CURRENT in here or any(_DIR_NAME.match(n) for n in here)):
+                _skipped(streams / name, "not the checkpoint root of a stream")
+                continue
+            try:
+                target = stream_dir_name(name)
+            except CheckpointError as exc:
+                _skipped(streams / name, str(exc))
+                continue
+            if name in out:
+                _skipped(streams / name, f"a checkpoint root of the earlier layout; {target} is used instead")
+            elif not migrate:
+                out[name] = streams / name
+            else:
+                try:
+                    os.rename(name, target, src_dir_fd=sfd, dst_dir_fd=sfd)
+                    _fsync_fd(sfd)
+                except OSError as exc:
+                    _skipped(streams / name, f"a checkpoint root of the earlier layout that cannot be renamed to "
+                                             f"{target}: {exc.strerror or exc}")
+                    continue
+                event(log, "stream_checkpoint_migrated", stream=name, path=str(streams / name),
+                      to=str(streams / target))
+                out[name] = streams / target
+    finally:
+        os.close(sfd)
+    return out
+
+
+def _entries_or_none(dir_fd: int, name: str) -> set[str] | None:
+    """Names in the directory ``name`` of ``dir_fd`` (not through a link), or None when it cannot be opened."""
+    try:
+        fd = os.open(name, _DIR_FLAGS | _NOFOLLOW, dir_fd=dir_fd)
+    except OSError:
+        return None
+    try:
+        return {e.name for e in _entries(fd)}
+    finally:
+        os.close(fd)
 
 
 # ---------------------------------------------------------------- restore
@@ -804,12 +1249,20 @@ def _json(files: dict[str, bytes], name: str) -> Any:
     return _loads(files[name], name)
 
 
-def _decode_models(config: Any, loaded: Loaded, report: RestoreReport) -> dict[str, Any]:
-    """The stored models of enabled algorithms; one that cannot be restored is skipped (the next refit rebuilds it)."""
+def _decode_models(config: Any, loaded: Loaded, report: RestoreReport, validate: bool = False) -> dict[str, Any]:
+    """The stored models of enabled algorithms; one that cannot be restored is skipped (the next refit rebuilds it).
+
+    ``validate`` (a restore): a model that :func:`~streamsemi.service.model_validation.validate_model`
+    refuses (NaN centroids, another width, a shadowed method, ...) is not skipped but
+    rejects the whole checkpoint (:class:`CheckpointError` naming its file): its values
+    were written by someone else than this code, so nothing else of it is trusted.
+    """
     from streamsemi.engine import ModelSlot
+    from streamsemi.service.model_validation import validate_model
 
     out: dict[str, Any] = {}
     cache: dict[str, Any] = {}
+    checked: set[str] = set()
     for meta in loaded.manifest["models"]:
         name = meta["algorithm"]
         if name not in config.algorithms:
@@ -836,6 +1289,12 @@ def _decode_models(config: Any, loaded: Loaded, report: RestoreReport) -> dict[s
             report.skipped_models[name] = f"{type(exc).__name__}: {exc}"
             event(log, "checkpoint_model_skipped", logging.WARNING, algorithm=name, reason=report.skipped_models[name])
             continue
+        if validate and key not in checked:
+            reason = validate_model(meta["registry"], est, n_features=config.n_features)
+            if reason is not None:
+                raise CheckpointError(f"{loaded.path / (key + '.json')}: model of {name!r} refused: {reason}",
+                                      loaded.path / f"{key}.json")
+            checked.add(key)
         out[name] = slot
     return out
 
@@ -918,7 +1377,7 @@ def decode(config: Any, loaded: Loaded, report: RestoreReport) -> EngineState:
         raise
     except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
         raise CheckpointError(f"engine state: {type(exc).__name__}: {exc}") from None
-    models = _decode_models(config, loaded, report)
+    models = _decode_models(config, loaded, report, validate=True)
     report.offsets = {(t, p): o for t, p, o in state.get("offsets", [])}
     return EngineState(
         window=list(zip(win_ids, ts.tolist(), win_rows, texts, strict=True)),
@@ -931,34 +1390,54 @@ def decode(config: Any, loaded: Loaded, report: RestoreReport) -> EngineState:
     )
 
 
-def restore(engine: Engine, state_dir: str | Path) -> RestoreReport:
+def restore(engine: Engine, state_dir: str | Path, *, stream: str | None = None) -> RestoreReport:
     """Restore ``engine`` (fresh, empty) from the newest usable checkpoint under ``state_dir``.
 
-    Candidates are tried newest first (the one named by ``CURRENT`` first): any
-    failure while reading, verifying, decoding or applying one (logged as
-    ``checkpoint_rejected``) moves on to the previous one; when none is usable the
-    engine stays empty (``checkpoint_unusable``; the control topic replay brings the
-    seeds back). Never raises on a bad checkpoint. Returns what was done.
+    ``stream``: from that stream's root ``<state_dir>/streams/stream=<hex>/``.
+    Candidates are tried newest first (the one named by ``CURRENT`` first; links are
+    never candidates): any failure while reading, verifying, decoding, validating a
+    model (:func:`streamsemi.service.model_validation.validate_model`) or applying one
+    (logged as ``checkpoint_rejected`` with the file at fault and the reason) moves on
+    to the previous one; when none is usable the engine stays empty
+    (``checkpoint_unusable``; the control topic replay brings the seeds back). Never
+    raises on a bad checkpoint. Returns what was done.
     """
-    root = Path(state_dir)
-    dirs = _checkpoint_dirs(root) if root.is_dir() else []
-    if not dirs:
-        problems = [f"{root}: no state directory" if not root.is_dir() else f"{root}: no checkpoint"]
-        event(log, "checkpoint_missing", state_dir=str(state_dir), problems=problems,
+    try:
+        root_fd, root = _open_root(Path(state_dir), stream)
+    except CheckpointError as exc:
+        missing = isinstance(exc, _Missing)
+        problems = [f"{state_dir}: no state directory" if missing and stream is None
+                    else f"{state_dir}: no checkpoint of stream {stream!r}" if missing else str(exc)]
+        event(log, "checkpoint_missing" if missing else "checkpoint_unusable",
+              logging.INFO if missing else logging.WARNING, state_dir=str(state_dir), problems=problems,
+              action="starting from empty state; seeds come back from the control topic")
+        return RestoreReport("missing" if missing else "unusable", problems=problems)
+    try:
+        return _restore_from(engine, root_fd, root)
+    finally:
+        os.close(root_fd)
+
+
+def _restore_from(engine: Engine, root_fd: int, root: Path) -> RestoreReport:
+    names = _checkpoint_names(root_fd, root)
+    if not names:
+        problems = [f"{root}: no checkpoint"]
+        event(log, "checkpoint_missing", state_dir=str(root), problems=problems,
               action="starting from empty state; seeds come back from the control topic")
         return RestoreReport("missing", problems=problems)
     problems: list[str] = []
-    for d in dirs:
+    for name in names:
+        d = root / name
         report = RestoreReport("restored", path=str(d), problems=problems)
         try:
-            loaded = read_dir(d)
+            loaded = read_dir(d, _dir_fd=root_fd)
             state = decode(engine.config, loaded, report)
             engine.restore_state(state)
         except Exception as exc:  # noqa: BLE001 - any failure: try the previous checkpoint
             problem = str(exc) if isinstance(exc, CheckpointError) else f"{d}: {type(exc).__name__}: {exc}"
             problems.append(problem)
             event(log, "checkpoint_rejected", logging.WARNING, path=str(d), problem=problem,
-                  action="trying the previous checkpoint")
+                  file=getattr(exc, "file", None) or str(d), action="trying the previous checkpoint")
             continue
         report.models = {name: slot.version for name, slot in engine.models.items()}
         report.model_version = engine.version
@@ -969,28 +1448,39 @@ def restore(engine: Engine, state_dir: str | Path) -> RestoreReport:
               model_version=report.model_version, models=report.models, skipped_models=report.skipped_models,
               problems=problems, **report.counts)
         return report
-    event(log, "checkpoint_unusable", logging.WARNING, state_dir=str(state_dir), problems=problems,
+    event(log, "checkpoint_unusable", logging.WARNING, state_dir=str(root), problems=problems,
           action="starting from empty state; seeds come back from the control topic")
     return RestoreReport("unusable", problems=problems)
 
 
 # ---------------------------------------------------------------- inspect
 def inspect(path: str | Path) -> dict[str, Any]:
-    """What a checkpoint (a state directory or one ``ckpt-*`` directory) holds, as a JSON-able dict."""
+    """What a checkpoint (a state directory or one ``ckpt-*`` directory) holds, as a JSON-able dict.
+
+    A state directory's per-stream roots are under ``streams``, by stream name (read
+    only: a root of the earlier layout is shown, not migrated).
+    """
     p = Path(path)
-    if (p / "manifest.json").is_file():
+    if _is_checkpoint_dir(p):
         try:
-            loaded, problems = read_dir(p), []
+            return inspect_streamless(p, read_dir(p), [])
         except CheckpointError as exc:
-            loaded, problems = None, [str(exc)]
-    else:
-        loaded, problems = read_latest(p)
-    streams = p / "streams"  # per-stream models (streamsemi.service.streams): one checkpoint root per stream
-    if streams.is_dir() and not (p / "manifest.json").is_file():
-        per = {d.name: inspect(d) for d in sorted(streams.iterdir()) if d.is_dir()}
-        info = inspect_streamless(p, loaded, problems)
-        return {**info, "valid": info["valid"] or any(v["valid"] for v in per.values()), "streams": per}
-    return inspect_streamless(p, loaded, problems)
+            return inspect_streamless(p, None, [str(exc)])
+    loaded, problems = read_latest(p)
+    info = inspect_streamless(p, loaded, problems)
+    roots = stream_roots(p, migrate=False)
+    if not roots:
+        return info
+    per = {}
+    for name, root in roots.items():
+        loaded, problems = _read_latest(p, (STREAMS_DIR, root.name))
+        per[name] = inspect_streamless(root, loaded, problems)
+    return {**info, "valid": info["valid"] or any(v["valid"] for v in per.values()), "streams": per}
+
+
+def _is_checkpoint_dir(p: Path) -> bool:
+    """Whether ``p`` holds a ``manifest.json`` entry (of any type: :func:`read_dir` judges it)."""
+    return os.path.lexists(p / "manifest.json")
 
 
 def inspect_streamless(p: Path, loaded: Loaded | None, problems: list[str]) -> dict[str, Any]:

@@ -39,9 +39,12 @@ Memory: each stream's engine has the bounds of one engine (``window_max_docs``,
 the whole is bounded by ``max_streams`` times them.
 
 Checkpoints (:class:`StreamsCheckpointer`): each stream's state in the standard format
-under ``<state_dir>/streams/<stream>/``, all written together with the same offsets;
-:meth:`StreamEngines.restore` restores every stream found there (a checkpoint at the
-root, from a run without streams, becomes the default stream's).
+under ``<state_dir>/streams/stream=<hex of its UTF-8 name>/``
+(:func:`~streamsemi.service.checkpoint.stream_dir_name`: never the name itself), all written
+together with the same offsets; :meth:`StreamEngines.restore` restores every stream found
+there (a directory of the earlier layout, named by the stream, is renamed to its encoded
+name first; a checkpoint at the root, from a run without streams, becomes the default
+stream's).
 """
 
 from __future__ import annotations
@@ -63,7 +66,7 @@ from streamsemi.service.config import Settings, stream_list, stream_name_problem
 log = logging.getLogger("streamsemi.service.streams")
 
 ANY = "*"
-STREAMS_DIR = "streams"
+STREAMS_DIR = checkpoint.STREAMS_DIR
 
 
 class FairFitter:
@@ -649,14 +652,13 @@ class StreamEngines:
         root = Path(state_dir)
         base = root / STREAMS_DIR
         reports: dict[str, checkpoint.RestoreReport] = {}
-        names = sorted(p.name for p in base.iterdir() if p.is_dir()) if base.is_dir() else []
-        for name in names:
+        for name in checkpoint.stream_roots(root):  # links skipped, the earlier layout migrated
             eng = None if stream_name_problem(name) else self.engine(name)
             if eng is None:
                 event(log, "stream_checkpoint_skipped", logging.WARNING, stream=name[:80],
                       reason="not an allowed stream, or beyond max_streams")
                 continue
-            reports[name] = checkpoint.restore(eng, base / name)
+            reports[name] = checkpoint.restore(eng, root, stream=name)
         if self.default_stream not in reports and checkpoint.read_latest(root)[0] is not None:
             # a checkpoint from a run without streams: the default stream's
             reports[self.default_stream] = checkpoint.restore(self.default_engine, root)
@@ -680,7 +682,7 @@ class StreamEngines:
 
 
 class StreamsCheckpointer(checkpoint.Checkpointer):
-    """:class:`~streamsemi.service.checkpoint.Checkpointer` of every stream (``<state_dir>/streams/<stream>/``).
+    """:class:`~streamsemi.service.checkpoint.Checkpointer` of every stream (``<state_dir>/streams/stream=<hex>/``).
 
     One background thread writes every stream's checkpoint, each with the same offsets;
     ``on_done`` gets the sums (bytes, counts) and the highest model version.
@@ -702,7 +704,7 @@ class StreamsCheckpointer(checkpoint.Checkpointer):
         try:
             for name, state in states.items():
                 cap = checkpoint.encode(state, offsets)
-                info = checkpoint.write(self.state_dir / STREAMS_DIR / name, cap)
+                info = checkpoint.write(self.state_dir, cap, stream=name)
                 total["bytes"] += info["bytes"]
                 for key, n in cap.manifest["counts"].items():
                     total["counts"][key] = total["counts"].get(key, 0) + n
