@@ -159,6 +159,9 @@ class Telemetry:
         self.model_publications_rejected = Counter("streamsemi_model_publications_rejected",
                                                    "Model publications refused by the reader, by reason", ["reason"],
                                                    registry=r)
+        self.models_refused = Counter("streamsemi_models_refused", "Model publications refused because a model failed "
+                                      "validation, by its category (the previous model keeps serving)", ["reason"],
+                                      registry=r)
 
     def class_label(self, name: str | None, new_cluster: bool = False) -> str:
         """Bounded label value for a class name."""

@@ -30,7 +30,6 @@ from typing import Any
 
 from kafka import ConsumerRebalanceListener, KafkaConsumer, TopicPartition
 from kafka.errors import KafkaError
-from prometheus_client import Counter
 
 from streamsemi.core.logs import event
 from streamsemi.core.messages import (
@@ -132,8 +131,7 @@ class RoleMetrics:
         self.publish_seconds = t.model_publication_seconds
         self.swaps = t.model_swaps
         self.rejected = t.model_publications_rejected
-        self.refused = Counter("streamsemi_models_refused", "Model publications refused because a model failed "
-                               "validation (the previous model keeps serving)", ["reason"], registry=t.registry)
+        self.refused = t.models_refused
         self.version.labels(role, worker, DEFAULT_STREAM).set(0)
         if role == "refit":
             self.leader.labels(worker).set(0)
