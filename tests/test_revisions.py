@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import threading
-import time
 
 import numpy as np
 import pytest
+from kafka_utils import DEADLINE, wait_for
 
 from streamsemi.core.datasets import load
 from streamsemi.core.messages import Document
@@ -80,7 +80,7 @@ def hold_back_fit(eng, algorithm):
 
     def held(name, snap, probe=False):
         if name == algorithm and not probe:
-            release.wait(30)
+            release.wait(DEADLINE)
         return fit_one(name, snap, probe)
 
     eng._fit_one = held
@@ -337,7 +337,7 @@ def test_no_second_first_fit_is_queued_while_the_first_runs(r8):
     rounds = eng._refit_round
 
     def slow_round(snap):
-        release.wait(30)
+        release.wait(DEADLINE)
         rounds(snap)
 
     eng._refit_round = slow_round
@@ -348,7 +348,7 @@ def test_no_second_first_fit_is_queued_while_the_first_runs(r8):
         eng.process(docs(ds, order[k:k + 50]))
     assert eng._refit_queued is None, "no refit queued on the first fit's small window"
     release.set()
-    assert eng.wait_for_refit(60)
+    assert eng.wait_for_refit(DEADLINE)
     out = eng.process([]).assignments
     assert eng.version == 1 and {a.model_version for a in out} == {1} and len(out) == 450
 
@@ -363,15 +363,13 @@ def test_each_algorithm_model_is_published_as_soon_as_it_is_fitted(r8):
     release = hold_back_fit(eng, "seeded-kmeans")
     eng.config.background_refit = True
     eng.request_refit()
-    deadline = time.monotonic() + 30
-    while eng.models["constrained-kmeans"].version != 2 and time.monotonic() < deadline:
-        time.sleep(0.02)
+    wait_for(lambda: eng.models["constrained-kmeans"].version == 2, DEADLINE, "constrained-kmeans' model v2", 0.02)
     assert eng.models["constrained-kmeans"].version == 2 and eng.models["seeded-kmeans"].version == 1, \
         "the fast algorithm's model serves before the slow one is fitted"
     out = eng.process(docs(ds, order[300:340])).assignments
     assert {(a.algorithm, a.model_version) for a in out} == {("constrained-kmeans", 2), ("seeded-kmeans", 1)}
     release.set()
-    assert eng.wait_for_refit(60) and eng.refit_count == 2
+    assert eng.wait_for_refit(DEADLINE) and eng.refit_count == 2
     out = eng.process(docs(ds, order[340:360])).assignments
     assert {(a.algorithm, a.model_version) for a in out} == {(a, 2) for a in algs}
 
@@ -426,7 +424,7 @@ def test_a_backlog_waits_for_the_growth_refit_fitted_on_it(r8):
     rounds = eng._refit_round
 
     def slow_round(snap):
-        gates[snap.version].wait(30)
+        gates[snap.version].wait(DEADLINE)
         rounds(snap)
 
     eng._refit_round = slow_round
@@ -435,14 +433,14 @@ def test_a_backlog_waits_for_the_growth_refit_fitted_on_it(r8):
     for k in range(100, 2500, 400):               # the backlog arrives while it runs
         eng.process(docs(ds, order[k:k + 400]))
     gates[1].set()
-    assert eng.wait_for_refit(60) and eng.version == 1
+    assert eng.wait_for_refit(DEADLINE) and eng.version == 1
     out = eng.process([]).assignments             # v1 is in; the growth refit on 2,500 documents starts
     assert eng.version == 2 and eng.refitting and eng.holding_backlog
     assert out == [] and len(eng.buffer) == 2500, "the backlog is not labelled by the model fitted on 100 documents"
     fresh = eng.process(docs(ds, order[2500:2510])).assignments
     assert fresh == [] and len(eng.buffer) == 2510
     gates[2].set()
-    assert eng.wait_for_refit(60)
+    assert eng.wait_for_refit(DEADLINE)
     got = []
     while eng.buffer:
         got += eng.process([]).assignments
@@ -459,19 +457,19 @@ def test_first_models_serve_while_the_primary_probes_run(r8):
 
     def slow_probe(name, snap):
         probing.set()
-        release.wait(30)
+        release.wait(DEADLINE)
         return probe(name, snap)
 
     eng._holdout_accuracy = slow_probe
     seed(eng, ds, by_class(ds, order[:300], 3))
     eng.process(docs(ds, order[:300]))
-    assert probing.wait(30) and eng.refitting
+    assert probing.wait(DEADLINE) and eng.refitting
     out = eng.process([]).assignments
     assert eng.ready and len(out) == 2 * 300, "the first models serve before the k-fold probes end"
     assert not eng._kfold_accuracy
     served = eng.models
     release.set()
-    assert eng.wait_for_refit(60)
+    assert eng.wait_for_refit(DEADLINE)
     assert set(eng._kfold_accuracy) == {"constrained-kmeans", "seeded-kmeans"}
     assert eng.models is not served and eng.models == served, "same models, a new dict: the primary is chosen again"
 
@@ -485,7 +483,7 @@ def test_no_primary_probes_in_a_round_a_growth_refit_follows_at_once(r8):
 
     def slow_first(snap):
         if snap.version == 1:
-            gate.wait(30)
+            gate.wait(DEADLINE)
         rounds(snap)
 
     eng._refit_round = slow_first
@@ -494,10 +492,10 @@ def test_no_primary_probes_in_a_round_a_growth_refit_follows_at_once(r8):
     for k in range(100, 1000, 300):               # a backlog arrives during it
         eng.process(docs(ds, order[k:k + 300]))
     gate.set()
-    assert eng.wait_for_refit(60) and eng.version == 1
+    assert eng.wait_for_refit(DEADLINE) and eng.version == 1
     assert not eng._kfold_accuracy, "round 1 skipped its probes: the growth round follows at once"
     eng.process([])                               # the growth round on 1,000 documents starts and probes
-    assert eng.version == 2 and eng.wait_for_refit(60)
+    assert eng.version == 2 and eng.wait_for_refit(DEADLINE)
     assert set(eng._kfold_accuracy) == {"constrained-kmeans", "seeded-kmeans"}
     got = []
     while eng.buffer:
@@ -531,15 +529,13 @@ def test_a_revision_pass_predicts_only_with_the_models_that_changed(r8):
     eng.config.background_refit = True
     seed(eng, ds, by_class(ds, order[:360], 6))
     eng.request_refit()
-    deadline = time.monotonic() + 30
-    while eng.models["constrained-kmeans"].version != 2 and time.monotonic() < deadline:
-        time.sleep(0.02)
+    wait_for(lambda: eng.models["constrained-kmeans"].version == 2, DEADLINE, "constrained-kmeans' model v2", 0.02)
     assert eng.models["seeded-kmeans"].version == 1
     first_pass = [a for c in drain(eng) for a in c]
     assert first_pass and {(a.algorithm, a.model_version) for a in first_pass} == {("constrained-kmeans", 2)}
     assert rows_predicted["seeded-kmeans"] == 0, "seeded-kmeans' verdicts are its current model's: not predicted again"
     release.set()
-    assert eng.wait_for_refit(60) and eng.models["seeded-kmeans"].version == 2
+    assert eng.wait_for_refit(DEADLINE) and eng.models["seeded-kmeans"].version == 2
     counting("constrained-kmeans")
     second_pass = [a for c in drain(eng) for a in c]
     assert second_pass and {(a.algorithm, a.model_version) for a in second_pass} == {("seeded-kmeans", 2)}

@@ -8,7 +8,7 @@ from array import array
 
 import numpy as np
 import pytest
-from kafka_utils import Topics, read_topic
+from kafka_utils import DEADLINE, Topics, read_topic
 
 from streamsemi.core.messages import (
     VerdictBlockError,
@@ -168,7 +168,7 @@ def test_a_block_travels_in_a_batch_frame_and_the_process_lands_its_records(brok
         block = p.send(t.assignments, key=BLOCK, value=data)
         bad = p.send(t.assignments, key=BLOCK, value=b"not a block")
         after = p.send(t.assignments, key=b"last", value=b"2")
-        p.flush(timeout=30)
+        p.flush(timeout=DEADLINE)
         assert before.succeeded() and block.succeeded() and after.succeeded()
         assert bad.failed() and "not a verdict block" in str(bad.exception), "answered as one failed record"
     finally:

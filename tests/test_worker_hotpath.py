@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from kafka.errors import MessageSizeTooLargeError
 from kafka.partitioner import DefaultPartitioner, murmur2
-from kafka_utils import Topics, read_topic
+from kafka_utils import DEADLINE, Topics, read_topic
 from prometheus_client import generate_latest
 
 from streamsemi.core.telemetry import Telemetry
@@ -122,7 +122,7 @@ def test_gil_releasing_predictions_run_on_the_helper_thread_with_the_same_verdic
     ck_original = ConstrainedKMeans.predict_proba
 
     def slow_ck(self, X):
-        helper_started.wait(30)
+        helper_started.wait(DEADLINE)
         return ck_original(self, X)
 
     monkeypatch.setattr(ConstrainedKMeans, "predict_proba", slow_ck)
@@ -202,7 +202,7 @@ def test_output_producer_short_send_lands_records_where_kafka_producer_would(bro
         assert p.lean_sends == len(keys)
         with pytest.raises(MessageSizeTooLargeError):  # past max_request_size: KafkaProducer.send's own check
             p.send(t.assignments, key=b"big", value=b"x" * (p.config["max_request_size"] + 1))
-        p.flush(timeout=30)
+        p.flush(timeout=DEADLINE)
         assert all(f.is_done and f.succeeded() for f in futures)
         # metadata updates replace a topic's partition map: the short send follows the new one
         p._metadata._partitions = {**p._metadata._partitions,
@@ -210,7 +210,7 @@ def test_output_producer_short_send_lands_records_where_kafka_producer_would(bro
         later = [b"later-%d" % i for i in range(40)]
         for k in later:
             p.send(t.assignments, key=k, value=b"v" + k)
-        p.flush(timeout=30)
+        p.flush(timeout=DEADLINE)
         assert p.lean_sends == len(keys) + len(later)
     finally:
         p.close(timeout=5)
@@ -363,9 +363,9 @@ def test_the_polling_thread_takes_back_unstarted_chunks_and_the_verdicts_equal_o
             name = threading.current_thread().name
             if name.startswith("predict"):
                 helper_in.set()
-                release.wait(30)  # the helper stays in its first chunk until the polling thread is done
+                release.wait(DEADLINE)  # the helper stays in its first chunk until the polling thread is done
             else:
-                helper_in.wait(30)  # (the helper has taken its first chunk before this thread takes any back)
+                helper_in.wait(DEADLINE)  # (the helper has taken its first chunk before this thread takes any back)
             calls.append((name, X.shape[0], int(X[0, 0]) if X.shape[0] else -1))
             P = np.exp(X @ W)
             return P / P.sum(axis=1, keepdims=True)
