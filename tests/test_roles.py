@@ -540,3 +540,11 @@ def test_kubernetes_roles_overlay_refitters_and_lag_scaled_assigners():
     assert trigger["metadata"]["topic"] == settings["STREAMSEMI_DOCUMENTS_TOPIC"]
     assert 1 <= so["spec"]["minReplicaCount"] <= so["spec"]["maxReplicaCount"] <= int(settings["STREAMSEMI_TOPIC_PARTITIONS"])
     assert int(settings["STREAMSEMI_MODEL_CHUNK_BYTES"]) < 1_048_588  # Kafka's default max.message.bytes
+    # both roles read the signing key from the same Secret, mounted with nothing for others (the start check)
+    for workload in (refit, assign):
+        spec = workload["spec"]["template"]["spec"]
+        (c,) = spec["containers"]
+        path = env(workload)["STREAMSEMI_MODELS_KEY_FILE"]
+        (mount,) = [m for m in c["volumeMounts"] if path.startswith(m["mountPath"] + "/")]
+        (volume,) = [v for v in spec["volumes"] if v["name"] == mount["name"]]
+        assert volume["secret"]["secretName"] == "streamsemi-models-key" and volume["secret"]["defaultMode"] & 0o007 == 0
