@@ -313,7 +313,7 @@ class WorkerProcess:
             time.sleep(0.3)
         return value
 
-    def terminate(self, timeout: float = 30.0) -> int | None:
+    def terminate(self, timeout: float = DEADLINE) -> int | None:
         if self.proc is None:
             return None
         if self.proc.poll() is None:
