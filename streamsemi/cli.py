@@ -276,7 +276,8 @@ def cmd_console(args: argparse.Namespace) -> int:
 
     return serve(_client_settings(args), ServeOptions(
         host=args.host, port=args.port, auth_token=args.auth_token, worker_url=args.worker_url,
-        max_entries=args.max_entries, max_mb=args.max_mb, backfill=args.backfill))
+        max_entries=args.max_entries, max_mb=args.max_mb, backfill=args.backfill,
+        allowed_hosts=tuple(args.allowed_host or ()), secure_cookie=args.secure_cookie))
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -387,6 +388,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, default=8765, help="port (0 = any free port)")
     p.add_argument("--auth-token", default=None, help="token every request needs (env STREAMSEMI_CONSOLE_TOKEN)")
     p.add_argument("--worker-url", default=None, help="the worker's metrics server, e.g. http://127.0.0.1:9464")
+    p.add_argument("--allowed-host", action="append", default=None, metavar="NAME",
+                   help="a host name browsers use for the console (its Host header; repeatable); loopback names, "
+                        "IP addresses and the --host name are always accepted")
+    p.add_argument("--secure-cookie", action="store_true",
+                   help="mark the login cookie Secure (and __Host-): the console is served behind a TLS proxy")
     p.add_argument("--max-entries", type=int, default=50_000, help="entries per in-memory table")
     p.add_argument("--max-mb", type=float, default=32.0, help="MiB per in-memory table")
     p.add_argument("--backfill", type=int, default=20_000,

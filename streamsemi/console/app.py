@@ -7,10 +7,14 @@ Security (docs/console.md):
 - every POST carries the per-process CSRF token (hidden form field ``csrf`` or header
   ``X-CSRF-Token``) and, when the browser says where it comes from, a same-origin
   ``Origin`` / ``Sec-Fetch-Site``;
-- with an auth token, every request (pages, assets, posts) needs it: the cookie set by
-  ``/login`` (HttpOnly, SameSite=Strict) or ``Authorization: Bearer TOKEN``;
-- without one (loopback only, enforced at start) the ``Host`` header must name a loopback
-  address, so that a DNS-rebinding page cannot read the console.
+- with an auth token, every request (pages, assets, posts) needs it: the session cookie set by
+  ``/login`` (an HMAC-signed random session id, never the token: HttpOnly, SameSite=Strict,
+  Path=/, Secure and ``__Host-`` prefixed over https or with ``secure_cookie``; ended by
+  ``POST /logout``, after 2 h idle or 12 h) or ``Authorization: Bearer TOKEN``; a client that gives
+  5 wrong tokens in 5 minutes waits 5 minutes (429), whatever it sends;
+- the ``Host`` header must name a loopback address without a token (loopback only, enforced at
+  start), and with one a loopback name, an IP address or one of ``allowed_hosts``: a
+  DNS-rebinding page (an attacker's name resolving to this host) cannot read the console.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from starlette.responses import HTMLResponse, PlainTextResponse, RedirectRespons
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from streamsemi.console.server import LoginThrottle, Sessions, token_matches
 from streamsemi.console.state import ConsoleState
 from streamsemi.console.writer import ControlWriter
 
@@ -62,6 +67,12 @@ class ConsoleOptions:
     suggestions_topic: str = "streamsemi.suggestions"
     #: the topic reader's :meth:`~streamsemi.console.reader.TopicReader.status` (None: not shown)
     kafka_status: Callable[[], dict[str, Any]] | None = None
+    #: with a token: host names the Host header may carry besides loopback names and IP addresses
+    allowed_hosts: tuple[str, ...] = ()
+    #: the session cookie is Secure even when the request came over http (behind a TLS proxy)
+    secure_cookie: bool = False
+    #: monotonic seconds for the sessions and the login throttle (tests pass a fake)
+    clock: Callable[[], float] = time.monotonic
 
 
 def is_loopback_host(host: str) -> bool:
@@ -73,6 +84,21 @@ def is_loopback_host(host: str) -> bool:
         return ipaddress.ip_address(h).is_loopback
     except ValueError:
         return False
+
+
+def host_allowed(host: str, token_set: bool, names: tuple[str, ...] = ()) -> bool:
+    """The ``Host`` header's host (without port) may reach the console: a loopback name or address; with a
+    token also any IP address (a page of another origin cannot make a browser send one) and ``names``."""
+    if is_loopback_host(host):
+        return True
+    if not token_set:
+        return False
+    h = host.strip("[]").lower()
+    try:
+        ipaddress.ip_address(h.split("%")[0])
+        return True
+    except ValueError:
+        return h in names
 
 
 def _host_of(header: str) -> str:
@@ -166,6 +192,25 @@ def create_app(state: ConsoleState, writer: ControlWriter, options: ConsoleOptio
     csrf_token = secrets.token_urlsafe(32)
     metrics = WorkerMetrics(options.worker_url)
     token = options.auth_token
+    sessions = Sessions(token, options.clock) if token is not None else None
+    throttle = LoginThrottle(options.clock)
+
+    def cookie_name(request: Request) -> str:
+        return "__Host-" + COOKIE if secure(request) else COOKIE
+
+    def secure(request: Request) -> bool:
+        return options.secure_cookie or request.url.scheme == "https"
+
+    def client_of(request: Request) -> str:
+        return request.client.host if request.client else "?"
+
+    def throttled(request: Request, wait_s: float) -> Response:
+        retry = {"Retry-After": str(max(1, int(wait_s + 0.999)))}
+        if "text/html" in request.headers.get("accept", ""):
+            resp = render(request, "login.html", status=429, failed=True)
+            resp.headers.update(retry)
+            return resp
+        return PlainTextResponse(f"too many wrong tokens: try again in {retry['Retry-After']} s", 429, headers=retry)
 
     def render(request: Request, template: str, status: int = 200, *, only: str | None = None, **ctx: Any) -> HTMLResponse:
         err = request.query_params.get("err")
@@ -311,15 +356,25 @@ def create_app(state: ConsoleState, writer: ControlWriter, options: ConsoleOptio
         return render(request, "login.html", status=401 if token else 200)
 
     async def login(request: Request) -> Response:
-        form = await request.form()
-        given = str(form.get("token", ""))
-        if token is None:
+        if token is None or sessions is None:
             return RedirectResponse("/", status_code=303)
-        if not hmac.compare_digest(given.encode(), token.encode()):
+        wait_s = throttle.wait_s(client_of(request))
+        if wait_s > 0:
+            return throttled(request, wait_s)
+        form = await request.form(max_files=0, max_fields=10, max_part_size=4096)
+        if not token_matches(str(form.get("token", "")), token):
+            throttle.failed(client_of(request))
             return render(request, "login.html", status=401, failed=True)
         resp = RedirectResponse("/", status_code=303)
-        resp.set_cookie(COOKIE, token, httponly=True, samesite="strict", path="/",
-                        secure=request.url.scheme == "https")
+        resp.set_cookie(cookie_name(request), sessions.create(), max_age=int(sessions.max_age_s), httponly=True,
+                        samesite="strict", path="/", secure=secure(request))
+        return resp
+
+    async def logout(request: Request) -> Response:
+        if sessions is not None:
+            sessions.end(request.cookies.get(cookie_name(request), ""))
+        resp = RedirectResponse("/login" if token is not None else "/", status_code=303)
+        resp.delete_cookie(cookie_name(request), path="/", httponly=True, samesite="strict", secure=secure(request))
         return resp
 
     async def healthz(request: Request) -> Response:
@@ -335,6 +390,7 @@ def create_app(state: ConsoleState, writer: ControlWriter, options: ConsoleOptio
         Route("/unlabel", unlabel, methods=["POST"]), Route("/refit", refit, methods=["POST"]),
         Route("/name", name, methods=["POST"]),
         Route("/login", login_page, methods=["GET"]), Route("/login", login, methods=["POST"]),
+        Route("/logout", logout, methods=["POST"]),
         Mount("/static", app=StaticFiles(directory=str(HERE / "static")), name="static"),
     ]
 
@@ -352,9 +408,15 @@ def create_app(state: ConsoleState, writer: ControlWriter, options: ConsoleOptio
 
         async def _check(self, request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
             host = _host_of(request.headers.get("host", ""))
-            if token is None and not is_loopback_host(host):
-                return PlainTextResponse("this console answers loopback host names only (no auth token set)", 421)
+            if not host_allowed(host, token is not None, options.allowed_hosts):
+                if token is None:
+                    return PlainTextResponse("this console answers loopback host names only (no auth token set)", 421)
+                return PlainTextResponse("this console does not answer this host name (see --allowed-host)", 421)
             public = request.url.path in ("/login", "/healthz")
+            if token is not None and not public and request.headers.get("authorization", "").lower().startswith("bearer "):
+                wait_s = throttle.wait_s(client_of(request))  # a locked-out client's bearer token is not checked
+                if wait_s > 0:
+                    return throttled(request, wait_s)
             if token is not None and not public and not _authorized(request):
                 if request.method == "GET" and "text/html" in request.headers.get("accept", ""):
                     return render(request, "login.html", status=401)
@@ -372,12 +434,15 @@ def create_app(state: ConsoleState, writer: ControlWriter, options: ConsoleOptio
             return await call_next(request)
 
     def _authorized(request: Request) -> bool:
-        assert token is not None
-        given = request.cookies.get(COOKIE, "")
+        """A live session cookie, or ``Authorization: Bearer TOKEN`` (a wrong bearer token counts as a failed login)."""
+        assert token is not None and sessions is not None
         auth = request.headers.get("authorization", "")
         if auth.lower().startswith("bearer "):
-            given = auth[7:].strip()
-        return bool(given) and hmac.compare_digest(given.encode(), token.encode())
+            if token_matches(auth[7:].strip(), token):
+                return True
+            throttle.failed(client_of(request))
+            return False
+        return sessions.valid(request.cookies.get(cookie_name(request), ""))
 
     async def _csrf_problem(request: Request) -> str | None:
         site = request.headers.get("sec-fetch-site")

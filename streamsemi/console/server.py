@@ -12,12 +12,20 @@ is one thread; the pages' blocking work runs in anyio's bounded thread pool (40 
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import ipaddress
 import json
 import os
+import re
+import secrets
 import signal
 import socket
 import sys
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,6 +41,169 @@ REQUEST_TIMEOUT_S = 10.0
 KEEP_ALIVE_S = 5
 #: connections open at most (each costs a few KB in the event loop)
 MAX_CONNECTIONS = 256
+
+
+#: login sessions: kept at most (the oldest forgotten first), seconds idle and in all before one ends
+MAX_SESSIONS = 1000
+SESSION_IDLE_S = 2 * 3600
+SESSION_MAX_S = 12 * 3600
+#: failed logins (or wrong bearer tokens) a client may make per LOGIN_WINDOW_S before it waits LOGIN_LOCKOUT_S
+LOGIN_FAILURES = 5
+LOGIN_WINDOW_S = 300.0
+LOGIN_LOCKOUT_S = 300.0
+#: clients whose failures are remembered (least recently failed forgotten first)
+MAX_THROTTLED_CLIENTS = 10_000
+
+
+def _digest(value: str) -> bytes:
+    return hashlib.sha256(value.encode("utf-8", "surrogatepass")).digest()
+
+
+def token_matches(given: str, token: str) -> bool:
+    """``given`` is ``token``, compared in constant time (over SHA-256 digests: the length leaks nothing)."""
+    return hmac.compare_digest(_digest(given), _digest(token))
+
+
+class Sessions:
+    """The console's login sessions (a console with an auth token).
+
+    The cookie holds ``ID.MAC``: ID 32 random bytes (URL-safe base64), MAC its HMAC-SHA256 under a
+    key derived from the token and a random per-process salt, never the token. A session lives in
+    this table (bounded: :data:`MAX_SESSIONS`, oldest first out) until it is idle
+    :data:`SESSION_IDLE_S`, :data:`SESSION_MAX_S` after the login, a logout or the process' end.
+    Each login makes a new ID (no fixation). A value whose MAC is wrong is refused in constant time
+    before the table is looked at.
+
+    Parameters
+    ----------
+    token : str
+        The console's auth token.
+    clock : callable
+        Monotonic seconds (tests pass a fake).
+    """
+
+    def __init__(self, token: str, clock: Callable[[], float] = time.monotonic, max_sessions: int = MAX_SESSIONS,
+                 idle_s: float = SESSION_IDLE_S, max_age_s: float = SESSION_MAX_S) -> None:
+        salt = secrets.token_bytes(32)
+        self._key = hmac.new(token.encode("utf-8", "surrogatepass"), b"streamsemi-console-session\0" + salt,
+                             hashlib.sha256).digest()
+        self.clock = clock
+        self.max_sessions = int(max_sessions)
+        self.idle_s = float(idle_s)
+        self.max_age_s = float(max_age_s)
+        self._live: OrderedDict[str, tuple[float, float]] = OrderedDict()  # id -> (created, last seen)
+        self._lock = threading.Lock()
+
+    def _mac(self, sid: str) -> str:
+        return hmac.new(self._key, sid.encode("ascii"), hashlib.sha256).hexdigest()
+
+    def create(self) -> str:
+        """A new session; returns the cookie value."""
+        sid = secrets.token_urlsafe(32)
+        now = self.clock()
+        with self._lock:
+            self._live[sid] = (now, now)
+            while len(self._live) > self.max_sessions:
+                self._live.popitem(last=False)
+        return f"{sid}.{self._mac(sid)}"
+
+    def _id(self, value: str) -> str | None:
+        sid, _, mac = value.partition(".")
+        if not sid or len(value) > 200 or not sid.isascii():
+            return None
+        return sid if hmac.compare_digest(mac.encode("ascii", "replace"), self._mac(sid).encode()) else None
+
+    def valid(self, value: str) -> bool:
+        """``value`` (a cookie) names a live session; it counts as activity."""
+        sid = self._id(value)
+        if sid is None:
+            return False
+        now = self.clock()
+        with self._lock:
+            times = self._live.get(sid)
+            if times is None:
+                return False
+            if now - times[0] > self.max_age_s or now - times[1] > self.idle_s:
+                del self._live[sid]
+                return False
+            self._live[sid] = (times[0], now)
+        return True
+
+    def end(self, value: str) -> None:
+        """Log out: the session of ``value`` ends (its cookie is refused from now on)."""
+        sid = self._id(value)
+        if sid is not None:
+            with self._lock:
+                self._live.pop(sid, None)
+
+    def __len__(self) -> int:
+        return len(self._live)
+
+
+class LoginThrottle:
+    """Failed logins per client: after :data:`LOGIN_FAILURES` within :data:`LOGIN_WINDOW_S` the client
+    waits :data:`LOGIN_LOCKOUT_S` (its logins and bearer tokens are refused unchecked, 429). At most
+    ``max_clients`` are remembered, the least recently failed forgotten first.
+
+    Parameters
+    ----------
+    clock : callable
+        Monotonic seconds (tests pass a fake).
+    """
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic, failures: int = LOGIN_FAILURES,
+                 window_s: float = LOGIN_WINDOW_S, lockout_s: float = LOGIN_LOCKOUT_S,
+                 max_clients: int = MAX_THROTTLED_CLIENTS) -> None:
+        self.clock = clock
+        self.failures = int(failures)
+        self.window_s = float(window_s)
+        self.lockout_s = float(lockout_s)
+        self.max_clients = int(max_clients)
+        self._clients: OrderedDict[str, tuple[float, int, float]] = OrderedDict()  # (window start, fails, locked until)
+        self._lock = threading.Lock()
+
+    def wait_s(self, client: str) -> float:
+        """Seconds ``client`` must wait before its next attempt is checked (0: it may try now)."""
+        with self._lock:
+            entry = self._clients.get(client)
+        return 0.0 if entry is None else max(0.0, entry[2] - self.clock())
+
+    def failed(self, client: str) -> None:
+        """``client`` gave a wrong token."""
+        now = self.clock()
+        with self._lock:
+            start, fails, until = self._clients.pop(client, (now, 0, 0.0))
+            if now - start > self.window_s:
+                start, fails = now, 0
+            fails += 1
+            if fails >= self.failures:
+                start, fails, until = now, 0, now + self.lockout_s
+            self._clients[client] = (start, fails, until)
+            while len(self._clients) > self.max_clients:
+                self._clients.popitem(last=False)
+
+    def __len__(self) -> int:
+        return len(self._clients)
+
+
+_HOST_NAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]{0,252})$")
+
+
+def allowed_host_names(bind_host: str, extra: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """Host names (besides loopback names and IP addresses) a console's ``Host`` header may carry: the bind
+    host when it is a name, this machine's name and ``extra`` (``--allowed-host``); lower case."""
+    names = {bind_host.lower(), *(h.lower() for h in extra)}
+    if bind_host in ("0.0.0.0", "::", ""):
+        names.update({socket.gethostname().lower(), socket.getfqdn().lower()})
+    return tuple(sorted(n for n in names if n and not _is_ip(n)))
+
+
+def _is_ip(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host.strip("[]").split("%")[0])
+    except ValueError:
+        return False
+    return True
 
 
 def bounded_protocol(request_timeout_s: float = REQUEST_TIMEOUT_S, max_connections: int = MAX_CONNECTIONS) -> type:
@@ -108,6 +279,10 @@ class ServeOptions:
     max_entries: int = 50_000
     max_mb: float = 32.0
     backfill: int = 20_000
+    #: host names the Host header may carry besides loopback names, IP addresses and the bind host's name
+    allowed_hosts: tuple[str, ...] = ()
+    #: the login cookie is Secure (``__Host-`` prefixed) on http too: the console is behind a TLS proxy
+    secure_cookie: bool = False
 
 
 def _addresses(host: str) -> list[str]:
@@ -148,6 +323,10 @@ def check_options(opts: ServeOptions, env: dict[str, str] | None = None) -> Serv
     for name, value in (("max_entries", opts.max_entries), ("max_mb", opts.max_mb), ("backfill", opts.backfill)):
         if not value > 0:
             raise ConfigError(f"setting '{name}' (flag --{name.replace('_', '-')}): must be positive, got {value}")
+    for name in opts.allowed_hosts:
+        if not _HOST_NAME.match(name) or _is_ip(name):
+            raise ConfigError(f"setting 'allowed_hosts' (flag --allowed-host): must be a host name (letters, digits, "
+                              f"dots and hyphens, no port; IP addresses are always allowed), got {name!r}")
     if opts.worker_url is not None and not opts.worker_url.startswith(("http://", "https://")):
         raise ConfigError(f"setting 'worker_url' (flag --worker-url): must be http://HOST:PORT of the worker's "
                           f"metrics server, got {opts.worker_url!r}")
@@ -194,6 +373,7 @@ def serve(settings: Settings, opts: ServeOptions) -> int:
     app = create_app(state, writer, ConsoleOptions(
         auth_token=opts.auth_token, worker_url=opts.worker_url, loopback_only=opts.auth_token is None,
         bootstrap_servers=settings.bootstrap_servers, control_topic=settings.control_topic,
+        allowed_hosts=allowed_host_names(opts.host, opts.allowed_hosts), secure_cookie=opts.secure_cookie,
         suggestions_topic={k: t for t, k in topic_kinds(settings).items()}["suggestions"], kafka_status=reader.status))
     port = sock.getsockname()[1]
     shown = f"[{opts.host}]" if ":" in opts.host else opts.host
