@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 # so two halve the wall time on 2 cores; PYTEST_WORKERS=0 runs everything in one process
 PYTEST_WORKERS ?= 2
 
-.PHONY: demo test test-long install-demo install-test lint results clean mutation
+.PHONY: demo test test-long install-demo install-test lint results results-check clean mutation
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -33,6 +33,14 @@ test-long: install-test
 
 lint: install-test
 	$(BIN)/ruff check .
+
+# docs/results.md from the records it names (benchmarks/results/page_full/ and the served-quality, suggestion and
+# discovery records of streamsemi/evaluation/results_page.py); runs nothing. `make results-check`: exit 1 if it differs
+results: install-test
+	$(BIN)/python -m streamsemi.evaluation.results_page --from-records --out docs/results.md
+
+results-check: install-test
+	$(BIN)/python -m streamsemi.evaluation.results_page --check --out docs/results.md
 
 # Mutation testing on demand (not in CI): mutmut on the core modules of [tool.mutmut] in pyproject.toml,
 # run on a copy of the committed tree (HEAD) with one worker process; results in benchmarks/results/mutation*.

@@ -255,7 +255,7 @@ PROTOCOLS: dict[str, Protocol] = {
         "robustness", tuple(d + suffix for suffix in ROBUSTNESS_SETTINGS for d in ROBUSTNESS_BASE),
         (1, 5), "percent", ("macro_f1", "macro_auc", "example_f1"), 3,
         SINGLE_BASELINES + ("ovr-linear",), "semi-ldc",
-        "Robustness (issue 19): corpora no paper protocol reports, 1% and 5% stratified seeds",
+        "Robustness: corpora no paper protocol reports, 1% and 5% stratified seeds",
         algorithms=("semi-ldc", "cle", "d-lda", "fsl-ck", "pseudo-lsc", "ensemble"),
         multi_methods=("ovr-linear", "constrained-kmeans"), multi_only=("ovr-linear",),
         description="Every algorithm and the baselines on Reuters R52, all of 20 Newsgroups, the 30 "
