@@ -19,7 +19,6 @@ import subprocess
 import sys
 import uuid
 from collections import defaultdict
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -30,8 +29,10 @@ from test_estimator_contract import NAMES, corpus, make, targets
 from test_roles import (
     CLASSES,
     _docs,
+    _events,
     _fitted_engine,
     _publish,
+    _Record,
     _role,
     _seed,
     _setup,
@@ -146,14 +147,6 @@ def test_header_counts_are_ascii_digits_below_2_63():
     assert [parse_count(t) for t in bad] == [None] * len(bad)
 
 
-@dataclass
-class _Record:
-    key: bytes
-    value: bytes | None
-    headers: list
-    offset: int = 0
-
-
 def _chunks(payload: bytes, version: int, pub: str, key: bytes | None, writer: str = "w1",
             chunk: int = 4096) -> list[_Record]:
     return [_Record(k, v, h) for k, v, h in chunk_records(payload, stream="default", version=version,
@@ -197,12 +190,18 @@ def test_signed_chunks_verify_and_anything_else_is_refused_before_it_is_counted(
     assert [asm.feed(r) for r in _chunks(newer, 4, "next", key)][-1].version == 4
 
 
-def test_without_a_key_versions_are_strict_and_a_payload_must_be_the_publication_its_chunks_announce():
+def _serving_version_3(**callbacks: Any) -> tuple[Any, ModelAssembler, bytes]:
+    """An engine, an assembler without a key that took its models as version 3 ('good'), and their payload."""
     eng = _fitted_engine()
-    reasons: list[str] = []
-    asm = ModelAssembler(eng.config, max_bytes=10**9, on_reject=reasons.append)
+    asm = ModelAssembler(eng.config, max_bytes=10**9, **callbacks)
     payload = _publish(eng, 3)
     assert [asm.feed(r) for r in _chunks(payload, 3, "good", None)][-1].version == 3
+    return eng, asm, payload
+
+
+def test_without_a_key_versions_are_strict_and_a_payload_must_be_the_publication_its_chunks_announce():
+    reasons: list[str] = []
+    eng, asm, payload = _serving_version_3(on_reject=reasons.append)
     # a 4,000-digit version with a bad checksum: refused, not counted
     huge = _chunks(b"x", 5, "huge", None)[0]
     huge = _set_header(_set_header(huge, "version", "9" * 4000), "sha256", "0" * 64)
@@ -246,11 +245,8 @@ def _permuted_classes(slot: Any) -> None:
 
 
 def test_an_invalid_model_is_refused_by_category_and_the_previous_one_stays():
-    eng = _fitted_engine()
     refused: list[str] = []
-    asm = ModelAssembler(eng.config, max_bytes=10**9, on_refuse=refused.append)
-    payload = _publish(eng, 3)
-    assert [asm.feed(r) for r in _chunks(payload, 3, "good", None)][-1].version == 3
+    eng, asm, payload = _serving_version_3(on_refuse=refused.append)
     for i, mutate in enumerate((_nan_centroids, _narrow_centroids, _shadowed_method)):
         forged = _forge(payload, eng.config, 10 + i, mutate, writer="w1")
         assert all(asm.feed(r) is None for r in _chunks(forged, 10 + i, f"forged{i}", None))
@@ -328,10 +324,6 @@ def _send_records(bootstrap: str, topic: str, records: list[tuple[bytes, bytes, 
         p.flush(60)
     finally:
         p.close()
-
-
-def _events(w: Any, name: str) -> list[dict]:
-    return [e for e in w.logs() if e.get("event") == name]
 
 
 def _served(outputs: list[dict], ids: list[str]) -> dict[str, dict]:
