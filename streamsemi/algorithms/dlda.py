@@ -835,7 +835,7 @@ class DLDA(DiscoveryMixin, ClassifierMixin, StreamsemiEstimator):
         counts at the CVB0 fixed point of the collapsed conditional
         ``p(z_i = k | z_-i) ∝ (O_dk + alpha_k) M_kv`` (Eqs. 4-5 with the word topics
         summed out). Measured against ``"gibbs"`` on 3,000 held-out documents of fits with
-        stratified-by-order seeds (``benchmarks/dlda_fold_in.py``, one core): macro-F1
+        stratified-by-order seeds (``benchmarks/dlda_fold_in.py``, kept in git: docs/decisions.md, one core): macro-F1
         20NG (5,000 fitted, 5% seeds) 0.656 -> 0.661, R8 (4,500, 2%) 0.576 -> 0.577, R52
         (5,000, 5%) 0.241 -> 0.251, in 2.1-2.4x less time (20NG 0.120 -> 0.056 s); no
         sampling noise.

@@ -70,13 +70,13 @@ from streamsemi.algorithms.base import (
 #: classes, so its held-out *accuracy* ranks first while its macro-F1 ranks last: it took 0.97 of the
 #: weight on full-size R52 at 1%. Without it the ensemble was within 0.01 of the best member on all 12
 #: full-size development draws (seed 7, 1.5% / 3%; with it 6 of 12 more than 0.01 below, mean -0.031)
-#: and unchanged on the 24 draws of 1,200 documents (``benchmarks/ensemble_dev.py``;
+#: and unchanged on the 24 draws of 1,200 documents (``benchmarks/ensemble_dev.py`` (in git: docs/decisions.md);
 #: docs/algorithms/ensemble.md). ``members=[..., "d-lda"]`` still takes it.
 DEFAULT_MEMBERS: tuple[str, ...] = ("semi-ldc", "cle", "fsl-ck", "constrained-kmeans")
 
 #: Parameters of members that differ from their own defaults (``member_params`` overrides them).
 #: Semi-LDC keeps the PCA cap of 300 it had before ``max_components="auto"`` (session 23): on the
-#: 8 full-size development draws (seed 7, 1.5% / 3%, ``benchmarks/ensemble_dev.py``) the ensemble
+#: 8 full-size development draws (seed 7, 1.5% / 3%, ``benchmarks/ensemble_dev.py`` (in git: docs/decisions.md)) the ensemble
 #: with the auto-cap member was 0.037 below its best member on top-30 1.5% (its held-out
 #: *accuracy* passed CLE's while its macro-F1 did not: mean -0.001) and with the 300 cap within
 #: 0.01 on all 8 (mean +0.005); the member is fitted ``n_folds + 1`` times, and the cap of 300
@@ -97,7 +97,7 @@ DEFAULT_MEMBER_PARAMS: dict[str, dict[str, Any]] = {"semi-ldc": {"max_components
                                                     "constrained-kmeans": {"prototypes": "by-size"}}
 
 #: Each member's mean macro-F1 minus the mean of five members (these four and D-LDA) on the same draw, over the 24
-#: development draws of ``benchmarks/ensemble_dev.py`` (seed 7; 1.5/2/3% seeds; 1,200 documents of
+#: development draws of ``benchmarks/ensemble_dev.py`` (in git: docs/decisions.md) (seed 7; 1.5/2/3% seeds; 1,200 documents of
 #: R8, 20NG, R52, Reuters top-30, R8 and 20NG and top-30 in 500-document windows, R52 cut to 30
 #: words; ``benchmarks/results/ensemble_dev.json``). Draws the robustness protocol does not report.
 DEFAULT_PRIOR: dict[str, float] = {"semi-ldc": 0.018, "cle": 0.062, "d-lda": -0.089, "fsl-ck": 0.017,
@@ -333,7 +333,7 @@ class Ensemble(ScoresClassifierMixin, StreamsemiEstimator):
         seeds (one seed per class: none) the prior decides, with many the seeds do.
         0: the held-out score alone. With ``heldout_score="balanced_accuracy"`` the
         count is of scored classes instead of seeds. 30 was chosen on development draws (seeds 8 and
-        9 of ``benchmarks/ensemble_dev.py``; docs/algorithms/ensemble.md): mean gap to
+        9 of ``benchmarks/ensemble_dev.py`` (in git: docs/decisions.md); docs/algorithms/ensemble.md): mean gap to
         the best member -0.015 / -0.020 against -0.028 / -0.042 without the prior.
     heldout_score : {"accuracy", "balanced_accuracy", "macro_f1"}, default="accuracy"
         Held-out score of a member (:func:`heldout_scores`): the share of the held-out
@@ -342,7 +342,7 @@ class Ensemble(ScoresClassifierMixin, StreamsemiEstimator):
         but rest on one or two seeds per small class: on development draws (R8 and 20NG,
         seed 7, 2%/3% seeds, 1,200 documents) the ensemble was 0.016 below the best member
         on average with ``accuracy`` (worst 0.037) and 0.028 (worst 0.139) with
-        ``balanced_accuracy``; on the 24 + 12 draws of ``benchmarks/ensemble_dev.py``
+        ``balanced_accuracy``; on the 24 + 12 draws of ``benchmarks/ensemble_dev.py`` (in git: docs/decisions.md)
         (session 22) ``macro_f1`` was below the best member by more than 0.01 on 16 + 6
         draws, ``accuracy`` on 9 + 0 (default members).
     pooling : {"tempered", "mean"}, default="tempered"
