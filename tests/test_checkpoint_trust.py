@@ -402,3 +402,31 @@ def test_writes_replace_planted_links_instead_of_writing_through_them(r8, dirs):
     assert not (state / "CURRENT").is_symlink() and (state / "CURRENT").read_text() == path.name + "\n"
     assert not os.path.lexists(state / ".tmp-ckpt-000000000009-abcdef")
     assert checkpoint.restore(_engine(), state).path == str(path)
+
+
+# ---------------------------------------------------------------- the worker's other files in the state directory
+def test_control_rejections_and_the_inflight_marker_are_not_read_through_links(dirs, caplog):
+    from kafka import TopicPartition
+
+    from streamsemi.service.control_rejections import FILE, RejectedControl, fingerprint
+    from streamsemi.service.inflight import MARKER, InFlightMarker
+
+    caplog.set_level(logging.INFO)
+    state, outside = dirs
+    theirs = RejectedControl(outside, "streamsemi.control")  # valid files, written by the code itself, elsewhere
+    theirs.add(fingerprint(0, 7, b"{}"))
+    theirs.settle()
+    assert theirs.save()
+    InFlightMarker(outside).begin([(TopicPartition("docs", 0), 5)])
+    for name in (FILE, MARKER):
+        (state / name).symlink_to(outside / name)
+    assert RejectedControl(outside, "streamsemi.control").load() == 1  # what a link would have brought in
+    ours = RejectedControl(state, "streamsemi.control")
+    assert ours.load() == 0 and not ours.known(fingerprint(0, 7, b"{}"))
+    marker = InFlightMarker(state)
+    marker.load()
+    assert marker.suspects == {} and marker.crashes == 0
+    errors = [r.fields["error"] for r in caplog.records
+              if r.getMessage() in ("control_rejections_unreadable", "inflight_marker_unreadable")]
+    assert len(errors) == 2 and all("a symbolic link, not followed" in e for e in errors), errors
+    assert (outside / MARKER).is_file() and (outside / FILE).is_file()  # only the links were dropped, if anything

@@ -484,6 +484,42 @@ def _read_at(dir_fd: int, name: str, where: Path, limit: int, expect: int | None
     return data
 
 
+def read_regular_file(path: str | Path, limit: int) -> bytes:
+    """The bytes of the file ``path`` in the state directory, not through a symbolic link, at most ``limit`` of them.
+
+    For the worker's other files there (``control_rejections.json``, ``inflight.json``):
+    the last component is opened with ``O_NOFOLLOW`` and must be a regular file whose
+    size, checked before anything is read, is at most ``limit``.
+
+    Raises
+    ------
+    OSError
+        Missing, a link (``ELOOP``, "a symbolic link, not followed"), not a regular file,
+        larger than ``limit`` (``EFBIG``), or a read error.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | _NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise OSError(errno.ELOOP, "a symbolic link, not followed", str(path)) from None
+        raise
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", str(path))
+        if st.st_size > limit:
+            raise OSError(errno.EFBIG, f"{st.st_size} bytes, more than {limit}", str(path))
+        chunks, got = [], 0
+        while got <= limit and (chunk := os.read(fd, min(limit + 1 - got, 1 << 24))):
+            chunks.append(chunk)
+            got += len(chunk)
+    finally:
+        os.close(fd)
+    if got > limit:
+        raise OSError(errno.EFBIG, f"more than {limit} bytes", str(path))
+    return b"".join(chunks)
+
+
 def _fsync_fd(fd: int) -> None:
     try:
         os.fsync(fd)

@@ -32,6 +32,7 @@ from collections import OrderedDict
 from pathlib import Path
 
 from streamsemi.core.logs import event
+from streamsemi.service.checkpoint import read_regular_file
 
 log = logging.getLogger("streamsemi.service.control_rejections")
 
@@ -91,7 +92,7 @@ class RejectedControl:
         if self.path is None or not self.path.is_file():
             return 0
         try:
-            data = self.path.read_bytes()
+            data = read_regular_file(self.path, MAX_FILE_BYTES)  # not through a link planted in the state directory
             if len(data) > MAX_FILE_BYTES:
                 raise ValueError(f"{len(data)} bytes (at most {MAX_FILE_BYTES})")
             doc = json.loads(data)

@@ -29,6 +29,7 @@ from pathlib import Path
 from kafka import TopicPartition
 
 from streamsemi.core.logs import event
+from streamsemi.service.checkpoint import read_regular_file
 
 log = logging.getLogger("streamsemi.service.inflight")
 
@@ -71,7 +72,7 @@ class InFlightMarker:
         if self.path is None or not self.path.is_file():
             return
         try:
-            data = self.path.read_bytes()
+            data = read_regular_file(self.path, MAX_MARKER_BYTES)  # not through a link planted in the state directory
             if len(data) > MAX_MARKER_BYTES:
                 raise ValueError(f"{len(data)} bytes")
             doc = json.loads(data)
