@@ -13,6 +13,7 @@ from typing import Any
 
 from streamsemi import __version__
 from streamsemi.core.errors import StreamsemiError
+from streamsemi.core.jsonsafe import UnsafeJSON, loads_bounded
 from streamsemi.service.config import ConfigError, Settings, add_flags, flags_from_args, resolve
 
 TOPIC_FLAGS = ("documents_topic", "control_topic", "assignments_topic", "deadletter_topic", "labels_topic",
@@ -206,12 +207,34 @@ def cmd_name(args: argparse.Namespace) -> int:
     return 0
 
 
+#: skipped records ``streamsemi tail`` reports one by one on stderr (then only their count, at the end)
+TAIL_SKIPS_SHOWN = 100
+
+
 def tail_line(key: bytes | None, value: bytes | None) -> str:
-    """One record as ``streamsemi tail`` prints it: its JSON value, or for a tombstone (null value, a
-    compacted topic's delete) ``{"key": ..., "tombstone": true}`` so the deleted key shows."""
-    if value is not None:
-        return value.decode("utf-8", "replace")
-    return json.dumps({"key": None if key is None else key.decode("utf-8", "replace"), "tombstone": True})
+    """One record as ``streamsemi tail`` prints it: its JSON value on one line (as sent; compacted when the
+    value spans lines), or for a tombstone (null value, a compacted topic's delete)
+    ``{"key": ..., "tombstone": true}`` so the deleted key shows.
+
+    Raises
+    ------
+    UnsafeJSON
+        The value is no bounded JSON value (not UTF-8, not JSON, NaN, nested deeper than 64 levels...):
+        ``streamsemi tail`` skips the record and says so on stderr.
+    """
+    if value is None:
+        return json.dumps({"key": None if key is None else key.decode("utf-8", "replace"), "tombstone": True})
+    obj = loads_bounded(value)
+    if b"\n" in value or b"\r" in value:
+        return json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
+    return value.decode("utf-8")
+
+
+def _tail_skipped(record: Any, exc: UnsafeJSON, skipped: int) -> None:
+    """Report one skipped record on stderr (a JSON line: topic, partition, offset, reason)."""
+    if skipped <= TAIL_SKIPS_SHOWN:
+        print(json.dumps({"event": "tail_record_skipped", "topic": record.topic, "partition": record.partition,
+                          "offset": record.offset, "reason": exc.reason, "detail": exc.detail}), file=sys.stderr)
 
 
 def keep_latest(table: dict[Any, bytes | None], key: bytes | None, value: bytes | None) -> None:
@@ -239,7 +262,7 @@ def cmd_tail(args: argparse.Namespace) -> int:
         raise ConnectionError(f"cannot reach Kafka at {settings.bootstrap_servers} to read {topic}: "
                               f"{exc}") from None
     assign_all(consumer, topic)
-    seen = 0
+    seen = skipped = 0
     last = time.monotonic()
     table: dict[Any, bytes | None] = {}  # --live: the latest value per key (what compaction would keep)
     try:
@@ -249,10 +272,18 @@ def cmd_tail(args: argparse.Namespace) -> int:
                 last = time.monotonic()
             for records in batch.values():
                 for r in records:
+                    try:
+                        line = tail_line(r.key, r.value)
+                    except UnsafeJSON as exc:
+                        skipped += 1
+                        _tail_skipped(r, exc, skipped)
+                        if args.live:  # the key's latest value is unreadable: the table has no row for it
+                            keep_latest(table, r.key, None)
+                        continue
                     if args.live:
                         keep_latest(table, r.key, r.value)
                         continue
-                    sys.stdout.write(tail_line(r.key, r.value) + "\n")
+                    sys.stdout.write(line + "\n")
                     seen += 1
                     if args.limit is not None and seen >= args.limit:
                         break
@@ -263,6 +294,9 @@ def cmd_tail(args: argparse.Namespace) -> int:
         pass
     finally:
         consumer.close()
+    if skipped:
+        print(json.dumps({"event": "tail_records_skipped", "topic": topic, "skipped": skipped,
+                          "shown": min(skipped, TAIL_SKIPS_SHOWN)}), file=sys.stderr, flush=True)
     if args.live:
         rows = [v for v in table.values() if v is not None]  # tombstoned keys left out
         for value in rows[-args.limit:] if args.limit is not None else rows:

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import logging
+import subprocess
+import sys
 
 import pytest
 from kafka_utils import Topics, producer, wait_for
@@ -202,3 +204,80 @@ def test_skipped_records_are_logged_at_a_bounded_rate(console_app, caplog):
     reader._skip(tp, 500, "documents", "UnsafeJSON: too_deep")
     last = [r.fields for r in caplog.records if r.getMessage() == "console_record_skipped"][-1]
     assert last["offset"] == 500 and last["suppressed"] == 500 - reader_mod.SKIP_LOGS_PER_WINDOW
+
+
+# ---------------------------------------------------------------- streamsemi tail
+def _tail(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "streamsemi", "tail", *args], capture_output=True, text=True,
+                          timeout=240)
+
+
+def test_tail_skips_a_bad_record_says_where_and_prints_the_good_ones_one_per_line(broker):
+    topics = Topics()
+    topics.create(broker.bootstrap)
+    p = producer(broker.bootstrap)
+    sent = [("a", b'{"id": "a", "n": 1}'), ("deep", b'{"id": "deep", "x": ' + DEEP + b"}"),
+            ("b", b'{\n  "id": "b",\n  "n": 2\n}'), ("bytes", b'{"id": "\xff"}'), ("nan", b'{"id": "nan", "x": NaN}'),
+            ("c", '{"id": "c", "t": "caf\u00e9"}'.encode()), ("b", b"not json at all")]
+    futures = [p.send(topics.documents, key=k.encode(), value=v) for k, v in sent]
+    p.flush()
+    where = {(f.get().partition, f.get().offset): k for f, (k, _) in zip(futures, sent, strict=True)}
+    p.close()
+    flags = ["--bootstrap-servers", broker.bootstrap, "--topic", topics.documents, "--timeout", "3"]
+    out = _tail(*flags)
+    assert out.returncode == 0, out.stderr
+    lines = {json.loads(line)["id"]: line for line in out.stdout.splitlines()}  # (one JSON object per line)
+    assert sorted(lines) == ["a", "b", "c"] and len(out.stdout.splitlines()) == 3
+    assert lines["b"] == '{"id":"b","n":2}' and lines["c"] == '{"id": "c", "t": "caf\u00e9"}'
+    events = [json.loads(line) for line in out.stderr.splitlines() if line.startswith("{")]
+    skipped = {(e["partition"], e["offset"]): e["reason"] for e in events if e["event"] == "tail_record_skipped"}
+    assert all(e["topic"] == topics.documents for e in events)
+    by_key = {where[k]: r for k, r in skipped.items()}
+    assert by_key == {"deep": "too_deep", "bytes": "invalid_utf8", "nan": "invalid_json", "b": "invalid_json"}
+    assert [e["skipped"] for e in events if e["event"] == "tail_records_skipped"] == [4]
+    # read as a table: the key whose latest value is unreadable has no row
+    live = _tail(*flags, "--live")
+    assert live.returncode == 0, live.stderr
+    assert sorted(json.loads(line)["id"] for line in live.stdout.splitlines()) == ["a", "c"]
+
+
+# ---------------------------------------------------------------- files: the in-flight marker, the control rejections
+def test_one_bad_range_of_the_inflight_marker_leaves_the_others_marked(tmp_path, caplog):
+    from kafka import TopicPartition
+
+    from streamsemi.service.inflight import MARKER, InFlightMarker
+
+    good = ["docs", 0, 10, 19]
+    for bad in (["docs", 1, 5], ["docs", 1, 9, 3], ["docs", -1, 0, 1], [1, 2, 3, 4], ["docs", 1, 2.5, 3], "x",
+                ["docs", 1, True, 3]):
+        (tmp_path / MARKER).write_text(json.dumps({"ranges": [bad, good], "attempts": 0}))
+        caplog.clear()
+        marker = InFlightMarker(tmp_path)
+        marker.load()
+        assert marker.suspects == {TopicPartition("docs", 0): (10, 19)}, bad
+        assert marker.is_suspect(TopicPartition("docs", 0), 15) and marker.crashes == 1
+        assert [r.fields["skipped"] for r in caplog.records if r.getMessage() == "inflight_marker_ranges_skipped"] == [1]
+    for raw, reason in ((b'{"ranges": ' + DEEP + b"}", "too_deep"), (b'{"ranges": [], "attempts": NaN}', "invalid_json"),
+                        (b"\xff\xfe", "invalid_utf8"), (b"[]", "wrong_type")):
+        (tmp_path / MARKER).write_bytes(raw)
+        caplog.clear()
+        marker = InFlightMarker(tmp_path)
+        marker.load()
+        assert marker.suspects == {} and not (tmp_path / MARKER).exists(), "an unreadable marker is ignored"
+        errors = [r.fields["error"] for r in caplog.records if r.getMessage() == "inflight_marker_unreadable"]
+        assert len(errors) == 1 and f"UnsafeJSON: {reason}: " in errors[0], errors
+
+
+def test_an_unreadable_control_rejections_file_names_its_reason(tmp_path, caplog):
+    from streamsemi.service.control_rejections import FILE, RejectedControl, fingerprint
+
+    fp = fingerprint(0, 3, b"x")
+    (tmp_path / FILE).write_text(json.dumps({"topic": "ctl", "entries": [fp, 7, "0:1:zz", [fp]]}))
+    assert RejectedControl(tmp_path, "ctl").load() == 1, "bad entries skipped, the good one kept"
+    for raw, reason in ((b'{"topic": "ctl", "entries": [' + DEEP + b"]}", "too_deep"),
+                        (b'{"topic": "ctl", "entries": [1e400]}', "invalid_json"), (b"null", "wrong_type")):
+        (tmp_path / FILE).write_bytes(raw)
+        caplog.clear()
+        assert RejectedControl(tmp_path, "ctl").load() == 0
+        errors = [r.fields["error"] for r in caplog.records if r.getMessage() == "control_rejections_unreadable"]
+        assert len(errors) == 1 and f"UnsafeJSON: {reason}: " in errors[0], errors

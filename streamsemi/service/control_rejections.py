@@ -31,6 +31,7 @@ import uuid
 from collections import OrderedDict
 from pathlib import Path
 
+from streamsemi.core.jsonsafe import loads_object
 from streamsemi.core.logs import event
 from streamsemi.service.checkpoint import read_regular_file
 
@@ -92,18 +93,15 @@ class RejectedControl:
         if self.path is None or not self.path.is_file():
             return 0
         try:
-            data = read_regular_file(self.path, MAX_FILE_BYTES)  # not through a link planted in the state directory
-            if len(data) > MAX_FILE_BYTES:
-                raise ValueError(f"{len(data)} bytes (at most {MAX_FILE_BYTES})")
-            doc = json.loads(data)
-            if not isinstance(doc, dict) or not isinstance(doc.get("entries"), list):
+            doc = loads_object(read_regular_file(self.path, MAX_FILE_BYTES), max_bytes=MAX_FILE_BYTES)
+            if not isinstance(doc.get("entries"), list):
                 raise ValueError("expected an object with a list 'entries'")
             if doc.get("topic") != self.topic:
                 event(log, "control_rejections_other_topic", logging.WARNING, path=str(self.path),
                       topic=str(doc.get("topic"))[:200], control_topic=self.topic, action="ignored")
                 return 0
             entries = [fp for fp in doc["entries"] if _valid(fp)][-self.max_entries:]
-        except (OSError, ValueError, TypeError, RecursionError) as exc:
+        except (OSError, ValueError) as exc:  # (an UnsafeJSON is a ValueError naming its reason)
             event(log, "control_rejections_unreadable", logging.WARNING, path=str(self.path),
                   error=f"{type(exc).__name__}: {exc}", action="ignored: rejected control records are dead-lettered again")
             return 0

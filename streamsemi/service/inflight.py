@@ -28,6 +28,7 @@ from pathlib import Path
 
 from kafka import TopicPartition
 
+from streamsemi.core.jsonsafe import loads_object
 from streamsemi.core.logs import event
 from streamsemi.service.checkpoint import read_regular_file
 
@@ -36,6 +37,16 @@ log = logging.getLogger("streamsemi.service.inflight")
 MARKER = "inflight.json"
 POISON_AFTER = 2  # deaths while processing one record alone before it is dead-lettered
 MAX_MARKER_BYTES = 1_000_000
+
+
+def _range(entry: object) -> tuple[TopicPartition, tuple[int, int]] | None:
+    """One ``[topic, partition, first, last]`` entry of the marker, None when it is not one."""
+    if not isinstance(entry, list) or len(entry) != 4:
+        return None
+    t, p, a, b = entry
+    if not isinstance(t, str) or not all(isinstance(x, int) and not isinstance(x, bool) for x in (p, a, b)):
+        return None
+    return (TopicPartition(t, p), (a, b)) if p >= 0 and 0 <= a <= b else None
 
 
 class InFlightMarker:
@@ -72,21 +83,23 @@ class InFlightMarker:
         if self.path is None or not self.path.is_file():
             return
         try:
-            data = read_regular_file(self.path, MAX_MARKER_BYTES)  # not through a link planted in the state directory
-            if len(data) > MAX_MARKER_BYTES:
-                raise ValueError(f"{len(data)} bytes")
-            doc = json.loads(data)
-            ranges = [(TopicPartition(t, p), (a, b)) for t, p, a, b in doc["ranges"]
-                      if isinstance(t, str) and all(isinstance(x, int) and not isinstance(x, bool) for x in (p, a, b))
-                      and 0 <= a <= b]
+            doc = loads_object(read_regular_file(self.path, MAX_MARKER_BYTES), max_bytes=MAX_MARKER_BYTES)
+            entries = doc.get("ranges")
+            if not isinstance(entries, list):
+                raise ValueError(f"'ranges' must be a list, got {type(entries).__name__}")
+            ranges = [r for r in map(_range, entries) if r is not None]
             attempts = doc.get("attempts", 0)
             if not isinstance(attempts, int) or isinstance(attempts, bool) or attempts < 0:
-                raise ValueError(f"attempts must be a non-negative integer, got {attempts!r}")
-        except (OSError, ValueError, TypeError, KeyError, RecursionError) as exc:
+                raise ValueError(f"attempts must be a non-negative integer, got {str(attempts)[:50]}")
+        except (OSError, ValueError) as exc:  # (an UnsafeJSON is a ValueError naming its reason)
             event(log, "inflight_marker_unreadable", logging.WARNING, path=str(self.path),
                   error=f"{type(exc).__name__}: {exc}", action="ignored")
             self.clear()
             return
+        if len(ranges) < len(entries):  # one bad range is one bad range: the others still mark their records
+            event(log, "inflight_marker_ranges_skipped", logging.WARNING, path=str(self.path),
+                  skipped=len(entries) - len(ranges), kept=len(ranges),
+                  reason="a range must be [topic, partition, first, last] with 0 <= first <= last")
         self.suspects = dict(ranges)
         self.crashes = attempts + 1
         if len(ranges) == 1 and ranges[0][1][0] == ranges[0][1][1]:
