@@ -467,14 +467,7 @@ def _read_at(dir_fd: int, name: str, where: Path, limit: int, expect: int | None
             raise CheckpointError(f"{where}: {st.st_size} bytes, more than the {limit} a checkpoint file may have",
                                   where)
         want = min(limit, st.st_size if expect is None else expect)
-        chunks, got = [], 0
-        while got <= want:
-            chunk = os.read(fd, min(want + 1 - got, 1 << 24))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            got += len(chunk)
-        data = b"".join(chunks)
+        data = _read_up_to(fd, want + 1)
     except OSError as exc:
         raise CheckpointError(f"{where}: {exc.strerror or exc}", where) from None
     finally:
@@ -509,14 +502,20 @@ def read_regular_file(path: str | Path, limit: int) -> bytes:
             raise OSError(errno.EINVAL, "not a regular file", str(path))
         if st.st_size > limit:
             raise OSError(errno.EFBIG, f"{st.st_size} bytes, more than {limit}", str(path))
-        chunks, got = [], 0
-        while got <= limit and (chunk := os.read(fd, min(limit + 1 - got, 1 << 24))):
-            chunks.append(chunk)
-            got += len(chunk)
+        data = _read_up_to(fd, limit + 1)
     finally:
         os.close(fd)
-    if got > limit:
+    if len(data) > limit:
         raise OSError(errno.EFBIG, f"more than {limit} bytes", str(path))
+    return data
+
+
+def _read_up_to(fd: int, n: int) -> bytes:
+    """At most ``n`` bytes of ``fd`` (fewer at its end), read in steps of 16 MiB."""
+    chunks, got = [], 0
+    while got < n and (chunk := os.read(fd, min(n - got, 1 << 24))):
+        chunks.append(chunk)
+        got += len(chunk)
     return b"".join(chunks)
 
 
