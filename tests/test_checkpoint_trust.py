@@ -54,7 +54,7 @@ def _events(caplog, name: str) -> list[dict]:
     return [r.fields for r in caplog.records if r.getMessage() == name]
 
 
-def _restores_first(r8, state, first, second, a, caplog) -> list[str]:
+def _restores_first(state, first, second, a, caplog) -> list[str]:
     """Restore into a fresh engine: the older checkpoint comes back, the newer one is rejected once; its problems."""
     e = _engine()
     rep = checkpoint.restore(e, state)
@@ -75,7 +75,7 @@ def test_a_window_file_linked_to_a_file_outside_is_not_read_and_its_size_not_tol
     secret.write_bytes(b"s" * 12345)
     (second / "window.npz").unlink()
     (second / "window.npz").symlink_to(secret)
-    problems = _restores_first(r8, state, first, second, a, caplog)
+    problems = _restores_first(state, first, second, a, caplog)
     assert problems == [f"{second / 'window.npz'}: a symbolic link, not followed"]
     assert "12345" not in json.dumps([r.__dict__.get("fields") for r in caplog.records])
     assert _events(caplog, "checkpoint_rejected")[0]["file"] == str(second / "window.npz")
@@ -90,7 +90,7 @@ def test_a_checkpoint_file_linked_to_its_own_copy_outside_is_refused(r8, dirs, c
     a, first, second = _two_checkpoints(r8, state)
     shutil.move(second / fname, outside / fname)
     (second / fname).symlink_to(outside / fname)
-    problems = _restores_first(r8, state, first, second, a, caplog)
+    problems = _restores_first(state, first, second, a, caplog)
     assert problems == [f"{second / fname}: a symbolic link, not followed"]
     assert _events(caplog, "checkpoint_rejected")[0]["file"] == str(second / fname)
 
@@ -114,7 +114,7 @@ def test_a_fifo_in_place_of_a_file_is_refused_without_blocking(r8, dirs, caplog)
     a, first, second = _two_checkpoints(r8, state)
     (second / "engine.json").unlink()
     os.mkfifo(second / "engine.json")  # an open for reading would wait for a writer forever
-    problems = _restores_first(r8, state, first, second, a, caplog)
+    problems = _restores_first(state, first, second, a, caplog)
     assert problems == [f"{second / 'engine.json'}: not a regular file"]
 
 
