@@ -118,17 +118,26 @@ def cmd_produce(args: argparse.Namespace) -> int:
     return 0
 
 
-def _send_control(settings: Settings, messages: list[dict], stream: str | None = None) -> None:
-    from streamsemi.core.messages import Limits, Rejected, encode_json, parse_control
-    from streamsemi.service.kafka_io import ensure_topics
+def _checked_control(messages: list[dict], stream: str | None = None) -> list[dict]:
+    """``messages`` with ``stream`` added where they have none, each checked as a worker checks it (labels, cluster
+    ids, algorithm and stream names: :mod:`streamsemi.core.names`); a :class:`ConfigError` for the first refused."""
+    from streamsemi.core.messages import Limits, Rejected, check_outgoing_control
 
     limits = Limits()
     if stream is not None:  # per-stream models (docs/scaling.md): messages without their own stream get this one
         messages = [m if "stream" in m else {**m, "stream": stream} for m in messages]
     for m in messages:
-        parsed = parse_control(encode_json(m), limits)
+        parsed = check_outgoing_control(m, limits)
         if isinstance(parsed, Rejected):
             raise ConfigError(f"invalid control message {m}: {parsed.detail}")
+    return messages
+
+
+def _send_control(settings: Settings, messages: list[dict], stream: str | None = None) -> None:
+    from streamsemi.core.messages import encode_json
+    from streamsemi.service.kafka_io import ensure_topics
+
+    messages = _checked_control(messages, stream)  # refused before anything is read or sent
     ensure_topics(settings, [settings.control_topic], timeout_s=CLI_KAFKA_TIMEOUT_S)
     producer = _producer(settings)
     for m in messages:

@@ -7,8 +7,14 @@ import threading
 from typing import Any
 
 from streamsemi.core.logs import event
-from streamsemi.core.messages import ControlMessage, Limits, Rejected, encode_json, parse_control
-from streamsemi.service.config import Settings, stream_name_problem
+from streamsemi.core.messages import (
+    ControlMessage,
+    Limits,
+    Rejected,
+    check_outgoing_control,
+    encode_json,
+)
+from streamsemi.service.config import Settings
 
 log = logging.getLogger("streamsemi.console")
 
@@ -19,8 +25,8 @@ def control_limits(settings: Settings) -> Limits:
 
 
 def check_control(message: dict[str, Any], limits: Limits) -> ControlMessage | Rejected:
-    """Validate one control message exactly as ``streamsemi label`` and the worker do (:func:`parse_control`)."""
-    return parse_control(encode_json(message), limits)
+    """Validate one control message exactly as ``streamsemi label`` and the worker do (:func:`check_outgoing_control`)."""
+    return check_outgoing_control(message, limits)
 
 
 class ControlWriter:
@@ -45,11 +51,7 @@ class ControlWriter:
     def validate(self, message: dict[str, Any]) -> str | None:
         """Why ``message`` would be refused (None when it is valid)."""
         parsed = check_control(message, self.limits)
-        if isinstance(parsed, Rejected):
-            return parsed.detail
-        if parsed.stream is not None and stream_name_problem(parsed.stream):  # the worker would dead-letter it
-            return f"stream {parsed.stream[:80]!r}: {stream_name_problem(parsed.stream)}"
-        return None
+        return parsed.detail if isinstance(parsed, Rejected) else None
 
     def send(self, message: dict[str, Any]) -> tuple[int, int]:
         """Validate and send one control message; returns its (partition, offset).

@@ -26,7 +26,6 @@ Everything here is pure (numpy / scipy): the engine feeds it predictions.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -34,9 +33,10 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.optimize import linear_sum_assignment
 
-NEW_PREFIX = "new-"
+from streamsemi.core.names import RESERVED_LABEL_PREFIX, check_name
+
+NEW_PREFIX = RESERVED_LABEL_PREFIX
 EVENTS = ("born", "continued", "merged_into", "split_from", "retired")
-_NEW_ID = re.compile(r"^new-(\d{1,9})$")
 
 
 def is_new(name: str) -> bool:
@@ -45,9 +45,8 @@ def is_new(name: str) -> bool:
 
 
 def cluster_number(name: str) -> int | None:
-    """``N`` of ``new-N``, else None."""
-    m = _NEW_ID.match(name)
-    return int(m.group(1)) if m else None
+    """``N`` of ``new-N`` (a cluster id of :mod:`streamsemi.core.names`), else None."""
+    return int(name[len(NEW_PREFIX):]) if check_name("cluster", name) is None else None
 
 
 @dataclass(frozen=True)

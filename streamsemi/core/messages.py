@@ -20,13 +20,16 @@ from typing import Any
 
 import orjson
 
+from streamsemi.core.names import LABEL_PATTERN, check_name
+
 REASONS = (
     "invalid_json", "invalid_utf8", "missing_field", "wrong_type", "empty_text", "oversize",
     "no_terms", "unknown_op", "invalid_label", "label_expired", "pending_overflow", "processing_error",
     "unknown_cluster", "retired_cluster", "unknown_stream",
 )
 
-DEFAULT_LABEL_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_ .:/&+-]{0,63}$"
+#: The label pattern (full match; :mod:`streamsemi.core.names` holds the rules every label obeys besides it).
+DEFAULT_LABEL_PATTERN = LABEL_PATTERN
 
 # Event times must be representable as a datetime (years 1..9999), as ISO-8601 text or epoch seconds.
 TS_MIN = datetime(1, 1, 1, tzinfo=UTC).timestamp()
@@ -101,7 +104,13 @@ class Limits:
     label_pattern: str = DEFAULT_LABEL_PATTERN
 
     def label_regex(self) -> re.Pattern[str]:
+        """The label pattern, compiled (use it with ``fullmatch``; :func:`label_problem` is the whole rule)."""
         return re.compile(self.label_pattern)  # re keeps its own (bounded) cache of compiled patterns
+
+    def label_problem(self, label: object) -> str | None:
+        """Why ``label`` is not a class label under these limits (None if it is): :func:`check_name`'s rule
+        with :attr:`label_pattern`."""
+        return check_name("label", label, None if self.label_pattern == DEFAULT_LABEL_PATTERN else self.label_pattern)
 
 
 def _decode(raw: bytes | str | None, limits: Limits) -> dict | Rejected:
@@ -221,21 +230,24 @@ def parse_document(raw: bytes | str | None, limits: Limits = Limits()) -> Docume
     return Document(id=doc_id, text=text, ts=ts, stream=stream, meta=meta)
 
 
-def validate_labels(labels: Any, limits: Limits) -> tuple[str, ...] | Rejected:
-    """Validate a label list: strings matching the label pattern, at most max_labels_per_doc."""
+def validate_labels(labels: Any, limits: Limits, field: str = "labels") -> tuple[str, ...] | Rejected:
+    """Validate a label list: class labels (:mod:`streamsemi.core.names`), at most max_labels_per_doc.
+
+    ``field`` is the message field the labels came from; an ``invalid_label`` rejection names it.
+    """
     if not isinstance(labels, list):
         return Rejected("wrong_type", "'labels' must be a list of strings")
     if not labels:
         return Rejected("invalid_label", "'labels' is empty (use op 'unlabel' to remove labels)")
     if len(labels) > limits.max_labels_per_doc:
         return Rejected("invalid_label", f"{len(labels)} labels, max_labels_per_doc={limits.max_labels_per_doc}")
-    rx = limits.label_regex()
     out: list[str] = []
     for label in labels:
         if not isinstance(label, str):
             return Rejected("wrong_type", "every label must be a string")
-        if not rx.match(label) or label.startswith("new-"):
-            return Rejected("invalid_label", f"label {label[:80]!r} does not match {limits.label_pattern} (or uses the reserved 'new-' prefix)")
+        problem = limits.label_problem(label)
+        if problem is not None:
+            return Rejected("invalid_label", f"'{field}': label {label[:80]!r} {problem}")
         if label not in out:
             out.append(label)
     return tuple(out)
@@ -256,6 +268,18 @@ def parse_control(raw: bytes | str | None, limits: Limits = Limits()) -> Control
             return Rejected("wrong_type", f"'stream' must be a string, got {type(stream).__name__}")
         msg.stream = stream
     return msg
+
+
+def check_outgoing_control(message: dict[str, Any], limits: Limits) -> ControlMessage | Rejected:
+    """A control message a client is about to send (``streamsemi label``, ``name``, the console), checked as a worker
+    with per-stream models checks it: :func:`parse_control`, and its ``stream`` must be a stream name
+    (:mod:`streamsemi.core.names`; ``unknown_stream`` otherwise)."""
+    parsed = parse_control(encode_json(message), limits)
+    if isinstance(parsed, ControlMessage) and parsed.stream is not None:
+        problem = check_name("stream", parsed.stream)
+        if problem is not None:
+            return Rejected("unknown_stream", f"'stream': {parsed.stream[:80]!r} {problem}")
+    return parsed
 
 
 def _parse_control_op(obj: dict, limits: Limits) -> ControlMessage | Rejected:
@@ -307,14 +331,19 @@ def _parse_name(obj: dict, limits: Limits) -> ControlMessage | Rejected:
         if not isinstance(obj[key], str):
             return Rejected("wrong_type", f"'{key}' must be a string, got {type(obj[key]).__name__}")
     cluster = obj["cluster"]
-    if not re.fullmatch(r"new-\d{1,9}", cluster):
-        return Rejected("unknown_cluster", f"'cluster' must be a discovered cluster id new-N, got {cluster[:80]!r}")
-    labels = validate_labels([obj["label"]], limits)
+    problem = check_name("cluster", cluster)
+    if problem is not None:
+        return Rejected("unknown_cluster", f"'cluster': {cluster[:80]!r} {problem}")
+    labels = validate_labels([obj["label"]], limits, field="label")
     if isinstance(labels, Rejected):
         return labels
     algorithm = obj.get("algorithm")
-    if algorithm is not None and (not isinstance(algorithm, str) or not 0 < len(algorithm) <= 100):
-        return Rejected("wrong_type", "'algorithm' must be an algorithm name (a string of 1..100 characters)")
+    if algorithm is not None:
+        if not isinstance(algorithm, str):
+            return Rejected("wrong_type", f"'algorithm' must be a string, got {type(algorithm).__name__}")
+        problem = check_name("algorithm", algorithm)
+        if problem is not None:
+            return Rejected("wrong_type", f"'algorithm': {algorithm[:80]!r} {problem}")
     return ControlMessage(op="name", labels=labels, cluster=cluster, algorithm=algorithm)
 
 

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from streamsemi.core.errors import ConfigError
+from streamsemi.core.names import check_name, describe
 from streamsemi.engine import EngineConfig
 
 ENV_PREFIX = "STREAMSEMI_"
@@ -125,7 +126,7 @@ def host_problem(host: str) -> str | None:
     except ValueError:
         pass
     name = h[:-1] if h.endswith(".") else h
-    if not name or len(name) > 253 or not all(_HOST_LABEL.match(label) for label in name.split(".")):
+    if not name or len(name) > 253 or not all(_HOST_LABEL.fullmatch(label) for label in name.split(".")):
         return "must be an IP address or a host name (letters, digits, '-', '_' and dots)"
     return None
 
@@ -150,7 +151,7 @@ def topic_problem(name: str) -> str | None:
     """Why ``name`` is not a legal Kafka topic name (None if it is)."""
     if name in (".", ".."):
         return "must be a Kafka topic name other than '.' and '..'"
-    if not _TOPIC.match(name):
+    if not _TOPIC.fullmatch(name):
         return "must be a Kafka topic name: 1..249 characters of a-z A-Z 0-9 . _ -"
     return None
 
@@ -159,17 +160,18 @@ def _non_empty(v: Any) -> str | None:
     return None if str(v).strip() else "must not be empty"
 
 
-_STREAM_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
-STREAM_NAME_RULE = "1..64 characters of a-z A-Z 0-9 . _ -"
+STREAM_NAME_RULE = describe("stream")
 
 
 def stream_name_problem(name: str) -> str | None:
-    """Why ``name`` is not a stream name (None if it is); it becomes part of model and cluster keys."""
-    return None if _STREAM_NAME.match(name) else f"must be a stream name ({STREAM_NAME_RULE})"
+    """Why ``name`` is not a stream name (None if it is; :mod:`streamsemi.core.names`): it becomes part of model and
+    cluster keys."""
+    return check_name("stream", name)
 
 
 def _stream_name(v: Any) -> str | None:
-    return stream_name_problem(str(v))
+    problem = stream_name_problem(str(v))
+    return None if problem is None else f"must be a stream name ({STREAM_NAME_RULE}); it {problem}"
 
 
 def stream_list(value: str) -> list[str]:
@@ -184,7 +186,7 @@ def _stream_list(v: Any) -> str | None:
     for n in names:
         problem = stream_name_problem(n)
         if problem:
-            return f"must be '*' or comma-separated stream names ({STREAM_NAME_RULE}); {n!r} is not one"
+            return f"must be '*' or comma-separated stream names ({STREAM_NAME_RULE}); {n[:80]!r} {problem}"
     if len(set(names)) != len(names):
         return "must list each stream once"
     return None
@@ -211,7 +213,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("role", str, "all", "all = one process does everything; refit = window, seeds, fits, publishes models "
             "(one active, elected; others stand by); assign = serves the latest published model",
             choices=("all", "refit", "assign")),
-    Setting("instance_id", str, "", "this process's name in outputs ('worker') and metrics (empty = host-pid)"),
+    Setting("instance_id", str, "", "this process's name in outputs ('worker') and metrics (empty = host-pid)",
+            lambda v: None if v == "" else check_name("instance", v)),
     Setting("streams", str, "", "per-stream models: comma-separated names of the streams (a document's 'stream' field) "
             "windowed, seeded and fitted apart, or '*' for any name up to max_streams; empty = one model for every "
             "document (the 'stream' field is ignored)", _stream_list),

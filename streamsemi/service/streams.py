@@ -58,6 +58,7 @@ from typing import Any
 
 from streamsemi.core.logs import event
 from streamsemi.core.messages import ControlMessage, Document, Rejected
+from streamsemi.core.names import valid_name
 from streamsemi.core.telemetry import Telemetry
 from streamsemi.engine import Assignment, Engine, EngineConfig, ProcessResult, ResolvedSeed
 from streamsemi.service import checkpoint
@@ -211,6 +212,12 @@ class StreamEngines:
         Bound on the number of streams (engines).
     worker, role : str
         Label values of the per-stream model version metric.
+
+    Raises
+    ------
+    ValueError
+        ``max_streams`` below 1, or (:class:`~streamsemi.core.names.InvalidName`) a name of ``streams`` or
+        ``default_stream`` that is not a stream name.
     """
 
     def __init__(self, config: EngineConfig, telemetry: Telemetry, streams: Sequence[str], default_stream: str,
@@ -219,6 +226,8 @@ class StreamEngines:
             raise ValueError(f"max_streams must be >= 1, got {max_streams}")
         names = list(streams)
         self.any = names == [ANY]
+        for name in ([] if self.any else names) + [default_stream]:
+            valid_name("stream", name)  # InvalidName (a ValueError) for a name no document could be routed to
         self.allowed = frozenset() if self.any else frozenset([*names, default_stream])
         self.config = config
         self.telemetry = telemetry
@@ -233,6 +242,7 @@ class StreamEngines:
         self.revision_budget_s: float | None = None
         self.deferred_budget_s: float | None = None
         self.backlog = 0          # documents waiting on the broker: every stream's first fit waits (they may be its own)
+        self.backlog_in_flight = 0  # ... when more than this many (Engine.backlog_in_flight)
         self.refits_enabled = True  # False: no stream starts a refit (assigners; a standby refitter, stream_roles)
         self._seed_total = -1
         self.default_engine = self.engine(default_stream)
@@ -263,7 +273,7 @@ class StreamEngines:
             return name
         problem = stream_name_problem(name)
         if problem:
-            return Rejected("unknown_stream", f"stream {name[:80]!r}: {problem}")
+            return Rejected("unknown_stream", f"stream {name[:80]!r} is not a stream name: it {problem}")
         if not self.any and name not in self.allowed:
             return Rejected("unknown_stream", f"stream {name!r} is not one of the configured streams "
                                               f"({', '.join(sorted(self.allowed))})")
@@ -307,6 +317,7 @@ class StreamEngines:
     revision_budget_s = _Broadcast()
     deferred_budget_s = _Broadcast()
     backlog = _Broadcast()
+    backlog_in_flight = _Broadcast()
     refits_enabled = _Broadcast()
 
     # ------------------------------------------------------------------ documents
