@@ -20,7 +20,7 @@ import time
 
 import pytest
 from kafka import KafkaProducer
-from kafka_utils import Topics, WorkerProcess, read_topic, send_json, wait_until
+from kafka_utils import DEADLINE, Topics, WorkerProcess, read_topic, send_json, wait_for
 
 from streamsemi.core import datasets
 from streamsemi.core.messages import Document
@@ -96,17 +96,17 @@ def _starts(worker: WorkerProcess) -> int:
     return sum(1 for e in worker.logs() if e.get("event") == "worker_starting")
 
 
-def _assigned_until(bootstrap: str, topic: str, expect: set[str], timeout: float = 120.0) -> list[dict]:
+def _assigned_until(bootstrap: str, topic: str, expect: set[str], timeout: float = DEADLINE) -> list[dict]:
     """Every assignment on ``topic`` once all of ``expect`` are assigned (or ``timeout`` passes)."""
     t0 = time.monotonic()
     while True:
-        out = [json.loads(r.value) for r in read_topic(bootstrap, topic, expect=None, timeout=30, idle=2.0)]
+        out = [json.loads(r.value) for r in read_topic(bootstrap, topic, idle=2.0)]
         if expect <= {a["id"] for a in out} or time.monotonic() - t0 > timeout:
             return out
 
 
 def _dead_by_position(bootstrap: str, topic: str, expect: int) -> dict[tuple[str, int, int], dict]:
-    dead = [json.loads(r.value) for r in read_topic(bootstrap, topic, expect=expect, timeout=120)]
+    dead = [json.loads(r.value) for r in read_topic(bootstrap, topic, expect=expect)]
     return {(d["topic"], d["partition"], d["offset"]): d for d in dead}
 
 
@@ -135,7 +135,7 @@ def test_poison_pills_are_dead_lettered_and_survive_a_restart(broker, tmp_path, 
             "--state-dir", str(tmp_path / "state"), "--checkpoint-interval-s", "1"]
     w = WorkerProcess(broker.bootstrap, topics, args, log_dir=tmp_path).start()
     try:
-        assert w.wait_assigned(60)
+        assert w.wait_assigned(DEADLINE)
         p = _producer(broker.bootstrap)
         for i, c in enumerate(sorted(set(r8.labels))[:4]):
             send_json(p, topics.control, {"op": "label", "id": f"s{i}", "labels": [c], "text": r8.texts[r8.labels.index(c)]})
@@ -150,7 +150,7 @@ def test_poison_pills_are_dead_lettered_and_survive_a_restart(broker, tmp_path, 
         send_json(p, topics.documents, {"id": "late", "text": "grain wheat \U0001f33e harvest"}, key="late")
         p.flush()
         where = {(f.get().topic, f.get().partition, f.get().offset): reason for f, reason in bad}
-        out = _assigned_until(broker.bootstrap, topics.assignments, {*good, "late"}, timeout=90)
+        out = _assigned_until(broker.bootstrap, topics.assignments, {*good, "late"})
         assert {a["id"] for a in out} == {*good, "late"}
         got = _dead_by_position(broker.bootstrap, topics.deadletter, len(where))
         for key, reason in where.items():
@@ -166,9 +166,9 @@ def test_poison_pills_are_dead_lettered_and_survive_a_restart(broker, tmp_path, 
         # the control topic is replayed from the beginning at every start: the poison must not crash the worker,
         # and what the first run dead-lettered is not dead-lettered a second time (state_dir/control_rejections.json)
         w = WorkerProcess(broker.bootstrap, topics, args, log_dir=tmp_path).start()
-        assert w.wait_ready(60)
-        assert wait_until(lambda: (w.metric("streamsemi_control_rejections_replayed_total") or 0) >= len(POISON_CONTROL), 30)
-        time.sleep(2)
+        assert w.wait_ready(DEADLINE)
+        assert (w.wait_metric("streamsemi_control_rejections_replayed_total", len(POISON_CONTROL)) or 0) >= len(POISON_CONTROL)
+        time.sleep(2)  # time for a wrong second dead letter to show: a slow machine only weakens this, never fails it
         assert w.proc.poll() is None
         assert w.metric("streamsemi_control_rejections_replayed_total") == len(POISON_CONTROL)
         assert (w.metric("streamsemi_dead_letters_total") or 0) == 0
@@ -187,12 +187,13 @@ def test_labels_for_5000_unseen_ids_with_distinct_classes_seed_at_most_max_class
                       log_dir=tmp_path).start()
     n = 5000
     try:
-        assert w.wait_assigned(60)
+        assert w.wait_assigned(DEADLINE)
         p = _producer(broker.bootstrap)
         for i in range(n):
             send_json(p, topics.control, {"op": "label", "id": f"u{i}", "labels": [f"class{i}"]}, key=f"u{i}")
         p.flush()
-        assert wait_until(lambda: (w.metric("streamsemi_dead_letters_total", {"reason": "invalid_label"}) or 0) >= n - 20, 90)
+        wait_for(lambda: (w.metric("streamsemi_dead_letters_total", {"reason": "invalid_label"}) or 0) >= n - 20,
+                 DEADLINE, f"{n - 20} labels beyond max_classes dead-lettered", 1.0, logs=[w.log_path])
         for i in range(n):
             send_json(p, topics.documents, {"id": f"u{i}", "text": r8.texts[i % len(r8.texts)]}, key=f"u{i}")
         p.flush()
@@ -254,17 +255,17 @@ def test_generated_hostile_stream_leaves_the_worker_up_and_bounded(broker, tmp_p
     rng = random.Random(13)
     n_good, n_bad = 1500, 3000
     try:
-        assert w.wait_assigned(60)
+        assert w.wait_assigned(DEADLINE)
         p = _producer(broker.bootstrap)
         for c in classes:  # every class seeded before the flood can claim the class budget
             send_json(p, topics.control, {"op": "label", "id": f"s-{c}", "labels": [c], "text": r8.texts[r8.labels.index(c)]})
         p.flush()
-        assert w.wait_metric("streamsemi_seed_documents", len(classes), timeout=60) == len(classes)
+        assert w.wait_metric("streamsemi_seed_documents", len(classes)) == len(classes)
         warm = [f"w{i}" for i in range(300)]
         for i, doc_id in enumerate(warm):
             send_json(p, topics.documents, {"id": doc_id, "text": r8.texts[i]}, key=doc_id)
         p.flush()
-        assert set(warm) <= {a["id"] for a in _assigned_until(broker.bootstrap, topics.assignments, set(warm), 90)}
+        assert set(warm) <= {a["id"] for a in _assigned_until(broker.bootstrap, topics.assignments, set(warm))}
         rss0 = _rss_mib(w.proc.pid)
         good = [f"g{i}" for i in range(n_good)]
         bad: list[tuple[object, str]] = []
