@@ -67,6 +67,26 @@ def test_results_page_changes_when_a_record_does(tmp_path):
     assert "| 0.123 |" in page
 
 
+def test_running_a_protocol_into_the_page_records_writes_the_whole_page(tmp_path):
+    """``streamsemi evaluate --results-page docs/results.md --records-dir benchmarks/results/page_full
+    --protocol NAME`` saves the run and writes the page as ``make results`` would from the new records."""
+    for path in results_page.page_records(ROOT):
+        target = tmp_path / path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(_read(path), encoding="utf-8")
+    out = tmp_path / "docs" / "results.md"
+    out.parent.mkdir()
+    tiny = {"pseudo-lsc": {"labels": [50], "runs": 1, "max_docs": 200}}
+    records = results_page.generate(out, protocols=["pseudo-lsc"], algorithms=["pseudo-lsc"], progress=False,
+                                    settings_override=tiny, records_dir=tmp_path / results_page.PAGE_RECORDS)
+    saved = json.loads((tmp_path / results_page.PAGE_RECORDS / "pseudo-lsc.json").read_text(encoding="utf-8"))
+    assert saved["mode"] == "full" and saved["records"] == records
+    page = out.read_text(encoding="utf-8")
+    assert page == results_page.build_page(tmp_path)
+    assert "documents: at most 200 per dataset" in page and "## Served quality" in page
+    assert results_page.page_root(tmp_path / "elsewhere") is None
+
+
 # ----------------------------------------------------------------------------- README figures
 
 def _served(corpus: str, field: str) -> Callable[[dict[str, Any]], float]:

@@ -159,6 +159,8 @@ def generate(out_path: str | Path, *, quick: bool = False, protocols: Sequence[s
     records_dir : path, optional
         Save each protocol run here (:func:`save_protocol_run`) and write the page from every
         protocol saved here in the same mode, not only those run now (:func:`load_protocol_runs`).
+        When it is a root's ``benchmarks/results/page_full`` (the page's own records) and the mode is
+        full, the whole page is written from that root's records (:func:`build_page`).
     """
     settings = page_settings(quick)
     for k, v in (settings_override or {}).items():
@@ -190,11 +192,22 @@ def generate(out_path: str | Path, *, quick: bool = False, protocols: Sequence[s
     if json_path:
         report.write_json(records, json_path)
     if records_dir is not None:
+        root = page_root(records_dir)
+        if root is not None and not quick:  # the page's own records: the whole page, as make results writes it
+            Path(out_path).write_text(build_page(root), encoding="utf-8")
+            return records
         runs = {**load_protocol_runs(records_dir, quick), **runs}
         names = [n for n in PROTOCOLS if n in runs or n in PAGE_ALGORITHMS]
     page = render(runs, names, quick, per_protocol_commit=records_dir is not None)
     Path(out_path).write_text(page + hand_written_sections(out_path, page), encoding="utf-8")
     return records
+
+
+def page_root(records_dir: str | Path) -> Path | None:
+    """The root whose ``benchmarks/results/page_full`` is ``records_dir`` (the page's own records), or None."""
+    path = Path(records_dir).resolve()
+    root = path.parents[2] if len(path.parents) > 2 else None
+    return root if root is not None and (root / PAGE_RECORDS).resolve() == path else None
 
 
 def _now() -> str:
