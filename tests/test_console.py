@@ -15,7 +15,7 @@ import urllib.request
 from http.cookiejar import CookieJar
 
 import pytest
-from kafka_utils import Topics, read_topic
+from kafka_utils import DEADLINE, Topics, read_topic, wait_for
 
 from streamsemi.console.app import ConsoleOptions, create_app, is_loopback_host, safe_next
 from streamsemi.console.server import ServeOptions, check_options
@@ -292,9 +292,7 @@ class Served:
 
     def __enter__(self) -> Served:
         self.thread.start()
-        deadline = time.monotonic() + 20
-        while not self.server.started and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_for(lambda: self.server.started, DEADLINE, "the console server started", 0.05)
         return self
 
     def __exit__(self, *exc) -> None:
@@ -310,7 +308,7 @@ def _request(url: str, data: dict | None = None, headers: dict | None = None, op
     body = urllib.parse.urlencode(data).encode() if data is not None else None
     req = urllib.request.Request(url, data=body, headers=headers or {})
     try:
-        with (opener or urllib.request.build_opener(_NoRedirect)).open(req, timeout=20) as r:
+        with (opener or urllib.request.build_opener(_NoRedirect)).open(req, timeout=DEADLINE) as r:
             return r.status, r.read().decode(), dict(r.headers)
     except urllib.error.HTTPError as e:
         return e.code, e.read().decode(), dict(e.headers)
@@ -356,7 +354,7 @@ def test_posts_need_the_csrf_token_and_a_same_origin_and_go_through_label_valida
         assert code == 303 and headers["location"].startswith("/?msg="), "never redirected off the console"
         assert _request(s.url("/"), headers={"Host": "attacker.example"})[0] == 421, "DNS rebinding: loopback names only"
         assert _request(s.url("/label"), {**form, "csrf": csrf, "pad": "x" * 70_000})[0] == 413
-    sent = [json.loads(r.value) for r in read_topic(broker.bootstrap, topics.control, expect=2, timeout=20)]
+    sent = [json.loads(r.value) for r in read_topic(broker.bootstrap, topics.control, expect=2)]
     assert sent == [{"op": "label", "id": "d<1>", "labels": ["grain"],
                      "text": "<script>window.x=1</script> wheat"}, {"op": "unlabel", "id": "d<1>"}]
     assert writer.sent == 2
@@ -389,7 +387,7 @@ def test_with_a_token_every_request_needs_it_and_login_sets_a_strict_cookie(cons
 
 # ---------------------------------------------------------------- the reader thread on the real broker
 def test_reader_backfills_the_streams_and_adopts_a_topic_created_later(broker):
-    from kafka_utils import producer, send_json, wait_until
+    from kafka_utils import producer, send_json
 
     from streamsemi.console.reader import TopicReader
     from streamsemi.service.config import resolve
@@ -412,8 +410,8 @@ def test_reader_backfills_the_streams_and_adopts_a_topic_created_later(broker):
     reader = TopicReader(settings, state, backfill=4, rescan_s=0.5)
     reader.start()
     try:
-        assert wait_until(lambda: state.counts.read["control"] == 1, 30), "tables are read from the beginning"
-        assert wait_until(lambda: len(state.texts) == 4 * settings.topic_partitions, 30), len(state.texts)
+        wait_for(lambda: state.counts.read["control"] == 1, DEADLINE, "the control table read from the beginning")
+        wait_for(lambda: len(state.texts) == 4 * settings.topic_partitions, DEADLINE, "the last 4 texts per partition")
         assert all(str(k).startswith("old") for k, _ in state.texts.items())
         assert settings.suggestions_topic not in reader.assigned
         # the suggestions topic appears (a worker that publishes them starts): it is adopted and read
@@ -423,7 +421,8 @@ def test_reader_backfills_the_streams_and_adopts_a_topic_created_later(broker):
                                                   "rank": 0}, key="old7")
         send_json(p, topics.documents, {"id": "new1", "text": "fresh"}, key="new1")
         p.flush()
-        assert wait_until(lambda: "old7" in state.suggestions and "new1" in state.texts, 30)
+        wait_for(lambda: "old7" in state.suggestions and "new1" in state.texts, DEADLINE,
+                 "the later suggestions topic adopted and read")
         assert state.queue()[1] == "suggestions" and state.queue()[0][0]["snippet"] == "<b>x</b>"
         assert state.counts.read["documents"] == 4 * settings.topic_partitions + 1, "no record read twice"
     finally:
@@ -473,7 +472,7 @@ def test_per_stream_console_writes_name_the_stream_of_the_item_through_the_broke
         assert _request(s.url("/refit"), {"stream": "tech", "csrf": csrf})[0] == 303
         code, _, headers = _request(s.url("/label"), {"id": "t1", "label": "a", "stream": "bad/name", "csrf": csrf})
         assert code == 303 and "err=refused" in headers["location"], "an invalid stream name is refused"
-    sent = [json.loads(r.value) for r in read_topic(broker.bootstrap, topics.control, expect=4, timeout=20)]
+    sent = [json.loads(r.value) for r in read_topic(broker.bootstrap, topics.control, expect=4)]
     by_op = {m["op"]: m for m in sent}  # (keys differ: partitions differ, so only one id's ops are ordered)
     assert len(sent) == 4 and by_op == {
         "label": {"op": "label", "id": "t1", "labels": ["graphics"], "stream": "tech", "text": "text of t1"},
@@ -487,14 +486,13 @@ def test_a_console_warns_on_every_page_while_its_broker_is_unreachable_at_start_
     """Without a reachable Kafka the pages said nothing but "no labels yet"; now each page names the broker and
     the error until the reader connects, and the warning goes away once it has. A broker lost later (kafka-python
     reconnects without raising) brings the warning back until it returns."""
-    from kafka_utils import kill_broker, start_own_broker, wait_until
+    from kafka_utils import kill_broker, listen_port, start_own_broker
 
     from streamsemi.console.reader import topic_kinds
-    from streamsemi.devtools.broker import free_port
     from streamsemi.service.config import resolve
     from streamsemi.service.kafka_io import ensure_topics
 
-    kafka_port = free_port()
+    kafka_port = listen_port()  # below the ephemeral range: nothing else takes it before the broker starts
     proc = subprocess.Popen([sys.executable, "-m", "streamsemi", "console", "--bootstrap-servers",
                              f"127.0.0.1:{kafka_port}", "--port", "0"], stdout=subprocess.PIPE,
                             stderr=subprocess.DEVNULL, text=True)
@@ -505,7 +503,7 @@ def test_a_console_warns_on_every_page_while_its_broker_is_unreachable_at_start_
         def page(path: str) -> str:
             return _request(url.rstrip("/") + path)[1]
 
-        assert wait_until(lambda: 'id="kafka-down"' in page("/"), 40), "no warning while Kafka is unreachable"
+        wait_for(lambda: 'id="kafka-down"' in page("/"), DEADLINE, "the warning while Kafka is unreachable")
         for path in ("/", "/queue", "/clusters", "/seeds"):
             body = page(path)
             assert f"Kafka at 127.0.0.1:{kafka_port} cannot be reached" in body and "Unable to bootstrap" in body
@@ -514,19 +512,19 @@ def test_a_console_warns_on_every_page_while_its_broker_is_unreachable_at_start_
         # raise and warn by itself): only the reader's watch of its connections can see the broker go
         settings = resolve({"bootstrap_servers": f"127.0.0.1:{kafka_port}"})
         ensure_topics(settings, list(topic_kinds(settings)))
-        assert wait_until(lambda: 'id="kafka-down"' not in page("/"), 60), "the warning stays after the broker came"
+        wait_for(lambda: 'id="kafka-down"' not in page("/"), DEADLINE, "no warning once the broker came")
         time.sleep(1.0)
         # a broker lost after the console connected: kafka-python retries without an error, the pages warn anyway
         kill_broker(broker)
         broker = None
-        assert wait_until(lambda: 'id="kafka-down"' in page("/"), 30), "no warning after the broker went away"
+        wait_for(lambda: 'id="kafka-down"' in page("/"), DEADLINE, "the warning after the broker went away")
         body = page("/queue")
         assert f"Kafka at 127.0.0.1:{kafka_port} cannot be reached" in body
         assert "no connection to any broker for 5 s" in body
         broker = start_own_broker(tmp_path, port=kafka_port)
-        assert wait_until(lambda: 'id="kafka-down"' not in page("/"), 60), "the warning stays after the broker came back"
+        wait_for(lambda: 'id="kafka-down"' not in page("/"), DEADLINE, "no warning once the broker came back")
     finally:
         proc.terminate()
-        proc.wait(20)
+        proc.wait(DEADLINE)
         if broker is not None:
             kill_broker(broker)

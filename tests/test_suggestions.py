@@ -10,7 +10,7 @@ import jsonschema
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from kafka_utils import Topics, WorkerProcess, producer, read_topic, send_json, wait_until
+from kafka_utils import DEADLINE, Topics, WorkerProcess, producer, read_topic, send_json, wait_for
 
 from streamsemi.core import datasets
 from streamsemi.core import suggestions as sg
@@ -574,7 +574,7 @@ def test_worker_publishes_suggestions_after_its_first_refit_and_a_seed_tombstone
                 send_json(p, topics.control, {"op": "label", "id": f"g{k}", "labels": [ds.labels[k]]}, key=f"g{k}")
                 seeded.add(f"g{k}")
         p.flush()
-        records = [r for r in read_topic(broker.bootstrap, suggestions_topic, expect=12, timeout=90)
+        records = [r for r in read_topic(broker.bootstrap, suggestions_topic, expect=12)
                    if r.key != b"ghost"]
         msgs = [json.loads(r.value) for r in records if r.value is not None]
         assert len(msgs) >= 10
@@ -590,17 +590,18 @@ def test_worker_publishes_suggestions_after_its_first_refit_and_a_seed_tombstone
         p.flush()
 
         def tombstoned() -> bool:
-            recs = read_topic(broker.bootstrap, suggestions_topic, timeout=10, idle=1.0)
+            recs = read_topic(broker.bootstrap, suggestions_topic, idle=1.0)
             return any(r.key.decode() == target and r.value is None for r in recs)
 
-        assert wait_until(tombstoned, 60), "a seed for a suggested document removes its suggestion"
-        assert wait_until(lambda: target not in worker.get("/suggestions")[1], 10)
-        ghost_records = [r for r in read_topic(broker.bootstrap, suggestions_topic, timeout=10, idle=1.0)
+        wait_for(tombstoned, DEADLINE, "the suggested document's tombstone once it is a seed", 1.0)
+        wait_for(lambda: target not in worker.get("/suggestions")[1], DEADLINE, "the seed off the worker's queue")
+        ghost_records = [r for r in read_topic(broker.bootstrap, suggestions_topic, idle=1.0)
                          if r.key == b"ghost"]
         assert ghost_records[-1].value is None, "a suggestion left by a previous run is tombstoned"
         # the queue's seed is judged apart: it does not count toward the stream's held-out accuracy
         ck = {"algorithm": "constrained-kmeans"}
-        assert wait_until(lambda: worker.metric("streamsemi_suggested_seed_accuracy", ck) is not None, 30)
+        wait_for(lambda: worker.metric("streamsemi_suggested_seed_accuracy", ck) is not None, DEADLINE,
+                 "the queue seed's accuracy")
         assert worker.metric("streamsemi_seed_accuracy", ck) is None, "no seed from outside the queue was judged"
 
         def ranked_after_the_seed() -> bool:   # the seed's refit round published its list: none pending
@@ -608,12 +609,13 @@ def test_worker_publishes_suggestions_after_its_first_refit_and_a_seed_tombstone
             return bool(listed) and min(m["model_version"] for m in listed) >= 2 and not worker.metric(
                 "streamsemi_refit_in_progress")
 
-        assert wait_until(ranked_after_the_seed, 60)
-        ever = {r.key.decode() for r in read_topic(broker.bootstrap, suggestions_topic, timeout=10, idle=1.0)}
+        wait_for(ranked_after_the_seed, DEADLINE, "the queue ranked by the seed's model")
+        ever = {r.key.decode() for r in read_topic(broker.bootstrap, suggestions_topic, idle=1.0)}
         other = next(f"g{k}" for k in range(299, 40, -1) if f"g{k}" not in ever)
         send_json(p, topics.control, {"op": "label", "id": other, "labels": [ds.labels[int(other[1:])]]}, key=other)
         p.flush()
-        assert wait_until(lambda: worker.metric("streamsemi_seed_accuracy", ck) is not None, 30)
+        wait_for(lambda: worker.metric("streamsemi_seed_accuracy", ck) is not None, DEADLINE,
+                 "the accuracy of a seed from outside the queue")
         assert worker.proc.poll() is None
     finally:
         assert worker.terminate() == 0
