@@ -89,7 +89,7 @@ def test_engine_defaults_come_from_engine_config():
     ({"group_id": " "}, {}, "setting 'group_id' (from flag --group-id): must not be empty, got ' '"),
     ({"fetch_max_wait_ms": "0"}, {}, "setting 'fetch_max_wait_ms' (from flag --fetch-max-wait-ms): must be in 1..10000, got 0"),
     ({"producer_nice": "20"}, {}, "setting 'producer_nice' (from flag --producer-nice): must be in 0..19, got 20"),
-    ({"fit_priority": "high"}, {}, "setting 'fit_priority' (from flag --fit-priority): must be one of 'idle', 'low', 'normal', got 'high'"),
+    ({"fit_priority": "high"}, {}, "setting 'fit_priority' (from flag --fit-priority): must be one of 'adaptive', 'idle', 'low', 'normal', got 'high'"),
 ])
 def test_invalid_settings_name_the_setting_and_reason(flags, env, message):
     assert message in refused(flags, env)

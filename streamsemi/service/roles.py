@@ -45,6 +45,7 @@ from streamsemi.core.messages import (
 )
 from streamsemi.core.telemetry import Telemetry
 from streamsemi.engine import Engine, EngineConfig
+from streamsemi.service import group_repair
 from streamsemi.service.config import Settings, instance_name, kafka_security
 from streamsemi.service.httpserver import StatusServer
 from streamsemi.service.kafka_io import (
@@ -254,8 +255,12 @@ class LeaderElection(threading.Thread):
                     heartbeat_interval_ms=s.heartbeat_interval_ms, max_poll_interval_ms=s.max_poll_interval_ms,
                     allow_auto_create_topics=False, **kafka_security(s))
                 consumer.subscribe([self.topic], listener=_Leadership(self))
+                # a fully restarted refitter group can keep its departed leader on the embedded broker
+                repair = group_repair.install(consumer)
                 while not self.stop_event.is_set():
                     consumer.poll(timeout_ms=500)
+                    if repair is not None:
+                        repair.check()
             except Exception as exc:  # noqa: BLE001 - stand down and try again
                 self.leader.clear()
                 event(log, "refit_election_error", logging.WARNING, error=f"{type(exc).__name__}: {exc}")

@@ -57,7 +57,7 @@ from streamsemi.core.messages import (
 )
 from streamsemi.core.telemetry import Telemetry, observe_many
 from streamsemi.engine import Assignment, Engine, EngineConfig, VerdictBlock
-from streamsemi.service import checkpoint, kafka_io
+from streamsemi.service import checkpoint, group_repair, kafka_io
 from streamsemi.service.broker_reset import AssignmentWatchdog, BrokerResetGuard, rejoin_limit_s
 from streamsemi.service.config import Settings, instance_name
 from streamsemi.service.control_rejections import RejectedControl, fingerprint
@@ -229,6 +229,7 @@ class Worker:
         self.ledger = OutputLedger(self._make_producer, on_resend=t.output_resends.inc)
         self.resets = BrokerResetGuard(settings, on_episode=t.broker_resets.inc)
         self.assignment_watch = AssignmentWatchdog(rejoin_limit_s(settings))
+        self.group_repair: group_repair.GhostLeaderRepair | None = None
         self.inflight = InFlightMarker(settings.state_dir or None)
         # control records dead-lettered by an earlier run are not dead-lettered again when the topic is replayed
         self.rejections = RejectedControl(settings.state_dir or None, settings.control_topic)
@@ -329,6 +330,9 @@ class Worker:
     def _subscribe(self) -> Any:
         consumer = make_document_consumer(self.settings)
         consumer.subscribe([self.settings.documents_topic], listener=_Rebalance(self))
+        # the embedded broker can keep a departed member as the group's leader (service/group_repair.py)
+        self.group_repair = group_repair.install(
+            consumer, on_repair=lambda _leader: self.telemetry.broker_errors.labels("departed_leader").inc())
         return consumer
 
     def _restore(self) -> None:
@@ -455,6 +459,8 @@ class Worker:
             self.resets.handle(self.consumer, self.ledger, seeds=len(self.engine.seeds),
                                model_version=self.engine.version)
         self.resets.check_positions(self.consumer, self.ledger)
+        if self.group_repair is not None and self.group_repair.consumer is self.consumer:
+            self.group_repair.check()
         reason = self.assignment_watch.check(self.consumer)
         if reason is not None:
             self._replace_consumer(reason)
