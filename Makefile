@@ -16,11 +16,18 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 
-install-demo: $(BIN)/python
-	$(BIN)/python -m pip install -q -e '.[demo,console]'
+# editable installs, redone only when pyproject.toml changes (its dependencies and entry points; the code itself
+# is read from the checkout): a stamp file per extra set
+install-demo: $(VENV)/.installed-demo
+install-test: $(VENV)/.installed-test
 
-install-test: $(BIN)/python
+$(VENV)/.installed-demo: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install -q -e '.[demo,console]'
+	touch $@
+
+$(VENV)/.installed-test: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install -q -e '.[test,console]'
+	touch $@
 
 demo: install-demo
 	$(BIN)/streamsemi demo $(DEMO_ARGS)
