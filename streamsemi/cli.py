@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import shutil
 import signal
 import sys
 import time
@@ -23,6 +25,56 @@ TOPIC_FLAGS = ("documents_topic", "control_topic", "assignments_topic", "deadlet
 #: how long a command (produce, label, tail, ...) waits for an unreachable broker before it says so; the worker
 #: waits 30 s at start (a broker may still be starting), kafka-python's own default
 CLI_KAFKA_TIMEOUT_S = 10.0
+#: ``name`` reads the clusters topic to learn which algorithms the worker runs for at most this long
+CLUSTERS_READ_TIMEOUT_S = 15.0
+
+
+def positive_number(what: str) -> Any:
+    """An argparse ``type``: a finite number above 0 (``--rate -1`` is refused with the value, not run at full speed).
+
+    Parameters
+    ----------
+    what : str
+        What the number is, for the message (``"documents per second"``).
+
+    Returns
+    -------
+    callable
+        ``str -> float``, raising :class:`argparse.ArgumentTypeError` for anything else.
+    """
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be a number of {what}, got {text!r}") from None
+        if not (math.isfinite(value) and value > 0):
+            raise argparse.ArgumentTypeError(f"must be a positive number of {what}, got {text}")
+        return value
+
+    return parse
+
+
+def bootstrap_problem(bootstrap_servers: str) -> str | None:
+    """:func:`streamsemi.service.kafka_io.bootstrap_problem` (imported when a command talks to Kafka)."""
+    from streamsemi.service import kafka_io
+
+    return kafka_io.bootstrap_problem(bootstrap_servers)
+
+
+def require_kafka(settings: Settings, what: str) -> None:
+    """Raise :class:`ConnectionError` naming the addresses tried when no bootstrap server accepts a connection
+    (a TCP connection each, :data:`~streamsemi.service.kafka_io.BOOTSTRAP_CONNECT_TIMEOUT_S` at most).
+
+    Parameters
+    ----------
+    settings : Settings
+        Its ``bootstrap_servers`` are tried.
+    what : str
+        What the command wanted to do, for the message (``"send to streamsemi.control"``).
+    """
+    problem = bootstrap_problem(settings.bootstrap_servers)
+    if problem is not None:
+        raise ConnectionError(f"cannot reach Kafka at {settings.bootstrap_servers} to {what} (tried {problem})")
 
 
 def _client_settings(args: argparse.Namespace) -> Settings:
@@ -99,6 +151,7 @@ def cmd_produce(args: argparse.Namespace) -> int:
     order = replay_order(ds, args.order, args.seed)
     order = order[args.skip: None if args.limit is None else args.skip + args.limit]
     seeds = stratified_seeds(ds, order, args.seed_fraction, args.seed)
+    require_kafka(settings, f"produce to {settings.documents_topic}")
     ensure_topics(settings, timeout_s=CLI_KAFKA_TIMEOUT_S)
     producer = _producer(settings)
     n_docs = n_seeds = 0
@@ -138,6 +191,7 @@ def _send_control(settings: Settings, messages: list[dict], stream: str | None =
     from streamsemi.service.kafka_io import ensure_topics
 
     messages = _checked_control(messages, stream)  # refused before anything is read or sent
+    require_kafka(settings, f"send to {settings.control_topic}")
     ensure_topics(settings, [settings.control_topic], timeout_s=CLI_KAFKA_TIMEOUT_S)
     producer = _producer(settings)
     for m in messages:
@@ -208,11 +262,137 @@ def cmd_refit(args: argparse.Namespace) -> int:
     return 0
 
 
+def cluster_table(settings: Settings, timeout_s: float = CLUSTERS_READ_TIMEOUT_S) -> dict[tuple[Any, str, str], dict]:
+    """The clusters topic read to its end as a table: ``(stream, algorithm, cluster) -> latest lifecycle event``.
+
+    Parameters
+    ----------
+    settings : Settings
+        Its ``clusters_topic`` and bootstrap servers.
+    timeout_s : float
+        Longest read (a missing topic counts as empty after it).
+
+    Returns
+    -------
+    dict
+        The latest event per key (``stream`` None without per-stream models); records that are not
+        JSON objects with ``algorithm`` and ``cluster`` are skipped.
+    """
+    from kafka.errors import KafkaError
+
+    from streamsemi.service.kafka_io import assign_all, bootstrap_timeout, make_reader
+
+    deadline = time.monotonic() + timeout_s
+    table: dict[tuple[Any, str, str], dict] = {}
+    consumer = make_reader(settings, client_id="streamsemi-cli-clusters",
+                           **bootstrap_timeout(int(CLI_KAFKA_TIMEOUT_S * 1000)))
+    try:
+        if settings.clusters_topic not in consumer.topics():
+            return table  # no worker has written cluster events here yet
+        try:
+            tps = assign_all(consumer, settings.clusters_topic, timeout_s=timeout_s)
+        except ConnectionError:
+            return table
+        left = set(tps)
+        while left and time.monotonic() < deadline:
+            for records in consumer.poll(timeout_ms=300, max_records=5000).values():
+                for r in records:
+                    try:
+                        ev = json.loads(r.value) if r.value is not None else None
+                    except ValueError:
+                        continue
+                    if isinstance(ev, dict) and isinstance(ev.get("algorithm"), str) and isinstance(ev.get("cluster"), str):
+                        table[(ev.get("stream"), ev["algorithm"], ev["cluster"])] = ev
+            # read to each partition's high watermark (end_offsets is wrong on some brokers; docs/reliability.md)
+            left = {tp for tp in left if consumer.highwater(tp) is None or consumer.position(tp) < consumer.highwater(tp)}
+    except KafkaError:
+        return table
+    finally:
+        consumer.close()
+    return table
+
+
+def name_problem(algorithm: str | None, cluster: str, stream: str | None, running: list[str] | None,
+                 source: str, events: dict[tuple[Any, str, str], dict]) -> str | None:
+    """Why ``name CLUSTER LABEL --algorithm A`` would be refused by the worker, or None.
+
+    Parameters
+    ----------
+    algorithm : str or None
+        ``--algorithm`` (None: the worker's primary, not known here).
+    cluster : str
+        The cluster id named.
+    stream : str or None
+        ``--stream``.
+    running : list of str or None
+        The algorithms the worker runs (None: not known).
+    source : str
+        Where ``running`` came from, for the message.
+    events : dict
+        :func:`cluster_table` (may be empty).
+
+    Returns
+    -------
+    str or None
+        A sentence naming what is wrong and where that was read.
+    """
+    from streamsemi.algorithms import REGISTRY
+
+    if algorithm is not None and algorithm not in REGISTRY:
+        return f"unknown algorithm {algorithm!r} (known: {', '.join(sorted(REGISTRY))})"
+    if algorithm is not None and running is not None and algorithm not in running:
+        return f"the worker does not run {algorithm} (it runs {', '.join(running) or 'nothing'}; from {source})"
+    if algorithm is None or not events or (stream is None and any(s is not None for s, _a, _c in events)):
+        return None  # the primary is not known here; per-stream clusters need --stream
+    mine = {c: ev for (s, a, c), ev in events.items() if a == algorithm and (stream is None or s == stream)}
+    if not mine:
+        return None  # no lifecycle event of this algorithm yet: the worker decides
+    from streamsemi.core.clusters import cluster_number
+
+    ev = mine.get(cluster)
+    if ev is None or cluster_number(cluster) is None:
+        found = sorted((c for c, e in mine.items()
+                        if cluster_number(c) is not None and e.get("event") not in ("retired", "merged_into")),
+                       key=lambda c: cluster_number(c) or 0)
+        what = "a seeded class, not a discovered cluster" if ev is not None else "not on the clusters topic"
+        return (f"{cluster!r} of {algorithm} is {what} (its discovered clusters: {', '.join(found) or 'none'})")
+    if ev.get("event") in ("retired", "merged_into"):
+        target = f" into {ev['target']}" if ev.get("target") else ""
+        return f"{cluster} of {algorithm} was {ev['event'].replace('_into', '')}{target} (model v{ev.get('model_version')})"
+    return None
+
+
 def cmd_name(args: argparse.Namespace) -> int:
+    from streamsemi.service.serving_state import worker_status
+
+    settings = _client_settings(args)
     msg = {"op": "name", "cluster": args.cluster, "label": args.label}
     if args.algorithm:
         msg["algorithm"] = args.algorithm
-    _send_control(_client_settings(args), [msg], args.stream)
+    running: list[str] | None = None
+    source = ""
+    problem = name_problem(args.algorithm, args.cluster, args.stream, None, "", {})  # an unknown name: no Kafka
+    if problem is None and args.worker_url:
+        status = worker_status(args.worker_url, timeout_s=CLI_KAFKA_TIMEOUT_S)
+        if status is None:
+            raise ConnectionError(f"name: the worker at {args.worker_url} does not answer (its /readyz)")
+        if isinstance(status.get("algorithms"), list):
+            running, source = [str(a) for a in status["algorithms"]], f"the worker's {args.worker_url}/readyz"
+    if problem is None:
+        require_kafka(settings, f"read {settings.clusters_topic}")
+        events = cluster_table(settings)
+        if running is None and events:
+            running = sorted({a for (_s, a, _c) in events})
+            source = f"the clusters topic {settings.clusters_topic}"
+        problem = name_problem(args.algorithm, args.cluster, args.stream, running, source, events)
+        # say what the check rests on: a worker that has not fitted yet has written no cluster events
+        print(f"streamsemi: name: checked against {source} ({len(events)} cluster events read)" if running is not None
+              else f"streamsemi: name: no cluster events on {settings.clusters_topic} and no --worker-url: "
+                   "the worker checks the name (refusals go to the dead-letter topic)", file=sys.stderr)
+    if problem is not None:
+        print(f"streamsemi: name refused, nothing sent: {problem}", file=sys.stderr)
+        return 2
+    _send_control(settings, [msg], args.stream)
     return 0
 
 
@@ -254,6 +434,65 @@ def keep_latest(table: dict[Any, bytes | None], key: bytes | None, value: bytes 
     table[k] = value
 
 
+def terminal_text(text: Any, width: int) -> str:
+    """``text`` for one table cell: control characters (escape sequences of untrusted documents) as spaces,
+    whitespace runs collapsed, cut to ``width`` characters with an ellipsis."""
+    clean = " ".join("".join(ch if ch.isprintable() else " " for ch in str(text)).split())
+    return clean if len(clean) <= width else clean[: max(0, width - 1)] + "\u2026"
+
+
+def is_suggestion(value: Any) -> bool:
+    """A suggestion record's value (docs/schemas/suggestion.schema.json): an object with an ``id``, an int
+    ``rank``, the ``algorithm`` and the ``reason``."""
+    return (isinstance(value, dict) and isinstance(value.get("id"), str) and isinstance(value.get("rank"), int)
+            and not isinstance(value.get("rank"), bool) and isinstance(value.get("algorithm"), str)
+            and isinstance(value.get("reason"), str))
+
+
+def ranked_suggestions(values: list[dict]) -> list[dict]:
+    """Suggestions in queue order: per stream (none first), rank 0 first."""
+    return sorted(values, key=lambda v: (str(v.get("stream") or ""), v["rank"]))
+
+
+def suggestion_table(values: list[dict], width: int = 100) -> list[str]:
+    """The suggestion queue as a text table for a terminal, one line per suggestion in rank order.
+
+    Parameters
+    ----------
+    values : list of dict
+        Suggestion records (:func:`is_suggestion`), any order.
+    width : int
+        Terminal columns: the snippet takes what the other columns leave (at least 20).
+
+    Returns
+    -------
+    list of str
+        A header line, then ``RANK  ID  LABEL  P  REASON  ALGORITHM  V  SNIPPET`` rows (``STREAM`` first
+        with per-stream models); document text shown without control characters.
+    """
+    rows = ranked_suggestions(values)
+    streams = any(v.get("stream") for v in rows)
+    head = (["STREAM"] if streams else []) + ["RANK", "ID", "LABEL", "P", "REASON", "ALGORITHM", "V"]
+    cells: list[list[str]] = []
+    for v in rows:
+        scores = v.get("scores") if isinstance(v.get("scores"), dict) else {}
+        p = scores.get(v.get("label"))
+        cells.append(([terminal_text(v.get("stream") or "", 16)] if streams else []) + [
+            str(v["rank"]), terminal_text(v["id"], 32), terminal_text(v.get("label") or "", 20),
+            f"{p:.2f}" if isinstance(p, (int, float)) else "", terminal_text(v.get("reason") or "", 12),
+            terminal_text(v.get("algorithm") or "", 20), str(v.get("model_version", ""))])
+    widths = [max(len(h), *(len(c[k]) for c in cells)) if cells else len(h) for k, h in enumerate(head)]
+    snippet_w = max(20, width - sum(widths) - 2 * len(widths) - 1)
+
+    def line(parts: list[str], last: str) -> str:
+        return "  ".join(p.rjust(w) if h in ("RANK", "P", "V") else p.ljust(w)
+                         for p, w, h in zip(parts, widths, head, strict=True)) + "  " + last
+
+    out = [line(head, "SNIPPET").rstrip()]
+    out += [line(c, terminal_text(v.get("snippet") or "", snippet_w)).rstrip() for c, v in zip(cells, rows, strict=True)]
+    return out
+
+
 def cmd_tail(args: argparse.Namespace) -> int:
     from kafka.errors import KafkaError
 
@@ -263,14 +502,22 @@ def cmd_tail(args: argparse.Namespace) -> int:
         raise ConfigError("tail: --live prints the table once the topic is read; it cannot --follow")
     if args.limit is not None and args.limit < 1:
         raise ConfigError(f"tail: --limit must be at least 1, got {args.limit}")
+    if args.format == "table" and not args.live:
+        raise ConfigError("tail: --format table needs --live (a table is the topic read to its end)")
     settings = _client_settings(args)
     topic = args.topic or settings.assignments_topic
+    require_kafka(settings, f"read {topic}")
     try:
         consumer = make_reader(settings, **bootstrap_timeout(int(CLI_KAFKA_TIMEOUT_S * 1000)))
     except KafkaError as exc:
         raise ConnectionError(f"cannot reach Kafka at {settings.bootstrap_servers} to read {topic}: "
                               f"{exc}") from None
-    assign_all(consumer, topic)
+    try:
+        assign_all(consumer, topic, timeout_s=args.timeout)
+    except ConnectionError:
+        consumer.close()
+        raise ConnectionError(f"topic {topic!r} not found on {settings.bootstrap_servers} (no partitions within "
+                              f"--timeout {args.timeout:g} s)") from None
     seen = skipped = 0
     last = time.monotonic()
     table: dict[Any, bytes | None] = {}  # --live: the latest value per key (what compaction would keep)
@@ -308,8 +555,23 @@ def cmd_tail(args: argparse.Namespace) -> int:
                           "shown": min(skipped, TAIL_SKIPS_SHOWN)}), file=sys.stderr, flush=True)
     if args.live:
         rows = [v for v in table.values() if v is not None]  # tombstoned keys left out
-        for value in rows[-args.limit:] if args.limit is not None else rows:
-            sys.stdout.write(value.decode("utf-8", "replace") + "\n")
+        parsed = []
+        for value in rows:
+            try:
+                parsed.append(json.loads(value))
+            except ValueError:
+                parsed.append(None)
+        if rows and all(is_suggestion(v) for v in parsed):
+            # the suggestion queue: in rank order (the newest value per id), a table on a terminal
+            queue = ranked_suggestions(parsed)[: args.limit]
+            if args.format == "table" or (args.format == "auto" and sys.stdout.isatty()):
+                lines = suggestion_table(queue, shutil.get_terminal_size((120, 24)).columns)
+            else:
+                lines = [json.dumps(v, ensure_ascii=False) for v in queue]
+        else:
+            lines = [v.decode("utf-8", "replace") for v in (rows[-args.limit:] if args.limit is not None else rows)]
+        for text in lines:
+            sys.stdout.write(text + "\n")
         sys.stdout.flush()
     return 0
 
@@ -317,7 +579,12 @@ def cmd_tail(args: argparse.Namespace) -> int:
 def cmd_console(args: argparse.Namespace) -> int:
     from streamsemi.console.server import ServeOptions, serve
 
-    return serve(_client_settings(args), ServeOptions(
+    settings = _client_settings(args)
+    problem = bootstrap_problem(settings.bootstrap_servers)
+    if problem is not None:  # the console starts all the same: its pages show the broker's status
+        print(f"streamsemi console: cannot reach Kafka at {settings.bootstrap_servers} (tried {problem}); "
+              "starting anyway, its pages show when the broker answers", file=sys.stderr, flush=True)
+    return serve(settings, ServeOptions(
         host=args.host, port=args.port, auth_token=args.auth_token, worker_url=args.worker_url,
         max_entries=args.max_entries, max_mb=args.max_mb, backfill=args.backfill,
         allowed_hosts=tuple(args.allowed_host or ()), secure_cookie=args.secure_cookie))
@@ -326,6 +593,10 @@ def cmd_console(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     from streamsemi.devtools.demo import run_demo
 
+    if args.bootstrap_servers:
+        problem = bootstrap_problem(args.bootstrap_servers)
+        if problem is not None:
+            raise ConnectionError(f"cannot reach Kafka at {args.bootstrap_servers} for the demo (tried {problem})")
     return run_demo(args)
 
 
@@ -380,7 +651,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--corpus", required=True)
     p.add_argument("--limit", type=int, default=None, help="documents to send")
     p.add_argument("--skip", type=int, default=0, help="skip this many documents of the replay order first")
-    p.add_argument("--rate", type=float, default=None, help="documents per second (default: as fast as possible)")
+    p.add_argument("--rate", type=positive_number("documents per second"), default=None,
+                   help="documents per second, above 0 (default: as fast as possible)")
     p.add_argument("--seed-fraction", type=float, default=0.0)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--order", default="auto", choices=("auto", "time", "random", "corpus"))
@@ -410,7 +682,11 @@ def build_parser() -> argparse.ArgumentParser:
     _add_client_flags(p)
     p.add_argument("cluster", help="a discovered cluster id, new-N (see the clusters topic)")
     p.add_argument("label", help="the class name (an existing class gets the documents added)")
-    p.add_argument("--algorithm", default=None, help="whose cluster (default: the primary algorithm)")
+    p.add_argument("--algorithm", default=None,
+                   help="whose cluster (default: the primary algorithm); refused before sending when the worker "
+                        "does not run it (read from --worker-url's /readyz, else the clusters topic)")
+    p.add_argument("--worker-url", default=None,
+                   help="the worker's metrics server (e.g. http://127.0.0.1:9464): which algorithms it runs")
     p.add_argument("--stream", default=None, help="per-stream models: the stream it is for (default: default_stream)")
     p.set_defaults(func=cmd_name)
 
@@ -418,11 +694,15 @@ def build_parser() -> argparse.ArgumentParser:
     _add_client_flags(p)
     p.add_argument("--topic", default=None, help="topic to print (default: the assignments topic)")
     p.add_argument("--limit", type=int, default=None)
-    p.add_argument("--timeout", type=float, default=10.0, help="stop after this many idle seconds")
+    p.add_argument("--timeout", type=positive_number("seconds"), default=10.0,
+                   help="stop after this many idle seconds (and give up on a topic that does not exist after it)")
     p.add_argument("--follow", action="store_true")
     p.add_argument("--live", action="store_true",
                    help="read the topic as a table (a compacted topic: suggestions, clusters, labels): the latest "
-                        "value per key, deleted keys left out; --limit keeps the newest rows")
+                        "value per key, deleted keys left out; --limit keeps the newest rows (the suggestions: "
+                        "the best ranked, in rank order)")
+    p.add_argument("--format", choices=("auto", "table", "json"), default="auto",
+                   help="--live on the suggestions: a ranked table on a terminal, JSON lines when piped (auto)")
     p.set_defaults(func=cmd_tail)
 
     p = sub.add_parser("console", help="web console: suggestions, clusters, seeds; writes control messages")
@@ -445,7 +725,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("demo", help="embedded broker + worker + a real corpus streaming through, with live progress")
     p.add_argument("--corpus", default="reuters-r8")
     p.add_argument("--docs", type=int, default=None, help="stop after this many documents are assigned")
-    p.add_argument("--rate", type=float, default=200.0)
+    p.add_argument("--rate", type=positive_number("documents per second"), default=200.0)
     p.add_argument("--seed-fraction", type=float, default=0.05)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--algorithms", default="constrained-kmeans")
@@ -481,6 +761,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from streamsemi.core.logs import quiet_kafka_event_loop
+
+    quiet_kafka_event_loop()  # commands that do not set up logging (tail, label ...) print kafka-python's warnings
     parser = build_parser()
     args = parser.parse_args(argv)
     if getattr(args, "eval_unavailable", None):

@@ -746,6 +746,10 @@ class Engine:
         # documents known to wait unread on the broker (the worker sets it from its consumer lag; 0 = none or
         # unknown): the first fit's seed and idle gates wait for them (tick)
         self.backlog = 0
+        # ... when they are more than this many: a live stream always has a few records in flight between the
+        # broker's high watermark and the last poll (the worker: one poll's worth, max_poll_records), and the first
+        # fit waited for them until first_fit_max_wait_s (a 200 docs/s stream: 2-600 records, never 0 at a tick)
+        self.backlog_in_flight = 0
         self._seeds_changed = False
         # first-fit gate: seeds since a seed last introduced a class no seed had
         self._seeds_since_new_class = 0
@@ -1165,7 +1169,7 @@ class Engine:
             waited = now - self._first_doc_at if self._first_doc_at is not None else 0.0
             if self.refitting:
                 pass
-            elif (self.backlog > 0 and not self.buffer_full
+            elif (self.backlog > self.backlog_in_flight and not self.buffer_full
                   and not (cfg.first_fit_max_wait_s and waited >= cfg.first_fit_max_wait_s)):
                 pass  # more documents wait on the broker: read them first (a model fitted on all of them serves better)
             elif len(self.window) >= cfg.min_docs_first_refit and self.seed_policy_met() and self.seed_classes_stable():

@@ -150,6 +150,8 @@ def test_tail_without_a_broker_or_with_a_bad_limit_is_one_line(monkeypatch, caps
         raise KafkaTimeoutError("Unable to bootstrap from 127.0.0.1:1")
 
     monkeypatch.setattr(kafka_io, "make_reader", unreachable)
+    # past the quick TCP check (tests/test_cli_newcomer.py): a listener that is no Kafka broker
+    monkeypatch.setattr(kafka_io, "bootstrap_problem", lambda servers: None)
     assert cli.main(["tail", "--bootstrap-servers", "127.0.0.1:1", "--topic", "streamsemi.suggestions"]) == 1
     assert capsys.readouterr().err.strip().splitlines() == [
         "streamsemi: cannot reach Kafka at 127.0.0.1:1 to read streamsemi.suggestions: "

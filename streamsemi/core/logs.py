@@ -31,6 +31,17 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(out, default=str, ensure_ascii=False)
 
 
+#: kafka-python's event loop warns whenever one step of a task takes over 0.1 s ("Task ... It is blocking the
+#: event loop"): on a busy 2-core machine it did at every start, about work that is not blocked (its own
+#: metadata and connection steps). Its errors (a task's unhandled exception) still show.
+KAFKA_EVENT_LOOP_LOGGER = "kafka.net.selector"
+
+
+def quiet_kafka_event_loop(level: str = "INFO") -> None:
+    """Show kafka-python's event-loop logger from ERROR up (its slow-step warnings only at ``DEBUG``)."""
+    logging.getLogger(KAFKA_EVENT_LOOP_LOGGER).setLevel(logging.WARNING if level == "DEBUG" else logging.ERROR)
+
+
 def setup(level: str = "INFO", stream: Any = None) -> None:
     """Route the ``streamsemi`` loggers to ``stream`` (stderr) as JSON lines."""
     handler = logging.StreamHandler(stream or sys.stderr)
@@ -44,6 +55,7 @@ def setup(level: str = "INFO", stream: Any = None) -> None:
         lg.handlers[:] = [handler]
         lg.setLevel(logging.WARNING if level != "DEBUG" else logging.INFO)
         lg.propagate = False
+    quiet_kafka_event_loop(level)
 
 
 def event(logger: logging.Logger, name: str, level: int = logging.INFO, **fields: Any) -> None:

@@ -5,7 +5,9 @@ starts ``streamsemi run`` as a separate process, replays the corpus into the
 documents topic at ``--rate`` with stratified seed labels on the control topic,
 and reads the assignments topic to show documents assigned, the model version
 and the running macro-F1 against the corpus' true labels (non-seed documents,
-primary algorithm). Ctrl-C (or ``--docs N`` assigned) stops everything.
+primary algorithm). While documents wait, each progress line says for what, from the
+worker's ``/readyz`` (``serving.waiting``: the first model's seed and document gates, a fit
+running, a backlog being read). Ctrl-C (or ``--docs N`` assigned) stops everything.
 """
 
 from __future__ import annotations
@@ -36,11 +38,89 @@ from streamsemi.devtools.replay import (
 from streamsemi.evaluation.metrics import macro_f1
 from streamsemi.service.config import resolve
 from streamsemi.service.kafka_io import assign_all, ensure_topics, make_producer, make_reader
+from streamsemi.service.serving_state import worker_status
 
 
 def _print(line: str) -> None:
     sys.stdout.write(line + "\n")
     sys.stdout.flush()
+
+
+def worker_metrics_url(log_path: str) -> str | None:
+    """The worker's metrics server as its ``worker_starting`` log event names it (``--metrics-port 0``: any port).
+
+    Parameters
+    ----------
+    log_path : str
+        The worker's log file (JSON events, one a line).
+
+    Returns
+    -------
+    str or None
+        ``http://HOST:PORT``, or None until the worker has logged it.
+    """
+    try:
+        with open(log_path, encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                if '"worker_starting"' not in line:
+                    continue
+                try:
+                    url = json.loads(line).get("metrics")
+                except ValueError:
+                    continue
+                if isinstance(url, str) and url.endswith("/metrics"):
+                    return url[: -len("/metrics")]
+    except OSError:
+        return None
+    return None
+
+
+def progress_line(sent: int, assigned: int, version: int, f1: float, status: dict[str, Any] | None,
+                  worker_url: str | None) -> str:
+    """One line of the demo's progress: counts, and what the worker waits for while documents wait.
+
+    Parameters
+    ----------
+    sent, assigned : int
+        Documents sent to the documents topic and first assignments read back.
+    version : int
+        The newest model version seen on the assignments topic.
+    f1 : float
+        Running macro-F1 of the non-seed documents (nan before the first).
+    status : dict or None
+        The worker's ``/readyz`` JSON (:func:`streamsemi.service.serving_state.worker_status`), None when
+        it did not answer.
+    worker_url : str or None
+        The worker's metrics server (None: not known yet).
+
+    Returns
+    -------
+    str
+        The counts, then ``| <reason>`` whenever documents wait (from the worker's ``serving.waiting``),
+        so that no line shows zero progress without saying why.
+    """
+    line = f"  sent {sent:6d} | assigned {assigned:6d} | model v{version} | macro-F1 (non-seed docs) {f1:.3f}"
+    reason = None
+    if status is None:
+        if assigned < sent or not assigned:
+            reason = ("waiting for the worker to start (its metrics server is not up yet)" if worker_url is None
+                      else f"waiting for the worker's status ({worker_url}/readyz does not answer)")
+    else:
+        serving = status.get("serving") if isinstance(status.get("serving"), dict) else {}
+        reason = serving.get("waiting")
+        if not status.get("partitions_assigned") and (reason is None or not status.get("window")):
+            reason = "waiting for the worker to join its consumer group (partitions not assigned yet)"
+        if reason is None and not assigned:
+            if not sent:
+                reason = "waiting for the first documents to be sent"
+            elif not status.get("window"):
+                reason = "waiting for the first documents to reach the worker"
+            else:
+                reason = (f"waiting for the first outputs: model v{status.get('model_version', 0)} serves, "
+                          "its assignments are on their way")
+        if reason and status.get("refit_errors"):
+            reason += f" (refit errors: {', '.join(sorted(status['refit_errors']))}; see the worker log)"
+    return line + (f" | {reason}" if reason else "")
 
 
 def _start_console(args: argparse.Namespace, bootstrap: str, settings: Any, log_fh: Any) -> tuple[Any, str]:
@@ -97,6 +177,11 @@ def run_demo(args: argparse.Namespace) -> int:
                "--documents-topic", settings.documents_topic, "--control-topic", settings.control_topic,
                "--assignments-topic", settings.assignments_topic, "--deadletter-topic", settings.deadletter_topic,
                "--refit-every-docs", str(args.refit_every_docs), "--metrics-port", str(args.metrics_port),
+               # a live stream at --rate, not a backlog: the documents that arrive while the first model is
+               # fitted are labelled by it as soon as it is in (revisions follow), not held for the growth refit
+               # fitted on them (Engine.holding_backlog: a slow first fit let the window double, and the first
+               # labels waited one more fit); refit_every_docs keeps refitting as the window grows
+               "--refit-growth", "0",
                "--session-timeout-ms", "6000", "--heartbeat-interval-ms", "1000", "--min-docs-first-refit",
                str(min(2000, max(300, len(order) // 3)))]
         with open(log_path, "ab") as log_fh:
@@ -138,6 +223,7 @@ def run_demo(args: argparse.Namespace) -> int:
         assigned = 0
         last_print = 0.0
         done_at = None
+        worker_url: str | None = None
         while not stop.is_set():
             for records in reader.poll(timeout_ms=500).values():
                 for r in records:
@@ -172,8 +258,9 @@ def run_demo(args: argparse.Namespace) -> int:
                 last_print = now
                 ids = list(pred)
                 f1 = macro_f1([truth[i] for i in ids], [pred[i] for i in ids]) if ids else float("nan")
-                _print(f"  sent {sent['docs']:6d} | assigned {assigned:6d} | refits/model v{version} "
-                       f"| macro-F1 (non-seed docs) {f1:.3f}")
+                worker_url = worker_url or worker_metrics_url(log_path)
+                status = worker_status(worker_url, timeout_s=2.0) if worker_url else None
+                _print(progress_line(sent["docs"], assigned, version, f1, status, worker_url))
             if assigned >= len(order) and done_at is None:
                 done_at = now
                 ids = list(pred)

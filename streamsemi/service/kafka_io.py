@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import queue
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -52,6 +53,40 @@ def topic_configs(settings: Settings, topic: str) -> dict[str, str]:
     return next((conf for name, conf in TOPIC_CONFIGS.items() if settings.values.get(name) == topic), {})
 
 
+#: the quick reachability check (bootstrap_problem): seconds for a TCP connection to one bootstrap server
+#: (kafka-python retries a refused or silent address until its bootstrap timeout, and then names no address)
+BOOTSTRAP_CONNECT_TIMEOUT_S = 3.0
+
+
+def bootstrap_problem(bootstrap_servers: str, timeout_s: float = BOOTSTRAP_CONNECT_TIMEOUT_S) -> str | None:
+    """What a TCP connection to each bootstrap server got, or None as soon as one connects.
+
+    Parameters
+    ----------
+    bootstrap_servers : str
+        ``HOST:PORT[,HOST:PORT...]`` (checked by the settings: IPv6 hosts in brackets).
+    timeout_s : float
+        Seconds per address.
+
+    Returns
+    -------
+    str or None
+        ``"127.0.0.1:1: Connection refused"`` (one entry per address, ``; ``-separated) when none
+        connects; None when one does (TLS and SASL are left to the Kafka client).
+    """
+    tried = []
+    for part in bootstrap_servers.split(","):
+        address = part.strip()
+        host, _, port = address.rpartition(":")
+        try:
+            with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s):
+                return None
+        except (OSError, ValueError) as exc:
+            reason = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+            tried.append(f"{address}: {reason}")
+    return "; ".join(tried)
+
+
 def bootstrap_timeout(ms: int, client: type = KafkaConsumer) -> dict[str, int]:
     """``{"bootstrap_timeout_ms": ms}`` when the installed kafka-python's ``client`` has that setting (its
     default is 30 s), else ``{}``: how long a client waits for an unreachable broker."""
@@ -73,6 +108,10 @@ def create_missing_topics(settings: Settings, specs: dict[str, tuple[int, dict[s
     """
     deadline = time.monotonic() + timeout_s
     last: Exception | None = None
+    problem = bootstrap_problem(settings.bootstrap_servers)
+    if problem is not None:  # said at once, not when the wait for a broker that may be starting ends
+        event(log, "kafka_unreachable", logging.WARNING, bootstrap_servers=settings.bootstrap_servers, tried=problem,
+              action=f"retrying for {timeout_s:g} s to create {what}")
     while time.monotonic() < deadline:
         # one bootstrap may not outlast the deadline (kafka-python's own default is 30 s)
         wait = bootstrap_timeout(max(1000, int((deadline - time.monotonic()) * 1000)), KafkaAdminClient)

@@ -76,6 +76,7 @@ from streamsemi.service.kafka_io import (
 )
 from streamsemi.service.ledger import Output, OutputLedger
 from streamsemi.service.producer import BLOCK
+from streamsemi.service.serving_state import serving_state
 from streamsemi.service.streams import StreamEngines, StreamsCheckpointer
 
 log = logging.getLogger("streamsemi.service.worker")
@@ -216,6 +217,7 @@ class Worker:
         self.freshness = ModelFreshness(settings.model_stale_after_s,
                                         settings.first_fit_max_wait_s + settings.model_stale_after_s, t.registry)
         self.engine.revision_budget_s = REVISION_BUDGET_S  # a revision pass never holds fresh documents long
+        self.engine.backlog_in_flight = settings.max_poll_records  # a live stream's lag is no backlog to wait for
         self.engine.deferred_budget_s = DEFERRED_BUDGET_S
         if settings.producer_process and isinstance(self.engine, Engine):
             # the other algorithms' first verdicts go to the producer process as blocks (issue 16): it builds
@@ -271,6 +273,8 @@ class Worker:
                                 "first_model_wait_s": (None if fresh.first_model_wait_s is None
                                                        else round(fresh.first_model_wait_s, 3)),
                                 "fit_urgent": fresh.urgent}
+        # what buffered documents wait for (the demo's progress line) and the algorithms a `name` may address
+        info.update(algorithms=list(self.settings.algorithm_list), serving=serving_state(self.engine))
         reason = fresh.reason()
         if reason is not None:
             info["reason"] = reason
