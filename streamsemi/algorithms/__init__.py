@@ -30,12 +30,12 @@ REGISTRY: dict[str, tuple[str, str, dict[str, Any]]] = {
 }
 
 #: What the daemon builds differently from the registry (and so from ``make_estimator`` and the
-#: evaluation's baselines): constrained k-means with centroids by class size (session 32) and seeds
-#: that weigh 8 documents in their centroid when held-out seeds say so (session 35) and act as
-#: exemplars of their class for their close neighbours (session 37; the evaluation
+#: evaluation's baselines): constrained k-means with centroids by class size and seeds
+#: that weigh 8 documents in their centroid when held-out seeds say so and act as
+#: exemplars of their class for their close neighbours (docs/decisions.md; the evaluation
 #: keeps Basu et al.'s one centroid per class and unweighted seeds as the baseline every paper
-#: algorithm must beat), and centroids by class size for FSL-CK when its fit keeps one round, which is constrained k-means (session
-#: 33; on whole corpora its held-out round selection keeps one). ``[algorithm_params.NAME]`` overrides
+#: algorithm must beat), and centroids by class size for FSL-CK when its fit keeps one round, which is constrained k-means
+#: (on whole corpora its held-out round selection keeps one). ``[algorithm_params.NAME]`` overrides
 #: these like any other default.
 DAEMON_PARAMS: dict[str, dict[str, Any]] = {
     "constrained-kmeans": {"prototypes": "by-size", "seed_weight": "held-out", "seed_exemplars": True},

@@ -2,7 +2,7 @@
 
 The legacy way an algorithm opened new clusters was to add ``n_new_clusters`` extra
 clusters to its own model and let them compete with the seeded classes: they mostly
-split the large seeded classes (issue 18: D-LDA's new clusters were 54/54 ``earn``
+split the large seeded classes (on Reuters D-LDA's new clusters were 54/54 ``earn``
 documents). The calibrated path (``discovery="calibrated"``, the default) separates
 the two questions:
 

@@ -94,7 +94,7 @@ def check_counts(X: Any, n_features_in: int | None = None, estimator: Any = None
     """
     if not (type(X) is sp.csr_matrix and X.dtype == np.float64 and X.shape[0] and X.shape[1]):
         # what check_array gives a non-empty CSR float64 matrix is the matrix itself: the worker's own input
-        # skips its ~50 us per call (issue 16: several calls per algorithm and loop); anything else goes through it
+        # skips its ~50 us per call (several calls per algorithm and loop); anything else goes through it
         X = check_array(X, accept_sparse="csr", dtype=np.float64, ensure_all_finite=False,
                         estimator=estimator, input_name=name)
         X = sp.csr_matrix(X)

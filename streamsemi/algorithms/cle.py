@@ -96,8 +96,8 @@ def unit_rows(X: sp.csr_matrix, weighting: str, idf: np.ndarray | None) -> sp.cs
 
 
 #: The neighbour search scans every window document instead of only the touched ones when a
-#: query's posting lists hold at least ``1 / DENSE_SCAN_RATIO`` of the window's size (issue 16:
-#: on 20NG a query reads ~36,000 postings of a 10,000-document window; remembering which
+#: query's posting lists hold at least ``1 / DENSE_SCAN_RATIO`` of the window's size (on
+#: 20NG a query reads ~36,000 postings of a 10,000-document window; remembering which
 #: documents it touched cost more than the sums).
 DENSE_SCAN_RATIO = 4
 
@@ -781,7 +781,7 @@ class CLE(DiscoveryMixin, ScoresClassifierMixin, TransformerMixin, StreamsemiEst
 
     def _fit_transpose(self) -> sp.csr_matrix:
         """``X_fit_.T`` as CSR (the neighbour search's inverted index), built once per fitted or restored model;
-        a model restored from a checkpoint that stored it (``X_fit_T_``, before session 29) uses that."""
+        a model restored from a checkpoint that stored it (``X_fit_T_``, an older checkpoint format) uses that."""
         stored = getattr(self, "X_fit_T_", None)
         if stored is not None:
             return stored

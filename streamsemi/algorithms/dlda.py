@@ -92,7 +92,7 @@ def prune_vocabulary(X: sp.csr_matrix, min_df: int | float) -> np.ndarray:
     An int is an absolute count (the paper used 15 on 20 Newsgroups, ~19,000
     documents), capped at ``max(2, N // 1000)`` so that a smaller window keeps its
     words (from N = 15,000 documents on, 15 applies in full); a float in (0, 1) is a
-    fraction of the documents (rounded up). The cap was ``N // 100`` before issue 19:
+    fraction of the documents (rounded up). A cap of ``N // 100`` is too low:
     on 1,200-document development draws it pruned the words of single-seed classes
     (a 6-token seed document), see docs/algorithms/d-lda.md.
     """
@@ -322,7 +322,7 @@ class DLDA(DiscoveryMixin, ClassifierMixin, StreamsemiEstimator):
         How ``predict`` folds a new document in with pi and phi fixed: ``"cvb0"`` iterates
         the expected class counts to a fixed point (deterministic,
         :func:`~._dlda_gibbs.fold_in_cvb0`), ``"gibbs"`` samples each token's class
-        (:func:`~._dlda_gibbs.fold_in_collapsed`, the default before issue 16's session 17).
+        (:func:`~._dlda_gibbs.fold_in_collapsed`; docs/decisions.md compares the two).
     fold_in_tol : float, default=0.01
         CVB0 stops on a document after a pass that moved less than this share of its
         tokens' class mass.

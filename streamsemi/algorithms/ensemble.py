@@ -1,6 +1,6 @@
 """An ensemble of the registry's single-label algorithms, weighted by held-out seed accuracy.
 
-No single algorithm wins on every corpus (issue 19): semi-LDC loses to constrained
+No single algorithm wins on every corpus (docs/results.md): semi-LDC loses to constrained
 k-means on Reuters top-10, CLE and FSL on R8, ... The seeds themselves say which
 member suits the window at hand. :class:`Ensemble`
 
@@ -64,7 +64,7 @@ from streamsemi.algorithms.base import (
 )
 
 #: The single-label paper algorithms but D-LDA, and the baseline they must beat. D-LDA is not a
-#: default member (session 22): it is the best of the five former members in no cell of the robustness
+#: default member: it is the best of the five former members in no cell of the robustness
 #: protocol (quick or full mode) and is 0.089 below their mean on the development draws, yet
 #: on skewed corpora its class prior from the seed proportions puts most held-out seeds in the large
 #: classes, so its held-out *accuracy* ranks first while its macro-F1 ranks last: it took 0.97 of the
@@ -75,21 +75,21 @@ from streamsemi.algorithms.base import (
 DEFAULT_MEMBERS: tuple[str, ...] = ("semi-ldc", "cle", "fsl-ck", "constrained-kmeans")
 
 #: Parameters of members that differ from their own defaults (``member_params`` overrides them).
-#: Semi-LDC keeps the PCA cap of 300 it had before ``max_components="auto"`` (session 23): on the
+#: Semi-LDC keeps a PCA cap of 300 instead of its own ``max_components="auto"``: on the
 #: 8 full-size development draws (seed 7, 1.5% / 3%, ``benchmarks/ensemble_dev.py`` (in git: docs/decisions.md)) the ensemble
 #: with the auto-cap member was 0.037 below its best member on top-30 1.5% (its held-out
 #: *accuracy* passed CLE's while its macro-F1 did not: mean -0.001) and with the 300 cap within
 #: 0.01 on all 8 (mean +0.005); the member is fitted ``n_folds + 1`` times, and the cap of 300
 #: makes those fits 1.5-3x cheaper on whole corpora. docs/algorithms/ensemble.md.
-#: FSL-CK keeps the paper's full loop (``round_selection="all"``, session 30): with its held-out round
+#: FSL-CK keeps the paper's full loop (``round_selection="all"``): with its held-out round
 #: selection as a member, the ensemble's full-mode robustness column was 5 cells more than 0.01 below the
 #: best single algorithm instead of 4 (mean gap -0.002 instead of +0.001; Reuters top-30-short30 1%
 #: 0.508 -> 0.477) and its fits took 1.6x as long: the ensemble already weighs its members on held-out
 #: seeds, and the selected member is nearer constrained k-means, which the ensemble also holds
-#: (``benchmarks/results/robustness_full_ensemble_s30_rounds.json``). FSL's session-31 default as a member gave
+#: (``benchmarks/results/robustness_full_ensemble_s30_rounds.json``). FSL's own default round by window size as a member gave
 #: the same mean on whole-corpus development draws at 1.5-1.8x the fit time (docs/algorithms/ensemble.md).
 #: Constrained k-means gives a class several times the mean class size as many centroids
-#: (``prototypes="by-size"``, session 33, as in the daemon): on the whole-corpus development draws (seed 7,
+#: (``prototypes="by-size"``, as in the daemon): on the whole-corpus development draws (seed 7,
 #: R8 / R52 / top-30 at 2% and 3%) the ensemble gained +0.023 to +0.050 on five of six draws and
 #: +0.000 on the sixth; the robustness protocol's baseline stays the one-centroid algorithm.
 DEFAULT_MEMBER_PARAMS: dict[str, dict[str, Any]] = {"semi-ldc": {"max_components": 300},
@@ -343,14 +343,14 @@ class Ensemble(ScoresClassifierMixin, StreamsemiEstimator):
         seed 7, 2%/3% seeds, 1,200 documents) the ensemble was 0.016 below the best member
         on average with ``accuracy`` (worst 0.037) and 0.028 (worst 0.139) with
         ``balanced_accuracy``; on the 24 + 12 draws of ``benchmarks/ensemble_dev.py`` (in git: docs/decisions.md)
-        (session 22) ``macro_f1`` was below the best member by more than 0.01 on 16 + 6
+        ``macro_f1`` was below the best member by more than 0.01 on 16 + 6
         draws, ``accuracy`` on 9 + 0 (default members).
     pooling : {"tempered", "mean"}, default="tempered"
         How the members' probabilities are combined (:func:`pool_members`): each member's
         probabilities tempered to the members' average mean top probability on the fit
         window (:func:`tempering_powers`), then the weighted mean; or the plain weighted
-        mean. ``tempered`` was chosen on development draws no protocol reports (seed 7,
-        session 27; docs/algorithms/ensemble.md): ensemble minus the best member, mean
+        mean. ``tempered`` was chosen on development draws no protocol reports (seed 7;
+        docs/algorithms/ensemble.md): ensemble minus the best member, mean
         over 24 draws of 1,200 documents, 36 full-size 500-document-window and 30-word
         draws and 8 whole-corpus draws: +0.002 / +0.003 / +0.006 against -0.003 / -0.004
         / +0.003 with ``mean``.

@@ -600,7 +600,7 @@ class FSL(DiscoveryMixin, ScoresClassifierMixin, TransformerMixin, StreamsemiEst
         FSCK (``variant="ck"``): the weight of each labeled document (seed or trust sample)
         in its cluster's centre at every k-means update; every other member weighs 1. Above
         1 the centres stay nearer the labels while the k-means objective pulls them toward
-        dense regions that are not the classes (docs/algorithms/fsl.md, session 24). No
+        dense regions that are not the classes (docs/algorithms/fsl.md). No
         effect with ``feature_learning=False`` (constrained k-means stays the baseline).
     n_new_clusters : int, default=0
         Extra clusters for classes nobody seeded (``new-0``...).
@@ -1088,11 +1088,11 @@ class FSL(DiscoveryMixin, ScoresClassifierMixin, TransformerMixin, StreamsemiEst
     def _fit_summary(self) -> dict[str, Any]:
         """k-means variants: the outer rounds run (``rounds``, of ``max_rounds``), how they were
         chosen and, with a held-out ``round_selection``, the held-out macro-F1 after each round.
-        A model restored from a checkpoint written before session 30 ran every round."""
+        A model restored from a checkpoint without ``rounds_`` (an older format) ran every round."""
         if self.variant not in ("sk", "ck"):
             return {}
         T = self._max_rounds()
-        if not hasattr(self, "rounds_"):  # restored from before session 30: the paper's loop
+        if not hasattr(self, "rounds_"):  # an older checkpoint without rounds_: the paper's loop
             return {"rounds": T, "max_rounds": T, "round_selection": "all", "round_scores": None}
         scores = self.round_scores_
         out = {"rounds": int(self.rounds_), "max_rounds": T, "round_selection": str(self.round_selection),

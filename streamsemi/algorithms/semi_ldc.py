@@ -649,8 +649,7 @@ class SemiLDC(DiscoveryMixin, ScoresClassifierMixin, TransformerMixin, Streamsem
     max_components : int or "auto", default="auto"
         Cap on PCA components (hashed text needs thousands for 90%). ``"auto"``: one
         component per 10 documents of the fitting window, at least 300 and at most 1000
-        (:func:`auto_max_components`; 300 was the fixed default until session 23, and
-        whole-corpus fits gained from more, docs/algorithms/semi-ldc.md).
+        (:func:`auto_max_components`; whole-corpus fits gain from more than a fixed 300, docs/algorithms/semi-ldc.md).
     pca_min_df : int, default=2
         PCA/LDA use only terms occurring in at least this many training documents.
     pca_n_iter : int, default=4
