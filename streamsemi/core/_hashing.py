@@ -1,4 +1,4 @@
-"""Compiled tokenise-and-hash kernel for ASCII texts (issue 16).
+"""Compiled tokenise-and-hash kernel for ASCII texts (docs/throughput.md).
 
 :class:`~streamsemi.core.features.TextFeaturizer` turns texts into the counts of
 scikit-learn's ``HashingVectorizer(lowercase=True, token_pattern=r"(?u)\\b\\w\\w+\\b",

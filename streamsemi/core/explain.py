@@ -1,4 +1,4 @@
-"""Distinctive words of clusters against the whole window (issue 18 part 4).
+"""Distinctive words of clusters against the whole window.
 
 The most frequent words of a cluster are the window's most frequent words ("said mln dlrs
 pct" for every Reuters cluster). A cluster is named by the words that *distinguish* it: a

@@ -197,7 +197,7 @@ class TextFeaturizer:
         After the first ``sketch_warmup`` documents, count every ``sketch_every``-th
         document into the sketch (1: all). The sketch
         only has to name the frequent words of the features that explain a cluster, and
-        counting the words was the costliest per-document step of the worker (issue 16).
+        counting the words was the costliest per-document step of the worker.
     """
 
     def __init__(self, n_features: int = DEFAULT_N_FEATURES, stop_words: str | None = "english",

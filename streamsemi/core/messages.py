@@ -449,7 +449,7 @@ def _text(o: Any) -> str:
 def encode_json(obj: Any) -> bytes:
     """Compact UTF-8 JSON; total: never raises.
 
-    The fast path is :func:`orjson.dumps` (issue 16: about 1.5 us per assignment message
+    The fast path is :func:`orjson.dumps` (about 1.5 us per assignment message
     against 19 us for :func:`json.dumps`; its output parses to the same values, and differs
     in text only in how some floats are spelled, e.g. ``0.00001`` for ``1e-05``). NaN and
     infinities become ``null``, as :func:`_json_safe` makes them. What orjson refuses (a
@@ -535,7 +535,7 @@ class VerdictBlockError(ValueError):
 
 
 def encode_verdict_block(spec: dict[str, Any]) -> bytes:
-    """One algorithm's verdicts on many documents as one compact JSON value (issue 16).
+    """One algorithm's verdicts on many documents as one compact JSON value.
 
     ``spec`` holds what every record shares (``a`` algorithm, ``v`` model version, ``p``
     primary, ``pr`` provisional, ``ts``, ``fb`` fallback; ``st`` stream and ``w`` worker id

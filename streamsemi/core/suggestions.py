@@ -67,7 +67,7 @@ DIVERSITY = "centres"
 DIVERSITY_MODES = ("classes", "clusters", "centres")
 #: how the pool of candidates is drawn: "priority" (the highest priorities overall) or "classes" (round
 #: robin over the predicted classes: each class's best, then each class's second best, ...). "classes"
-#: was tried in session 32 for R8's skew and was not better on the development corpora (20NG talk.*,
+#: was tried for R8's skew and was not better on the development corpora (20NG talk.*,
 #: rec.*, sci.* and 20ng-skew, R8's class sizes on 20NG documents) nor on fresh R8 seeds: not the default
 POOL_BALANCE = "priority"
 POOL_BALANCE_MODES = ("priority", "classes")

@@ -23,7 +23,7 @@ REFIT_BUCKETS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600, 1200)
 def observe_many(histogram: Histogram, values: Sequence[float]) -> None:
     """``histogram.observe(v)`` for every ``v`` of ``values``, with one increment per bucket.
 
-    The worker observes a latency per fresh document (issue 16: per document it was 1% of
+    The worker observes a latency per fresh document (one ``observe`` per document was 1% of
     the polling thread). Uses prometheus_client's ``Histogram`` internals (``_upper_bounds``,
     ``_buckets``, ``_sum``; a bucket counts the values up to its bound, as ``observe``);
     without them (another version), or for a few values, it calls ``observe``.
@@ -183,7 +183,7 @@ class Telemetry:
         for name, n in counts.items():
             key = self.class_label(name)
             folded[key] = folded.get(key, 0) + n
-        # only what changed (called for every seed: clearing re-created every class's child gauge, issue 16)
+        # only what changed (called for every seed: clearing re-created every class's child gauge)
         with self._lock:
             before, self._seed_counts = self._seed_counts, folded
         for key in before.keys() - folded.keys():

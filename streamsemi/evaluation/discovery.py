@@ -1,4 +1,4 @@
-"""The discovery protocol (issue 18): can an algorithm find the classes nobody seeded?
+"""The discovery protocol: can an algorithm find the classes nobody seeded?
 
 ``streamsemi evaluate --protocol discovery``. For each dataset (Reuters R8: 3 of its
 8 classes unseeded; 20 Newsgroups: 5 of 20; Reuters R52, the development set of the
@@ -9,7 +9,7 @@ stratified seeds (5% of each by default), and every algorithm that takes
 
 * ``n0``: ``n_new_clusters=0`` (the known-class reference);
 * ``legacy``: ``discovery="legacy"``, ``n_new_clusters`` = the number of unseeded
-  classes (the behaviour before issue 18);
+  classes (new clusters compete with the seeded classes in one model);
 * ``calibrated``: ``discovery="calibrated"`` with the true number of unseeded classes;
 * ``auto``: ``n_new_clusters="auto"`` (calibrated, the number chosen from the data);
 * ``auto-split``: ``auto`` with ``discovery_split=True`` (rejected clusters are clustered

@@ -126,7 +126,7 @@ def _dataset_specs() -> dict[str, DatasetSpec]:
         DatasetSpec("20ng", "20newsgroups", description="20 Newsgroups, all 20 groups"),
         DatasetSpec("reuters-r8", "reuters-r8",
                     description="Reuters-21578 R8 (7,674 single-label stories, 8 classes): not in "
-                                "a paper protocol; the issue's reference figures use it"),
+                                "a paper protocol; the robustness protocol and the reference baselines use it"),
         DatasetSpec("reuters-multilabel20", "reuters21578", kind="multi", top_n=20,
                     description="Reuters-21578 stories with at least one of the 20 most frequent "
                                 "topics; labels restricted to those 20"),
@@ -191,7 +191,7 @@ class Protocol:
     auto_new_clusters : bool
         Also fit every algorithm that can choose the number of new clusters from the
         data with ``n_new_clusters="auto"`` (reported as ``NAME (auto)``), beside the
-        run with the true number of unseeded classes (d-lda protocol, issue 19).
+        run with the true number of unseeded classes (d-lda protocol).
     """
 
     name: str

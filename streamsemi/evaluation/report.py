@@ -207,7 +207,7 @@ def target_table(records: Sequence[dict[str, Any]], algorithms: Sequence[str], *
     """Markdown table of ``metric``: one row per (dataset, label fraction), one column per method.
 
     The ``baseline`` column comes first; an algorithm's cell is marked **↓** when it is
-    more than ``tolerance`` below the baseline on that row (issue 19's target), and the
+    more than ``tolerance`` below the baseline on that row (the robustness protocol's bar for every algorithm), and the
     last column counts those cells per row. Batch records only.
     """
     sel = [r for r in records if r["metric"] == metric and r.get("mode", "batch") == "batch"]
