@@ -162,7 +162,7 @@ def _write_all(fd: int, buf: Any) -> None:
 def send_frame(conn: Any, parts: list[Any]) -> None:
     """Write one frame (:func:`frame_parts`) to the socket of ``conn`` (its ``fileno()``): its length, then its parts.
 
-    The arrays go from their own memory to the kernel (no joined copy, issue 16): packing
+    The arrays go from their own memory to the kernel (no joined copy): packing
     a 16-56 MB model reply, and the worker's 11 MB snapshot per algorithm, held the GIL
     the polling thread needs for the copies and their fresh pages.
     """

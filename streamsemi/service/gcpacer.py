@@ -1,4 +1,4 @@
-"""Pacing of Python's cyclic garbage collector in the polling process (issue 16).
+"""Pacing of Python's cyclic garbage collector in the polling process (docs/throughput.md).
 
 The worker keeps about 250,000 objects the collector tracks: the loaded code (functions,
 types, modules: about half, never garbage) and, per window document, its row, entry and

@@ -14,7 +14,7 @@ outputs over, and :meth:`commit_acknowledged` commits the offsets of the last
 :meth:`advance` whose outputs, and all outputs sent before them, are acknowledged
 (``marks``: the offsets after each advance, with the epoch of its outputs). Those
 per-loop commits do not wait for the broker (``wait=False``: the consumer's
-``commit_async``, issue 16); every other commit (a revocation, a checkpoint, the
+``commit_async``); every other commit (a revocation, a checkpoint, the
 shutdown) waits, and first commits again what an asynchronous commit has not confirmed.
 """
 
@@ -37,7 +37,7 @@ log = logging.getLogger("streamsemi.service.ledger")
 class Output:
     """One output record and the future of its last send.
 
-    Or a block of records that the producer builds (``records`` > 1, issue 16: a verdict
+    Or a block of records that the producer builds (``records`` > 1: a verdict
     block, ``key`` :data:`~streamsemi.service.producer.BLOCK`, ``nbytes`` its estimated size):
     acknowledged when all of them are, sent again whole when one failed.
     """

@@ -1,4 +1,4 @@
-"""Output producers (issue 16): kafka-python's with a shorter ``send``, and one whose Kafka work runs in its own process.
+"""Output producers: kafka-python's with a shorter ``send``, and one whose Kafka work runs in its own process.
 
 * :class:`OutputProducer`: kafka-python's ``KafkaProducer`` with a short path for the
   worker's own records (:class:`KeyPartitioner` hashes a key once for its records).
@@ -168,7 +168,7 @@ class BatchRecordFuture:
 
 
 class OutputProducer(KafkaProducer):
-    """kafka-python's producer with a shorter ``send`` for the worker's own records (issue 16).
+    """kafka-python's producer with a shorter ``send`` for the worker's own records.
 
     ``KafkaProducer.send`` spends about a third of its time on what the worker's records
     never need: argument and header type checks, serializers, the record-size estimate and
@@ -292,7 +292,7 @@ class _BlockKey:
         return "BLOCK"
 
 
-#: the key of a record that is a verdict block: its value is the block, the process builds the records (issue 16)
+#: the key of a record that is a verdict block: its value is the block, the process builds the records
 BLOCK: Any = _BlockKey()
 _BLOCK_KLEN = -2  # a block's key length in the frame's length table
 _PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -536,7 +536,7 @@ class _Child:
         # worker's main script again (the `streamsemi` console script imports the whole CLI: +150 MB, +1.5 s)
         ours, theirs = socket.socketpair()
         # room for a whole batch in the kernel: a send no longer waits for the (niced) process to read
-        # (issue 16: 4% of the polling thread waited there); the kernel caps it at net.core.wmem_max
+        # (4% of the polling thread waited there); the kernel caps it at net.core.wmem_max
         ours.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, PIPE_BUFFER_BYTES)
         env = dict(os.environ)  # the package where the worker found it, also when it is not installed
         env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_ROOT, env.get("PYTHONPATH", "")) if p)
@@ -693,7 +693,7 @@ def _fail(futures: list[_Sent], exc: BaseException) -> int:
 
 
 class ProcessProducer:
-    """A producer whose Kafka work runs in a separate, long-lived process (issue 16).
+    """A producer whose Kafka work runs in a separate, long-lived process.
 
     ``send`` appends the record to the current batch and returns its future; a batch goes
     to the producer process when it is full (``max_batch_records``, ``max_batch_bytes``),
@@ -799,7 +799,7 @@ class ProcessProducer:
     def send_many(self, records: Sequence[tuple[str, bytes | None, bytes | None, list | None]]) -> list[_Sent]:
         """:meth:`send` of each ``(topic, key, value, headers)`` in order, under one lock; their futures.
 
-        What the worker's emission uses (issue 16): the records of a loop share a few
+        What the worker's emission uses: the records of a loop share a few
         header lists, converted once per list, and the per-call costs are paid once.
         Nothing is added when a record is refused.
 

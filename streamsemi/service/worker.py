@@ -85,7 +85,7 @@ FLUSH_TIMEOUT_S = 10.0
 CATCH_UP_MAX_S = 30.0  # seconds a start spends reading back documents committed after its checkpoint (Worker._catch_up)
 CATCH_UP_RETRY_S = 30.0  # a catch-up cut short is tried again after this long while the partition stays assigned
 REVISION_BUDGET_S = 0.1  # seconds of revision work per loop (Engine.revision_budget_s)
-REVISION_BUDGET_BUSY_S = 0.02  # ... while documents wait on the broker: fresh documents first (issue 16)
+REVISION_BUDGET_BUSY_S = 0.02  # ... while documents wait on the broker: fresh documents first
 DEFERRED_BUDGET_S = 0.1  # seconds of the other algorithms' first verdicts per loop (Engine.deferred_budget_s)
 # what a record of a verdict block adds to the block's own bytes (field names, shared values, headers): its
 # output's byte count for max_unacked_bytes is estimated as the block's bytes + this per record
@@ -220,7 +220,7 @@ class Worker:
         self.engine.backlog_in_flight = settings.max_poll_records  # a live stream's lag is no backlog to wait for
         self.engine.deferred_budget_s = DEFERRED_BUDGET_S
         if settings.producer_process and isinstance(self.engine, Engine):
-            # the other algorithms' first verdicts go to the producer process as blocks (issue 16): it builds
+            # the other algorithms' first verdicts go to the producer process as blocks: it builds
             # their records, the polling thread does not
             self.engine.verdict_blocks = True
         self.stop_event = threading.Event()
@@ -354,7 +354,7 @@ class Worker:
         # Looked up on the module at each call (tests inject producer faults there). Never auto-create topics with
         # the broker's defaults; do not block the loop for a minute on metadata.
         if self.settings.producer_process:
-            # outputs produced by a separate process (service/producer.py, issue 16)
+            # outputs produced by a separate process (service/producer.py)
             t = self.telemetry
             return kafka_io.make_process_producer(self.settings, nice=self.settings.producer_nice,
                                                   on_start=lambda _pid: t.producer_process_starts.inc(),
@@ -774,7 +774,7 @@ class Worker:
                 outs.append(Output(labels_topic, key, value, headers))
                 if a.document is not None:
                     arrivals.append(a.document.arrival)
-        self.ledger.send_many(outs)  # in order, one call (issue 16)
+        self.ledger.send_many(outs)  # in order, one call
         if arrivals:
             observe_many(self.telemetry.latency, [max(0.0, now - t) for t in arrivals])
         for value, rej in dead:
