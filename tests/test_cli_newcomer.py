@@ -363,3 +363,45 @@ def test_the_wheel_builds_without_packaging_warnings_and_ships_the_console_files
         assert needed in names
     assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
     assert not any("__pycache__" in n or n.startswith("tests/") for n in names)
+
+
+def test_the_worker_status_says_which_first_fit_gate_holds_the_documents():
+    """serving_state follows Engine.tick's gates: documents, seed classes, stable seeds, a backlog beyond the
+    live stream's records in flight; nothing once the model serves."""
+    from streamsemi.core.messages import Document
+    from streamsemi.engine import Engine, EngineConfig
+    from streamsemi.service.serving_state import serving_state
+
+    t = [1000.0]
+    eng = Engine(EngineConfig(algorithms=["constrained-kmeans"], background_refit=False, n_features=2**14,
+                              min_docs_first_refit=4, min_seed_classes=2, min_seeds_per_class=2,
+                              first_fit_stable_seeds=3, refit_idle_s=0, refit_growth=0, refit_every_docs=0,
+                              drift_detection=False, first_fit_max_wait_s=60.0), clock=lambda: t[0])
+    topics = ("grain wheat harvest corn crop", "oil crude barrel opec refinery")
+
+    def send(k: int, label: str | None = None) -> dict:
+        doc = Document(f"d{k}", f"{topics[k % 2]} item{k}")
+        if label:
+            eng.label(doc.id, [label], text=doc.text)
+        eng.process([doc])
+        t[0] += 1.0
+        return serving_state(eng)
+
+    assert serving_state(eng)["waiting"] == "waiting for the first model: 0 of 4 documents"
+    s = send(0, "grain")
+    assert s["first_fit"]["documents"] == 1 and s["waiting"] == "waiting for the first model: 1 of 4 documents"
+    for k in range(1, 4):
+        s = send(k, "oil" if k == 1 else None)
+    assert s["waiting"] == ("waiting for the first model: seeds of 0/2 classes (2 seeds each); at most 56 s more")
+    s = send(4, "grain")
+    s = send(5, "oil")
+    assert s["first_fit"]["seed_classes_ready"] == 2
+    assert s["waiting"].startswith("waiting for the first model: the seeded classes to stop growing (2 classes, "
+                                   "2/3 seeds with no new class; or an idle stream")
+    eng.backlog, eng.backlog_in_flight = 40, 50
+    assert "backlog" not in serving_state(eng)["waiting"], "a live stream's records in flight are no backlog"
+    eng.backlog = 51
+    assert serving_state(eng)["waiting"].startswith("waiting for the backlog to be read first: 51 records unread")
+    eng.backlog = 0
+    s = send(6, "grain")  # the third seed with no new class: the first fit runs (inline here)
+    assert eng.models and s["first_fit"] is None and s["waiting"] is None and s["serving"]

@@ -26,7 +26,8 @@ def serving_state(engine: Any) -> dict[str, Any]:
     -------
     dict
         JSON-ready: ``serving``, ``holding_backlog``, ``backlog`` (records known to
-        wait unread on the broker), ``buffer_full``, ``first_fit`` (the first fit's
+        wait unread on the broker; the first fit waits for them when they are more than
+        ``backlog_in_flight``), ``buffer_full``, ``first_fit`` (the first fit's
         gates while there is no model: documents, seed classes, stable seeds, wait),
         ``refit`` (version and window size of the running refit, or None) and
         ``waiting`` (a sentence, or None when documents are served as they come).
@@ -45,7 +46,8 @@ def serving_state(engine: Any) -> dict[str, Any]:
              if engine.refitting else None)
     state: dict[str, Any] = {
         "serving": bool(engine.serving), "holding_backlog": bool(engine.holding_backlog),
-        "backlog": int(engine.backlog), "buffer_full": bool(engine.buffer_full), "refit": refit,
+        "backlog": int(engine.backlog), "backlog_in_flight": int(getattr(engine, "backlog_in_flight", 0)),
+        "buffer_full": bool(engine.buffer_full), "refit": refit,
         "first_fit": None if engine.models else {
             "documents": len(engine.window), "min_documents": cfg.min_docs_first_refit,
             "seed_classes": len(counts),
@@ -83,7 +85,7 @@ def waiting_for(state: dict[str, Any], buffered: int) -> str | None:
             return f"first model fitting (v{refit['version']}, {refit['documents']:,} documents)"
         limit = (f"; at most {max(0.0, gate['max_wait_s'] - gate['waited_s']):.0f} s more"
                  if gate["max_wait_s"] and gate["waited_s"] is not None else "")
-        if state["backlog"] > 0 and not state["buffer_full"]:
+        if state["backlog"] > state["backlog_in_flight"] and not state["buffer_full"]:
             return f"waiting for the backlog to be read first: {state['backlog']:,} records unread on the broker{limit}"
         if gate["documents"] < gate["min_documents"]:
             return f"waiting for the first model: {gate['documents']:,} of {gate['min_documents']:,} documents"
