@@ -39,7 +39,7 @@ the fresh documents, within :attr:`Engine.deferred_budget_s` (larger the more do
 wait; all of them when no budget is set, as in process). Until then
 the document is *partial* (:attr:`Engine.partial`): its source holds back the worker's
 commits, so a crash reads it again. The labels a user consumes (the primary's) never
-wait for the comparison algorithms (issue 16).
+wait for the comparison algorithms.
 """
 
 from __future__ import annotations
@@ -90,8 +90,8 @@ CONTROL_OP_BYTES = 512
 
 
 def without_text(doc: Document) -> Document:
-    """``dataclasses.replace(doc, text="", meta=None)`` without its per-call field introspection (issue 16:
-    one per fresh document); every other field of :class:`Document` is kept (a test compares the two)."""
+    """``dataclasses.replace(doc, text="", meta=None)`` without its per-call field introspection (one
+    call per fresh document); every other field of :class:`Document` is kept (a test compares the two)."""
     return Document(id=doc.id, text="", ts=doc.ts, stream=doc.stream, meta=None, arrival=doc.arrival,
                     source=doc.source)
 
@@ -127,10 +127,10 @@ SNIPPET_CHARS = 160           # lifecycle events: characters of an example's tex
 BACKLOG_HOLD_MAX_S = 30.0    # longest a backlog waits for the refit fitted on it (see Engine.holding_backlog)
 REVISION_PROBE = 50          # first revision chunk with a time budget (its cost sizes the next ones)
 SEED_CHECK_BATCH = 200       # prequential seed checks run for this many seeds at once ...
-SEED_CHECK_EVERY_S = 2.0     # ... or this often (every algorithm predicts them: per-call costs, issue 16)
+SEED_CHECK_EVERY_S = 2.0     # ... or this often (every algorithm predicts them: per-call costs)
 SKETCH_EVERY = 16            # after SKETCH_WARMUP documents, every 16th document's words go to the word sketch
 WINDOW_AGE_EVERY_S = 1.0     # the window-age gauge scans the window at most this often
-SKETCH_WARMUP = 2000         # (it names frequent words: the first clusters' explanations have all their words; issue 16)
+SKETCH_WARMUP = 2000         # (it names frequent words: the first clusters' explanations have all their words)
 
 
 def fit_estimator(est: Any, X: sp.csr_matrix, y: Sequence[Any], doc_ids: Sequence[str],
@@ -167,7 +167,7 @@ def predict_indicator(est: Any, X: sp.csr_matrix, proba: np.ndarray | None = Non
 
     ``proba``: ``est.predict_proba(X)`` when already computed; an estimator whose multi-label
     ``predict`` is ``decide(predict_proba(X))`` (pseudo-LSC) then decides from it instead of
-    predicting again (issue 16: the second prediction was 3% of the six-algorithm worker).
+    predicting again (the second prediction was 3% of the six-algorithm worker).
     """
     decide = getattr(est, "decide", None)
     if proba is not None and decide is not None and getattr(est, "multilabel_", False):
@@ -179,7 +179,7 @@ def predict_indicator(est: Any, X: sp.csr_matrix, proba: np.ndarray | None = Non
 
 @dataclass(frozen=True)
 class SnapshotScores:
-    """A new model's scores of the documents of the snapshot it was fitted on (issue 16).
+    """A new model's scores of the documents of the snapshot it was fitted on.
 
     The revision pass that follows a swap, the cluster tracking, the explanations, the
     agreement gauge and the suggestion ranker all ask the new model about the same
@@ -353,7 +353,7 @@ class ModelSlot:
     n_train: int = 0
     provisional: bool = False
     renamed: dict[str, str] = field(default_factory=dict)  # raw cluster name -> public id (core/clusters.py)
-    scores: SnapshotScores | None = None  # the model's scores of its training snapshot (issue 16)
+    scores: SnapshotScores | None = None  # the model's scores of its training snapshot
 
 
 def _snapshot_proba(slot: ModelSlot, X: sp.csr_matrix, rows: Any, snap: _Snapshot) -> np.ndarray:
@@ -367,7 +367,7 @@ def _snapshot_proba(slot: ModelSlot, X: sp.csr_matrix, rows: Any, snap: _Snapsho
 
 def _verdicts_of(slot: ModelSlot, is_primary: bool) -> dict[str, tuple[str, bool, bool, int]]:
     """Per cluster name of ``slot``, the compact verdict :class:`_Served` keeps (one shared tuple per
-    cluster: a batch's documents no longer build their own, issue 16)."""
+    cluster, not one per document of a batch)."""
     prov, version = slot.provisional, slot.version
     return {c: (sys.intern(c), prov, is_primary, version) for c in map(str, slot.classes)}
 
@@ -408,7 +408,7 @@ class ProcessResult:
 
 @dataclass
 class VerdictBlock:
-    """One algorithm's first verdicts on several documents, emitted as one block (issue 16).
+    """One algorithm's first verdicts on several documents, emitted as one block.
 
     With :attr:`Engine.verdict_blocks` the other algorithms' deferred first verdicts come
     as blocks instead of :class:`Assignment` objects: the worker hands a block to the
@@ -529,7 +529,7 @@ class _Verdicts:
     ``clusters`` (the most probable class of every row, as str) and ``news`` (whether it
     is a new cluster) are computed for every row, vectorised; :meth:`build` makes the full
     verdicts ``(label, score, labels, cluster, new_cluster)`` of some rows or all. A
-    revision chunk builds only the verdicts that changed (issue 16: building the label
+    revision chunk builds only the verdicts that changed (building the label
     dicts of every re-assigned row was most of a chunk's own work, and most verdicts do
     not change).
     """
@@ -620,7 +620,7 @@ def _label_lists(P: np.ndarray, top: np.ndarray, classes: np.ndarray) -> tuple[l
     keep = (vals >= LABEL_PROB_MIN) | (order == top[:, None])
     # the kept labels of a row are almost always a prefix of its sorted ones (the most probable
     # first): the rows with fewer are cut to their kept labels first, then every dict is built
-    # by map() in C (issue 16: a Python loop per document was most of this function's time);
+    # by map() in C (a Python loop per document was most of this function's time);
     # np.round(x, 6) is round(x, 6) but for a value within ~1e-16 of a rounding boundary
     n_keep = keep.sum(axis=1)
     short = np.flatnonzero(n_keep < keep.shape[1])
@@ -723,7 +723,7 @@ class Engine:
         self._deferred_cost: float | None = None  # seconds per document of the last deferred first verdicts
         self._deferred_records = 0.0  # ... and their records per document
         # the other algorithms' deferred first verdicts as VerdictBlock objects in ProcessResult.blocks instead of
-        # assignments (the worker with a producer process, issue 16); False: every verdict an Assignment
+        # assignments (the worker with a producer process); False: every verdict an Assignment
         self.verdict_blocks = False
         self._blocks_out: list[VerdictBlock] = []
         self._record_emit_cost = 0.0  # the caller's seconds to emit one output record (note_emit)
@@ -1193,7 +1193,7 @@ class Engine:
             self._start_refit("idle", quiet=True)
         self.telemetry.window.set(len(self.window))
         if now - self._window_age_at >= WINDOW_AGE_EVERY_S or now < self._window_age_at:
-            # a scan of the window (timestamps need not arrive in order): once a second, not every poll (issue 16)
+            # a scan of the window (timestamps need not arrive in order): once a second, not every poll
             self._window_age_at = now
             oldest = self.window.oldest_ts()
             self.telemetry.window_age.set(max(0.0, now - oldest) if oldest is not None else 0.0)
@@ -1527,7 +1527,7 @@ class Engine:
             is_primary = name == primary
             compact = _verdicts_of(slot, is_primary)
             explain, version, fallback, provisional = slot.explain, slot.version, slot.fallback, slot.provisional
-            if blocks and not is_primary:  # issue 16: one block per algorithm, records built by the producer process
+            if blocks and not is_primary:  # one block per algorithm, records built by the producer process
                 todo = [j for j, entry in enumerate(entries) if entry.verdicts[k] is None]
                 if not todo:
                     continue
@@ -1672,8 +1672,8 @@ class Engine:
         its version, provisional flag or primary flag differs from the algorithm's current
         model and role; an algorithm whose model judged the document already gives the
         same cluster again (its predictions and snapshot scores are deterministic), so a
-        revision chunk predicts with the models that changed only (issue 16: after one
-        algorithm's swap the pass no longer re-predicts the window with the five others).
+        revision chunk predicts with the models that changed only (after one
+        algorithm's swap the pass does not re-predict the window with the five others).
         Algorithms with nothing stale are left out.
         """
         served, primary = self._served, self.primary
@@ -1706,7 +1706,7 @@ class Engine:
         The ``predict_proba`` of estimators whose compiled kernel releases the GIL
         (class attribute ``predict_releases_gil``: D-LDA's fold-in, CLE's neighbour
         search) is queued for a helper thread, so that it uses the second core while this
-        thread assigns with the others (issue 16), in chunks of rows (:func:`helper_chunks`:
+        thread assigns with the others, in chunks of rows (:func:`helper_chunks`:
         their predictions are row by row); a queued chunk the helper has not started when
         this thread is done is taken back and run here. The results are the same.
         """
@@ -1739,7 +1739,7 @@ class Engine:
 
         out = {a: verdicts(a) for a in algorithms if a not in futures}
         # what the helper has not started yet (the end of its queue), this thread predicts itself: it waits
-        # for one chunk at most (issue 16: it waited for a whole prediction)
+        # for one chunk at most, not for a whole prediction
         for a in reversed(list(futures)):
             parts = futures[a]
             probas: list[Any] = [None] * len(parts)
@@ -1939,7 +1939,7 @@ class Engine:
         multilabel = name in MULTILABEL
         y = self._targets(multilabel, snap.seed_labels)
         prev = None if probe else self.models.get(name)
-        if prev is not None and not prev.fallback:  # new clusters continue the previous ones (issue 18)
+        if prev is not None and not prev.fallback:  # new clusters continue the previous ones
             warm_start_discovery(est, prev.model, snap.X.shape[1])
         if prev is not None and not self._warm_start_useful(prev, snap):
             prev = None
