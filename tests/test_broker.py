@@ -1,4 +1,4 @@
-"""The embedded broker: its tansu child never outlives `streamsemi broker` (issue 13 part 8)."""
+"""The embedded broker: its tansu child never outlives `streamsemi broker`."""
 
 from __future__ import annotations
 

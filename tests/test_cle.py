@@ -308,7 +308,7 @@ def test_the_stored_state_holds_the_fit_rows_once_and_their_transpose_is_derived
     T = back._fit_transpose()
     assert back._fit_transpose() is T  # built once per model
     assert (T != back.X_fit_.T).nnz == 0 and T.format == "csr"
-    # a model stored before session 29 kept the transpose as an attribute: it is used, and a refit drops it
+    # a model stored in the older format kept the transpose as an attribute: it is used, and a refit drops it
     old = restore_estimator(state, arrays)
     old.X_fit_T_ = sp.csr_matrix(old.X_fit_.T)
     assert old._fit_transpose() is old.X_fit_T_

@@ -1,5 +1,5 @@
 """Settings: precedence, one source of defaults, and every invalid setting refused at start
-with a message that names the setting, the value it got and why (issue 13 part 6, issue 21)."""
+with a message that names the setting, the value it got and why."""
 
 from __future__ import annotations
 

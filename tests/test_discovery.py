@@ -1,4 +1,4 @@
-"""Calibrated discovery of unseeded classes (issue 18 part 3): the shared helper, every algorithm
+"""Calibrated discovery of unseeded classes: the shared helper, every algorithm
 that takes ``n_new_clusters``, ``n_new_clusters="auto"``, and the discovery protocol on a real
 subsample."""
 
@@ -328,11 +328,11 @@ def test_regenerating_the_results_page_keeps_the_hand_written_sections(tmp_path)
     from streamsemi.evaluation.results_page import hand_written_sections
 
     old = tmp_path / "results.md"
-    old.write_text("# Results\n\n## semi-ldc\n\nold table\n\n## Discovery (issue 18)\n\nby hand\n\n"
+    old.write_text("# Results\n\n## semi-ldc\n\nold table\n\n## Discovery\n\nby hand\n\n"
                    "## Served quality\n\nalso by hand\n", encoding="utf-8")
     page = "# Results\n\n## semi-ldc\n\nnew table\n"
     kept = hand_written_sections(old, page)
-    assert kept == "\n## Discovery (issue 18)\n\nby hand\n\n## Served quality\n\nalso by hand\n"
+    assert kept == "\n## Discovery\n\nby hand\n\n## Served quality\n\nalso by hand\n"
     assert "old table" not in kept
     assert hand_written_sections(tmp_path / "missing.md", page) == ""
 

@@ -511,7 +511,7 @@ def _topic_classes(sizes: list[int], own: float, words_per_class: int = 20, shar
 
 @pytest.mark.parametrize("sizes, own", [([60, 60, 60], 0.5), ([200, 30, 30, 30], 0.3)])
 def test_every_class_seeded_classifies_like_the_seeds(sizes, own):
-    """Issue 19: with every class seeded (2 seeds each) and ``n_new_clusters=0`` the
+    """With every class seeded (2 seeds each) and ``n_new_clusters=0`` the
     non-seed documents go to their seeds' class. The random start of Algorithm 1 lets
     the chain settle in a clustering unrelated to the seeds (accuracy 0.33 on the
     balanced corpus, 0.10 on the skewed one); the chain started from the seeds

@@ -1,4 +1,4 @@
-"""The engine's own structures are bounded in bytes, not only in entries (issue 13).
+"""The engine's own structures are bounded in bytes, not only in entries.
 
 The stores' bounds are tested in tests/test_store.py; these are the two structures the
 engine keeps itself: the pre-model buffer and the per-document control-op bookkeeping.

@@ -99,7 +99,7 @@ def test_the_output_message() -> None:
     msg = _assignment(fallback=True, revision=2, provisional=True, label=None, new_cluster=True).to_message()
     assert msg["fallback"] is True and msg["revision"] == 2 and msg["provisional"] is True
     assert msg["label"] is None and msg["new_cluster"] is True
-    # the worker's id is the last field, after the optional ones (the records' bytes as before issue 16's change)
+    # the worker's id is the last field, after the optional ones (the field order is part of the records' bytes)
     named = _assignment(fallback=True, stream="news").to_message("w-1")
     assert list(named)[-3:] == ["fallback", "stream", "worker"] and named["worker"] == "w-1"
     assert {k: v for k, v in named.items() if k != "worker"} == _assignment(fallback=True, stream="news").to_message()

@@ -1,7 +1,7 @@
 """The engine's refit triggers, refit rounds, revisions, document processing and labels, at their edges.
 
-Written against the survivors of the mutation run on ``streamsemi/engine.py`` (issue 20,
-benchmarks/results/mutation.md), and kept fast enough to run for every mutant: the fitted
+Written against the survivors of the mutation run on ``streamsemi/engine.py``
+(benchmarks/results/mutation.md), and kept fast enough to run for every mutant: the fitted
 algorithms are replaced by a nearest-centroid estimator (``build_estimator`` patched), so a
 refit takes milliseconds, and a test can make an algorithm fail, block or count its fits.
 The centroid model is exact on the three synthetic topics, so every verdict is known.
@@ -1248,7 +1248,7 @@ def test_a_sparse_multilabel_indicator_gives_the_dense_ones_verdicts() -> None:
     assert verdicts[0] == verdicts[1] == [("a", 0.6, {"a": 0.6, "c": 0.1}, "a", False), ("b", 0.5, {"b": 0.5}, "b", False)]
 
 
-# ---------------------------------------------------------------- first verdicts (issue 16)
+# ---------------------------------------------------------------- first verdicts
 def _messages(out) -> set[tuple]:
     """What a consumer reads, without the time stamp: (id, algorithm, revision, label, cluster, primary, version)."""
     return {(a.id, a.algorithm, a.revision, a.label, a.cluster, a.primary, a.model_version) for a in out}

@@ -1,7 +1,7 @@
 """Engine refits: the model swap is atomic and the triggers fire exactly at their thresholds.
 
 In-process engine (``background_refit=False``, injected clock) on a small synthetic
-corpus. Written to kill two mutations that survived the suite (issue 20): a model swap
+corpus. Written to kill two mutations that survived the suite (``make mutation``): a model swap
 that edits the serving dict in place (``new_models = self.models``) and an off-by-one
 count trigger (``>=`` -> ``>``).
 """

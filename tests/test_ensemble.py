@@ -111,7 +111,7 @@ def test_heldout_scores_follow_their_formulas():
 
 
 def test_d_lda_is_not_a_default_member_but_can_be_named():
-    # measured in session 22 (docs/algorithms/ensemble.md): its held-out accuracy ranks first on
+    # measured on development draws (docs/algorithms/ensemble.md): its held-out accuracy ranks first on
     # skewed corpora while its macro-F1 ranks last
     assert "d-lda" not in DEFAULT_MEMBERS and "cle" in DEFAULT_MEMBERS
     X, y = corpus()
@@ -121,7 +121,7 @@ def test_d_lda_is_not_a_default_member_but_can_be_named():
 
 
 def test_semi_ldc_member_keeps_the_300_cap_unless_member_params_say_otherwise():
-    # session 23 (docs/algorithms/ensemble.md): the auto cap is Semi-LDC's own default, not the member's
+    # docs/algorithms/ensemble.md: the auto cap is Semi-LDC's own default, not the member's
     assert SemiLDC().max_components == "auto"
     assert Ensemble()._make_member("semi-ldc").get_params()["max_components"] == 300
     assert Ensemble()._make_member("cle").get_params() == make_estimator("cle", n_new_clusters=0,
@@ -134,7 +134,7 @@ def test_semi_ldc_member_keeps_the_300_cap_unless_member_params_say_otherwise():
 
 
 def test_fsl_member_runs_the_papers_loop_unless_member_params_say_otherwise():
-    # session 30 (DEFAULT_MEMBER_PARAMS): held-out round selection is FSL's own default, not the member's
+    # DEFAULT_MEMBER_PARAMS says why: held-out round selection is FSL's own default, not the member's
     assert make_estimator("fsl-ck").round_selection == "held-out"
     X, y = corpus()
     ens = Ensemble(["fsl-ck", "constrained-kmeans"], random_state=0).fit(X, y)
@@ -145,7 +145,7 @@ def test_fsl_member_runs_the_papers_loop_unless_member_params_say_otherwise():
 
 
 def test_constrained_kmeans_member_has_centroids_by_class_size_unless_member_params_say_otherwise():
-    # session 33 (DEFAULT_MEMBER_PARAMS): the baseline's own default stays Basu et al.'s one centroid
+    # DEFAULT_MEMBER_PARAMS says why: the baseline's own default stays Basu et al.'s one centroid
     from test_constrained_kmeans import bimodal_corpus
 
     assert make_estimator("constrained-kmeans").prototypes == "one"
@@ -288,7 +288,7 @@ def test_a_model_from_an_earlier_checkpoint_without_powers_pools_by_the_mean():
     state, arrays = estimator_state(ens)
     restored = restore_estimator(state, arrays)
     np.testing.assert_allclose(restored.predict_proba(X), ens.predict_proba(X))
-    del state["attrs"]["powers_"]  # written before session 27
+    del state["attrs"]["powers_"]  # the older format, without tempering powers
     old = restore_estimator(state, arrays)
     mean = sum(w * e.predict_proba(X) for w, e in zip(ens.weights_, ens.estimators_, strict=True))
     np.testing.assert_allclose(old.predict_proba(X), mean)

@@ -1,4 +1,4 @@
-"""One contract for every algorithm of the registry (issue 21, issue 14).
+"""One contract for every algorithm of the registry.
 
 Parametrized over :data:`streamsemi.algorithms.REGISTRY` (plus ConstrainedPLSA, the
 estimator inside semi-LDC), like scikit-learn's own estimator tests and River's one
@@ -153,7 +153,7 @@ def test_bad_input_is_rejected_with_the_value_got(name, fitted):
             score(inf)
         with pytest.raises(DegenerateInputError, match=r"Negative values in data passed to X: .* got -1.0 at row 0, column 3"):
             score(sp.csr_matrix(neg))
-        # a CSR float64 matrix skips scikit-learn's check_array (issue 16): the same checks still hold
+        # a CSR float64 matrix skips scikit-learn's check_array (a fast path): the same checks still hold
         with pytest.raises(DegenerateInputError, match=r"X contains NaN or inf: .* got nan at row 1, column 2"):
             score(sp.csr_matrix(nan))
         with pytest.raises(ValueError, match=r"Found array with 0 sample\(s\)"):
@@ -309,7 +309,7 @@ def test_parameter_combinations_are_checked_by_build_estimator():
     assert build_estimator("cle", None, 2, 0).n_new_clusters == 2
 
 
-# -- build_estimator passes exactly what the settings say (issue 14) ------------------------------
+# -- build_estimator passes exactly what the settings say -----------------------------------------
 
 @pytest.mark.parametrize("name", NAMES)
 @pytest.mark.parametrize("n_new", [0, 1])

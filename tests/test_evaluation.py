@@ -299,7 +299,7 @@ def test_results_page_flag_dispatches(monkeypatch, tmp_path) -> None:
     assert calls["path"] == str(tmp_path / "x.md") and calls["quick"] is True
 
 
-# ----------------------------------------------------------------------------- robustness (issue 19)
+# ----------------------------------------------------------------------------- robustness protocol
 
 def test_robustness_protocol_lists_every_corpus_in_every_setting() -> None:
     p = PROTOCOLS["robustness"]

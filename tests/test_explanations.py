@@ -1,4 +1,4 @@
-"""Distinctive explanations (issue 18 part 4): the words that set a cluster apart from the
+"""Distinctive explanations: the words that set a cluster apart from the
 window, not its most frequent ones (core/explain.py), for every algorithm (D-LDA included)."""
 
 from __future__ import annotations
@@ -80,7 +80,7 @@ def test_true_reuters_classes_are_named_by_their_own_words(r8_window):
 
 @pytest.mark.parametrize("name", ["d-lda", "constrained-kmeans", "semi-ldc"])
 def test_no_cluster_is_named_by_words_frequent_everywhere(r8_window, name):
-    """Issue 18: D-LDA's acq was "said oil dlrs mln pct"."""
+    """Words frequent in the whole window name no cluster (D-LDA's acq: "said oil dlrs mln pct")."""
     X, y, sketch, common = r8_window
     rng = np.random.default_rng(1)
     seeded = ["acq", "crude", "earn", "money-fx", "trade"]

@@ -69,7 +69,7 @@ def test_tfidf_rows_are_unit_length_and_sublinear():
     assert np.isclose(a / b, expected)
 
 
-# ---------------------------------------------------------------- bounded in bytes (issue 13 part 5)
+# ---------------------------------------------------------------- bounded in bytes
 def _traced(build):
     """(result, bytes still allocated by build()) measured with tracemalloc."""
     tracemalloc.start()

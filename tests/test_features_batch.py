@@ -1,4 +1,4 @@
-"""The worker's hot path (issue 16): tokenise once, sample the sketch, sparse x dense on used columns only."""
+"""The worker's hot path: tokenise once, sample the sketch, sparse x dense on used columns only."""
 
 from __future__ import annotations
 

@@ -516,7 +516,7 @@ def test_the_chosen_number_of_rounds_is_the_final_fits(corpus, monkeypatch, roun
 
 
 def test_the_fit_summary_names_the_rounds_run_and_an_old_checkpoint_restores_as_the_papers_loop(corpus, monkeypatch):
-    """The worker logs ``fit_summary()`` at each refit; a model checkpointed before session 30 has no
+    """The worker logs ``fit_summary()`` at each refit; a model checkpointed in the older format has no
     ``rounds_`` and must still restore, predict as it did and summarise as the paper's loop."""
     from streamsemi.service.checkpoint import estimator_state, restore_estimator
 
@@ -535,7 +535,7 @@ def test_the_fit_summary_names_the_rounds_run_and_an_old_checkpoint_restores_as_
         FSL().fit_summary()
     state, arrays = estimator_state(m)
     for name in ("rounds_", "round_scores_", "round_scores_se_"):
-        del state["attrs"][name]  # written before session 30
+        del state["attrs"][name]  # the older format
     state["params"].pop("round_selection")
     old = restore_estimator(state, arrays)
     np.testing.assert_array_equal(old.predict_proba(Xte), m.predict_proba(Xte))

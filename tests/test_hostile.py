@@ -1,4 +1,4 @@
-"""Hostile input (issue 13 parts 2-5): no poison pill, class and memory bounds hold.
+"""Hostile input: no poison pill, class and memory bounds hold.
 
 In process: the engine's ``max_classes`` bound covers held labels. Through the real
 worker process and the embedded broker: the poison pills of the review (a 400-digit

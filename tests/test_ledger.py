@@ -298,7 +298,7 @@ def test_watchdog_reads_the_installed_kafka_python(broker):
         c.close()
 
 
-# ---------------------------------------------------------------- asynchronous producer (the producer process, issue 16)
+# ---------------------------------------------------------------- asynchronous producer (the producer process)
 class ShippingProducer(FakeProducer):
     """A producer that ships without waiting, like streamsemi.service.producer.ProcessProducer."""
 
@@ -463,7 +463,7 @@ def test_send_many_tracks_every_output_as_send_does_and_a_failed_call_is_sent_ag
     assert led.resend() == 2 and [s[1] for s in p.sent[-2:]] == [b"x", b"y"]
 
 
-# ---------------------------------------------------------------- asynchronous commits (issue 16)
+# ---------------------------------------------------------------- asynchronous commits
 class AsyncCommitConsumer(FakeConsumer):
     """A consumer with ``commit_async``: the test runs the callbacks (kafka-python runs them in ``poll``)."""
 

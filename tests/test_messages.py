@@ -166,7 +166,7 @@ def test_parsers_never_raise_on_arbitrary_json_objects(obj):
         assert ctl.reason in REASONS
 
 
-# ---------------------------------------------------------------- poison pills (issue 13 parts 2 and 3)
+# ---------------------------------------------------------------- poison pills
 @pytest.mark.parametrize("ts", [
     10**400, -(10**400), 10**20, 1e300, -1e300,         # OverflowError in float() / outside datetime's years
     "0001-01-01", "0001-01-01T00:00:00",                # ValueError from timestamp() (local time before year 1)

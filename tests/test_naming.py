@@ -1,4 +1,4 @@
-"""Naming a discovered cluster (issue 18 part 5): op 'name' -> seeds of the class -> the next model has it.
+"""Naming a discovered cluster: op 'name' -> seeds of the class -> the next model has it.
 
 In process through the Engine, and end to end through the real broker (``streamsemi run`` as a process and
 ``streamsemi name`` on the command line).

@@ -1,4 +1,4 @@
-"""The producer process (streamsemi/service/producer.py, issue 16): frames without pickle, records where
+"""The producer process (streamsemi/service/producer.py): frames without pickle, records where
 KafkaProducer would put them, deaths reported and survived, the worker's outputs never lost."""
 
 from __future__ import annotations
@@ -162,7 +162,7 @@ class _BrokenPipe:
 
 
 def test_a_broken_pipe_names_how_the_producer_process_ended_not_only_the_pipe(broker):
-    """The CI race of session 30: the send saw the broken pipe before the reader saw end of file after kill -9.
+    """A race seen in CI: the send saw the broken pipe before the reader saw end of file after kill -9.
 
     Both paths give the process's exit code; a process still running is named as such.
     """
@@ -213,7 +213,7 @@ def test_the_worker_survives_kill_9_of_its_producer_process_without_losing_an_ou
                                                                                     algorithms):
     """`streamsemi run` with its defaults: the producer process is killed while documents stream; it is
     reported, replaced, and every document gets its assignment and its labels record. With two algorithms the
-    second one's first verdicts travel as verdict blocks (issue 16): every document gets that verdict too."""
+    second one's first verdicts travel as verdict blocks: every document gets that verdict too."""
     topics = Topics()
     topics.create(broker.bootstrap)
     w = WorkerProcess(broker.bootstrap, topics, ["--min-docs-first-refit", "100", "--no-drift-detection",
@@ -350,7 +350,7 @@ def test_the_sender_is_woken_per_full_batch_only_when_asked(broker, monkeypatch)
 
 
 def test_send_many_lands_records_as_send_does_and_adds_nothing_when_one_is_refused(broker):
-    """send_many (the worker's emission, issue 16): records in order, with their keys, values and headers,
+    """send_many (the worker's emission): records in order, with their keys, values and headers,
     batches shipped at their bound inside one call; a refused record leaves the batch as it was."""
     t = _topic(broker)
     p = kafka_io.make_process_producer(t.settings(broker.bootstrap), max_batch_records=64)

@@ -168,7 +168,7 @@ def _word_disjoint_corpus(n_classes=6, n_docs=600, seed=0):
 
 
 def test_single_label_few_seeds_word_disjoint_classes():
-    """Issue 19: with 2 seeds per class, squared-Euclidean distances on binary rows (the
+    """With 2 seeds per class, squared-Euclidean distances on binary rows (the
     paper's, ``weighting="binary"``) follow document length and centroid density: 0.78
     accuracy here; the default length-normalised tf-idf rows: 0.98."""
     X, y = _word_disjoint_corpus()
@@ -392,7 +392,7 @@ def test_cached_distance_terms_follow_refits_and_params(reuters):
 
 
 def test_a_documents_probabilities_do_not_depend_on_the_rest_of_its_batch(fitted):
-    """The distance regulariser scales with the row's own distances, not the batch's largest one (issue 16: the
+    """The distance regulariser scales with the row's own distances, not the batch's largest one (the
     engine scores a model's whole training snapshot at once and new documents in small batches)."""
     model, X, _, _, n_train = fitted
     rows = X[:n_train]
@@ -403,7 +403,7 @@ def test_a_documents_probabilities_do_not_depend_on_the_rest_of_its_batch(fitted
 
 def test_the_engine_decides_label_sets_from_probabilities_it_already_has(fitted, monkeypatch):
     """engine.predict_indicator with the batch's predict_proba: the same label sets as predict(X), without a
-    second prediction (issue 16); an estimator without ``decide`` still predicts."""
+    second prediction; an estimator without ``decide`` still predicts."""
     from streamsemi.engine import predict_indicator
 
     model, X, _, _, n_train = fitted

@@ -1,4 +1,4 @@
-"""Revised assignments, the first-model seed policy, refit cadence and ``primary = auto`` (issue 14)."""
+"""Revised assignments, the first-model seed policy, refit cadence and ``primary = auto``."""
 
 from __future__ import annotations
 
@@ -505,7 +505,7 @@ def test_no_primary_probes_in_a_round_a_growth_refit_follows_at_once(r8):
 
 def test_a_revision_pass_predicts_only_with_the_models_that_changed(r8):
     """After one algorithm's swap the pass re-judges the window with that algorithm alone: the others' verdicts
-    are from their current models already (issue 16: the pass used to re-predict with every algorithm)."""
+    are from their current models already (re-predicting with every algorithm would be wasted work)."""
     ds, order = r8
     algs = ["constrained-kmeans", "seeded-kmeans"]
     eng = Engine(cfg(algorithms=algs))

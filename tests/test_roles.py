@@ -1,4 +1,4 @@
-"""Roles (issue 17): one refitter per stream, many assigners, the same model everywhere.
+"""Roles: one refitter per stream, many assigners, the same model everywhere.
 
 The publication format is checked without Kafka (encode -> chunks -> assembler ->
 decode); the roles run as real ``streamsemi run --role ...`` processes against the
@@ -365,7 +365,7 @@ def test_one_refitter_three_assigners_same_labels_a_rebalance_without_loss_and_t
     """Every document gets its output; per model version every worker gives one document the same label.
 
     Then an assigner joins and one leaves (SIGTERM) while documents flow: none is lost. The leader ranks
-    and publishes the suggestion queue (issue 15); the assigner that joins later holds no window and must
+    and publishes the suggestion queue (docs/suggestions.md); the assigner that joins later holds no window and must
     not tombstone it at its start; a seed of a suggested document removes its suggestion.
     """
     topics = _setup(broker)

@@ -1,4 +1,4 @@
-"""A new model's scores of its own training snapshot are computed once and read by the revision pass (issue 16).
+"""A new model's scores of its own training snapshot are computed once and read by the revision pass.
 
 The revision pass after a swap, cluster tracking, explanations, the agreement gauge and the
 suggestion ranker ask the new model about the documents it was fitted on; the engine

@@ -81,7 +81,7 @@ def test_rows_to_csr_roundtrip():
     assert rows_to_csr([], 4).shape == (0, 4)
 
 
-# ---------------------------------------------------------------- bounded in bytes (issue 13, "every structure bounded in bytes")
+# ---------------------------------------------------------------- bounded in bytes ("every structure bounded in bytes")
 ASTRAL = "\U0001f600"
 TABLE_BYTES = 64  # docs/reliability.md: hash-table bytes per entry of a store's count bound  # a character that makes a str take 4 bytes per character
 

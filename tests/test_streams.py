@@ -1,4 +1,4 @@
-"""Per-stream models (issue 17 part 2): routing, bounds, fairness of fits, checkpoints, and a real worker.
+"""Per-stream models: routing, bounds, fairness of fits, checkpoints, and a real worker.
 
 The unit tests drive :class:`~streamsemi.service.streams.StreamEngines` in process on
 a synthetic corpus; the end-to-end test runs ``streamsemi run`` with ``--streams`` against
@@ -509,7 +509,7 @@ def test_roles_refitter_publishes_per_stream_and_the_assigner_serves_each_stream
         assert sum(m["label"] == truth[m["id"]][1] for m in out) >= 0.9 * len(out)
         keys = {r.key.decode().split("/")[0] for r in read_topic(broker.bootstrap, models_topic, idle=1.5)}
         assert keys == {"news", "tech"}
-        # the leader publishes each stream's suggestion queue (issue 15), tagged with the stream
+        # the leader publishes each stream's suggestion queue, tagged with the stream
         def queued() -> dict[str, str]:
             return {k: m["stream"] for k, m in read_table(broker.bootstrap, topics.suggestions).items()}
 
@@ -591,7 +591,7 @@ def test_models_reader_assembles_each_stream_apart_and_bounds_the_streams():
 
 
 def test_a_stream_without_seeds_spills_no_model_yet_outputs_instead_of_pausing_and_its_first_model_revises_them():
-    """Issue 17 follow-up: a stream whose buffer is full while it cannot fit stalls no other stream."""
+    """A stream whose buffer is full while it cannot fit stalls no other stream."""
     rng = random.Random(9)
     se = _streams(max_buffered_docs=20, revision_chunk=8)
     _seed(se, "news", NEWS, rng)

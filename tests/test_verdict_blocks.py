@@ -1,4 +1,4 @@
-"""Verdict blocks (issue 16): the other algorithms' first verdicts travel to the producer process as one block per
+"""Verdict blocks: the other algorithms' first verdicts travel to the producer process as one block per
 algorithm and chunk, and the process builds the very records the worker would have built one by one."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The worker's hot path (issue 16): the same partitions, metrics and verdicts as the code it replaces."""
+"""The worker's hot path: the same partitions, metrics and verdicts as the code it replaces."""
 
 from __future__ import annotations
 
@@ -184,7 +184,7 @@ def test_explanations_are_scored_outside_the_sketch_lock_and_the_fallback_runs_o
 
 
 def test_output_producer_short_send_lands_records_where_kafka_producer_would(broker) -> None:
-    """The worker's producer hands its own records to the accumulator directly (issue 16); with the
+    """The worker's producer hands its own records to the accumulator directly; with the
     installed kafka-python every plain record takes that way, lands at the default partitioner's
     partition with its key, value and headers, and anything else goes through KafkaProducer.send."""
     assert OutputProducer.LEAN, "the installed kafka-python's accumulator changed: the short send is off"
@@ -227,7 +227,7 @@ def test_output_producer_short_send_lands_records_where_kafka_producer_would(bro
 
 
 def _label_dicts_as_before(P: np.ndarray, classes: list[str]) -> list[dict[str, float]]:
-    """``Engine._assign_with``'s label dicts as built per document before session 10 (round() per value)."""
+    """``Engine._assign_with``'s label dicts as the per-document reference builds them (round() per value)."""
     from streamsemi.engine import LABEL_PROB_MIN, LABELS_IN_OUTPUT
 
     top = P.argmax(axis=1)

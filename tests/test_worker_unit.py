@@ -344,7 +344,7 @@ def test_fit_priority_setting_reaches_the_fit_process(priority, idle, nice, adap
 
 def test_every_fresh_document_served_adds_one_latency_observation(r8):
     """The latency histogram counts one observation per fresh document's primary verdict (observed per
-    batch, issue 16), none for a seed's or a revision's record; their sum is the documents' waits."""
+    batch), none for a seed's or a revision's record; their sum is the documents' waits."""
     w, tp = _worker(r8)
     w.consumer.feed(tp, [_doc(r8, i) for i in range(12)])
     w.step()
