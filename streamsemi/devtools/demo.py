@@ -188,7 +188,9 @@ def run_demo(args: argparse.Namespace) -> int:
             worker = subprocess.Popen(cmd, stdout=log_fh, stderr=log_fh, start_new_session=True)
         _print(f"streamsemi demo: broker {bootstrap}{' (embedded Tansu)' if broker else ''}, worker pid {worker.pid}, "
                f"corpus {ds.name} ({len(order)} documents, {len(seeds)} seeds, {args.rate:g} docs/s)")
-        _print(f"  metrics: http://127.0.0.1:{args.metrics_port}/metrics   health: /healthz /readyz   worker log: {log_path}")
+        _print((f"  metrics: http://127.0.0.1:{args.metrics_port}/metrics   health: /healthz /readyz"
+                if args.metrics_port else "  metrics: any free port (--metrics-port 0), shown once the worker is up")
+               + f"   worker log: {log_path}")
         with open(log_path, "ab") as log_fh:
             console, console_line = _start_console(args, bootstrap, settings, log_fh)
         _print(console_line)
@@ -258,7 +260,10 @@ def run_demo(args: argparse.Namespace) -> int:
                 last_print = now
                 ids = list(pred)
                 f1 = macro_f1([truth[i] for i in ids], [pred[i] for i in ids]) if ids else float("nan")
-                worker_url = worker_url or worker_metrics_url(log_path)
+                if worker_url is None:
+                    worker_url = worker_metrics_url(log_path)
+                    if worker_url is not None and not args.metrics_port:  # --metrics-port 0: now it is known
+                        _print(f"  metrics: {worker_url}/metrics   health: /healthz /readyz")
                 status = worker_status(worker_url, timeout_s=2.0) if worker_url else None
                 _print(progress_line(sent["docs"], assigned, version, f1, status, worker_url))
             if assigned >= len(order) and done_at is None:
