@@ -4,6 +4,7 @@ and the HTTP security rules (CSRF, token, Host) against the app served by uvicor
 from __future__ import annotations
 
 import json
+import re
 import socket
 import subprocess
 import sys
@@ -12,6 +13,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from datetime import UTC, datetime
 from http.cookiejar import CookieJar
 
 import pytest
@@ -183,7 +185,7 @@ def test_streams_seeds_queue_clusters_and_counts_are_kept_per_stream():
     assert {r["stream"]: (r["seeds"], r["suggestions"]) for r in st.overview()["streams"]} == {
         "news": (1, 1), "tech": (0, 1)}
     assert st.overview("news")["seeds"] == 1 and st.overview("tech")["suggestions"] == 1
-    assert st.document("d9", "news")["seed"] == ["grain"] and st.document("d9", "tech") is None
+    assert st.document("d9", "news")["seed"]["labels"] == ["grain"] and st.document("d9", "tech") is None
     # an invalid stream is malformed (counted, skipped); the streams listed are bounded
     st.ingest("suggestions", b"d3", _j({"id": "d3", "stream": "bad/name"}))
     st.ingest("control", b"d3", _j({"op": "label", "id": "d3", "labels": ["a"], "stream": 7}), 0, 3)
@@ -528,3 +530,191 @@ def test_a_console_warns_on_every_page_while_its_broker_is_unreachable_at_start_
         proc.wait(DEADLINE)
         if broker is not None:
             kill_broker(broker)
+
+
+# ---------------------------------------------------------------- the pages, from records read off the broker
+_FHLBB = "FHLBB changes short term discount note rates"
+
+
+def _page_records() -> list[tuple[str, str | None, dict]]:
+    """(topic kind, key, value) as a worker without per-stream models and ``streamsemi produce`` write them:
+    documents carry the corpus as ``stream``, nothing the worker writes does."""
+    now = time.time()
+    docs = {"r8:1": _FHLBB, "r8:2": _FHLBB, "r8:3": "  fhlbb CHANGES short\tterm discount  note rates ",
+            "r8:4": "Wheat <b>exports</b> rose", "r8:5": "Ferry strike closes the port", "r8:6": "Port strike ends"}
+    out: list[tuple[str, str | None, dict]] = [
+        ("documents", i, {"id": i, "text": t, "stream": "reuters-r8"}) for i, t in docs.items()]
+    out += [("control", "r8:4", {"op": "label", "id": "r8:4", "labels": ["grain"]}),
+            ("control", "r8:9", {"op": "label", "id": "r8:9", "labels": ["interest"]})]
+    for i, label in (("r8:1", "interest"), ("r8:2", "interest"), ("r8:3", "interest"), ("r8:4", "grain"),
+                     ("r8:5", None), ("r8:6", None)):
+        rec = {"id": i, "algorithm": "ck", "model_version": 5, "revision": 0, "label": label,
+               "cluster": label or "new-1", "labels": {label or "new-1": 0.8}, "explain": ["rates"],
+               "primary": True, "ts": now}
+        out += [("assignments", i, rec), ("labels", i, rec)]
+    ex = [{"id": f"r8:{k}", "snippet": s} for k, s in ((1, _FHLBB), (2, _FHLBB), (3, docs["r8:3"]), (7, _FHLBB),
+                                                      (8, "Prime rate cut"))]
+    events = [
+        {"cluster": "interest", "event": "continued", "size": 40, "examples": ex, "top_words": ["rates"]},
+        {"cluster": "new-1", "event": "continued", "size": 30, "top_words": ["strike", "port"],
+         "examples": [{"id": "r8:5", "snippet": docs["r8:5"]}]},
+        {"cluster": "new-2", "event": "split_from", "target": "new-1", "size": 12, "top_words": ["ferry"],
+         "examples": [{"id": "r8:6", "snippet": docs["r8:6"]}]},
+        {"cluster": "new-3", "event": "merged_into", "target": "grain", "size": 0, "top_words": ["corn"],
+         "examples": []},
+    ]
+    # the events were made before the name op below (a worker that applies it merges new-1 at a later version)
+    out += [("clusters", f"ck/{e['cluster']}", {"algorithm": "ck", "model_version": 5, "ts": now - 600, **e})
+            for e in events]
+    out.append(("control", "new-1", {"op": "name", "algorithm": "ck", "cluster": "new-1", "label": "shipping"}))
+    return out
+
+
+def _send_page_records(broker, topics: Topics) -> int:
+    from kafka_utils import producer, send_json
+
+    kinds = {"documents": topics.documents, "control": topics.control, "assignments": topics.assignments,
+             "labels": topics.labels, "clusters": topics.clusters}
+    p = producer(broker.bootstrap)
+    records = _page_records()
+    for kind, key, value in records:
+        send_json(p, kinds[kind], value, key=key)
+    p.flush()
+    p.close()
+    return len(records)
+
+
+def _read_into(settings, state: ConsoleState, n: int):
+    from streamsemi.console.reader import TopicReader
+
+    reader = TopicReader(settings, state, backfill=1000, rescan_s=0.5)
+    reader.start()
+    wait_for(lambda: sum(state.counts.read.values()) >= n, DEADLINE, "every record read by the console")
+    return reader
+
+
+def test_document_page_shows_its_seed_class_buttons_and_unlabel_without_the_producers_stream(console_app, broker):
+    """A seeded document of a worker without per-stream models (its documents record carries the producer's
+    ``stream``): the page shows the seed and when it was given, one button per known class, the new-class box and
+    an unlabel button, and no form names a stream; clicking them sends label / unlabel without ``stream``."""
+    topics, state, writer, settings = console_app
+    n = _send_page_records(broker, topics)
+    reader = _read_into(settings, state, n)
+    try:
+        app = create_app(state, writer, ConsoleOptions(control_topic=topics.control))
+        csrf = app.state.csrf_token
+        with Served(app) as s:
+            code, page, _ = _request(s.url("/doc?id=r8:4"))
+            assert code == 200 and 'id="seed-labels">grain<' in page
+            assert 'id="seed-when">' + datetime.fromtimestamp(state.seeds.get((None, "r8:4")).ts, UTC).strftime(
+                "%Y-%m-%d %H:%M:%S UTC") in page
+            buttons = re.findall(r'<button type="submit" class="cls[^"]*" data-class="([^"]+)"', page)
+            assert buttons == ["grain", "interest"], "one button per known class (seeded or served)"
+            assert 'name="new_label"' in page and 'id="unlabel"' in page and "remove the seed grain" in page
+            assert 'name="stream"' not in page, "the worker runs no per-stream models: no form names a stream"
+            assert "Wheat &lt;b&gt;exports&lt;/b&gt; rose" in page and "<b>exports" not in page
+            code, page, _ = _request(s.url("/doc?id=r8:5"))
+            assert 'id="no-seed"' in page and 'id="unlabel"' in page and 'name="stream"' not in page
+            code, _, headers = _request(s.url("/label"), {"id": "r8:4", "label": "interest", "csrf": csrf,
+                                                          "next": "/doc?id=r8:4"})
+            assert code == 303 and headers["location"].startswith("/doc?id=r8%3A4&msg=labelled")
+            assert _request(s.url("/unlabel"), {"id": "r8:4", "csrf": csrf, "next": "/doc?id=r8:4"})[0] == 303
+    finally:
+        reader.stop()
+        reader.join(10)
+    controls = sum(1 for kind, _, _ in _page_records() if kind == "control")
+    sent = [json.loads(r.value) for r in read_topic(broker.bootstrap, topics.control, expect=controls + 2)]
+    # (one id's records share a partition: they are in order)
+    assert [m for m in sent if m.get("id") == "r8:4"] == [
+        {"op": "label", "id": "r8:4", "labels": ["grain"]},
+        {"op": "label", "id": "r8:4", "labels": ["interest"], "text": "Wheat <b>exports</b> rose"},
+        {"op": "unlabel", "id": "r8:4"}]
+
+
+def test_document_page_names_the_stream_when_the_worker_says_it_runs_per_stream_models(console_app, broker):
+    """The worker's ``/readyz`` lists ``streams`` with per-stream models only: then (and only then) a document's
+    form carries the stream of its documents record."""
+    from prometheus_client import CollectorRegistry
+
+    from streamsemi.service.httpserver import StatusServer
+
+    topics, state, writer, settings = console_app
+    n = _send_page_records(broker, topics)
+    reader = _read_into(settings, state, n)
+    per_stream = {"streams": {}}
+    server = StatusServer("127.0.0.1", 0, CollectorRegistry(), lambda: (True, {}), lambda: (False, dict(per_stream)),
+                          {}).start()
+    try:
+        flat = ConsoleState()  # a worker that runs one model: its /readyz has no "streams"
+        per_stream.clear()
+        for kind, key, value in _page_records():
+            flat.ingest(kind, key.encode() if key else None, _j(value))
+        app = create_app(flat, writer, ConsoleOptions(worker_url=f"http://127.0.0.1:{server.port}"))
+        with Served(app) as s:
+            assert 'name="stream"' not in _request(s.url("/doc?id=r8:5"))[1]
+        per_stream["streams"] = {"reuters-r8": {}}
+        app = create_app(state, writer, ConsoleOptions(worker_url=f"http://127.0.0.1:{server.port}"))
+        with Served(app) as s:
+            page = _request(s.url("/doc?id=r8:5"))[1]
+            assert '<input type="hidden" name="stream" value="reuters-r8">' in page
+    finally:
+        server.stop()
+        reader.stop()
+        reader.join(10)
+
+
+def test_cluster_pages_drop_repeated_examples_name_split_sources_and_move_named_clusters(console_app, broker):
+    """Clusters: examples repeated exactly or after whitespace/case normalisation are shown once (the rest
+    counted); a split_from badge names its source; a merged cluster and one named on the control topic are not
+    on New clusters; each page says what its document counts count, the overview what each rate is."""
+    topics, state, writer, settings = console_app
+    n = _send_page_records(broker, topics)
+    reader = _read_into(settings, state, n)
+    try:
+        app = create_app(state, writer, ConsoleOptions(control_topic=topics.control))
+        with Served(app) as s:
+            code, page, _ = _request(s.url("/clusters"))
+            assert code == 200
+            row = page.split('data-cluster="interest"', 1)[1].split("</tr>", 1)[0]
+            assert row.count("discount note rates") == 1 and "Prime rate cut" in row
+            assert "3 more with the same text not shown" in row
+            row = page.split('data-cluster="new-2"', 1)[1].split("</tr>", 1)[0]
+            assert ">split_from new-1</span>" in row and "most of its documents came from new-1" in row
+            row = page.split('data-cluster="new-1"', 1)[1].split("</tr>", 1)[0]
+            assert ">named shipping</span>" in row
+            assert 'data-cluster="new-3"' not in page, "merged into grain: gone"
+            assert "window documents in the cluster at the model version shown" in page
+            assert "latest primary label of every document this console holds" in page
+            code, page, _ = _request(s.url("/clusters/new"))
+            assert [c for c in re.findall(r'<section class="newcluster"[^>]*data-cluster="([^"]+)"', page)] \
+                == ["new-2"], "new-1 is named (a class now), new-3 merged"
+            assert ">split_from new-1</span>" in page
+            code, page, _ = _request(s.url("/"))
+            assert ">documents/s assigned</div>" in page and "first primary assignments read from the assignments" \
+                in page
+            assert "count the worker's window at its latest model" in page
+    finally:
+        reader.stop()
+        reader.join(10)
+
+
+def test_a_name_the_worker_did_not_apply_brings_its_cluster_back_to_new_clusters():
+    """A name op leaves its cluster off New clusters until the worker's models go two versions past it with the
+    cluster still there and no seed made of the op (refused: dead-lettered); a seed made of it keeps it off."""
+    st = ConsoleState()
+    ev = {"algorithm": "ck", "cluster": "new-1", "event": "continued", "size": 9, "top_words": ["x"]}
+    st.ingest("clusters", b"ck/new-1", _j({**ev, "model_version": 4, "ts": 100.0}))
+    st.ingest("control", b"new-1", _j({"op": "name", "cluster": "new-1", "label": "ships"}), 0, 7,
+              timestamp_ms=200_000)
+    assert st.new_clusters() == [] and st.clusters_view()["ck"][0]["named"] == "ships", "no algorithm: the primary's"
+    st.ingest("clusters", b"ck/new-1", _j({**ev, "model_version": 5, "ts": 300.0}))
+    assert st.new_clusters() == [], "the model after the op may have been fitting when it came"
+    st.ingest("clusters", b"ck/new-1", _j({**ev, "model_version": 6, "ts": 400.0}))
+    [row] = st.new_clusters()
+    assert row["cluster"] == "new-1" and row["named"] is None and row["name_refused"] == "ships"
+    st.ingest("control", b"d3", _j({"op": "label", "id": "d3", "labels": ["ships"], "origin": "cluster",
+                                    "label_offset": 7}), 0, 9)
+    assert st.new_clusters() == [], "a seed of the op: applied"
+    st.ingest("clusters", b"ck/new-1", _j({**ev, "event": "merged_into", "target": "ships", "size": 0,
+                                           "model_version": 7, "ts": 500.0}))
+    assert "ck" not in st.clusters_view() and st.new_clusters() == []

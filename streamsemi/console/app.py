@@ -23,6 +23,7 @@ import hmac
 import ipaddress
 import secrets
 import time
+import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Awaitable, Callable
@@ -44,6 +45,7 @@ from starlette.staticfiles import StaticFiles
 from streamsemi.console.server import LoginThrottle, Sessions, token_matches
 from streamsemi.console.state import ConsoleState
 from streamsemi.console.writer import ControlWriter
+from streamsemi.core.jsonsafe import loads_object
 
 HERE = Path(__file__).resolve().parent
 COOKIE = "streamsemi_console"
@@ -131,6 +133,36 @@ class WorkerMetrics:
         self.timeout_s = timeout_s
         self._cached: tuple[float, dict[str, Any]] | None = None
         self._last_count: tuple[float, float] | None = None
+        self._streams: tuple[float, bool | None] | None = None
+
+    def per_stream(self) -> bool | None:
+        """Whether the worker runs per-stream models, from its ``/readyz`` (which lists ``streams`` with them only).
+
+        Returns
+        -------
+        bool or None
+            None without a worker URL or when the worker does not answer with a JSON object
+            (cached for 10 s either way).
+        """
+        if self.url is None:
+            return None
+        now = time.monotonic()
+        if self._streams is not None and now - self._streams[0] < 10.0:
+            return self._streams[1]
+        found: bool | None = None
+        try:
+            try:
+                with urllib.request.urlopen(self.url + "/readyz", timeout=self.timeout_s) as r:  # noqa: S310 - http(s) checked
+                    body = r.read(1_000_000)
+            except urllib.error.HTTPError as exc:  # 503 while not ready: the same JSON body
+                with exc:
+                    body = exc.read(1_000_000)
+            info = loads_object(body)
+            found = isinstance(info.get("streams"), dict)
+        except (OSError, ValueError):
+            found = None
+        self._streams = (now, found)
+        return found
 
     def read(self) -> dict[str, Any]:
         if self.url is None:
@@ -279,12 +311,19 @@ def create_app(state: ConsoleState, writer: ControlWriter, options: ConsoleOptio
         ops = [op for op in reversed(state.recent_ops) if only is None or op.get("stream") == only]
         return render(request, "seeds.html", only=only, seeds=state.recent_seeds(only=only), ops=ops)
 
+    async def learn_streams() -> None:
+        """Ask the worker (its ``/readyz``) whether it runs per-stream models, until something says so."""
+        if not state.per_stream() and await run_in_threadpool(metrics.per_stream):
+            state.note_worker_streams(True)
+
     async def doc(request: Request) -> Response:
         doc_id = request.query_params.get("id", "").strip()
         only = only_of(request)
+        await learn_streams()  # the form carries a stream only for a worker with per-stream models
         found = state.document(doc_id, only) if doc_id else None
         classes = state.classes(found["stream"]) if found is not None else []
-        return render(request, "doc.html", only=only, doc_id=doc_id, d=found, classes=classes,
+        current = set(found["seed"]["labels"]) if found is not None and found["seed"] else set()
+        return render(request, "doc.html", only=only, doc_id=doc_id, d=found, classes=classes, current=current,
                       status=404 if doc_id and found is None else 200)
 
     # ------------------------------------------------------------ writes

@@ -158,6 +158,16 @@ class Seed:
     stream: str | None = None
 
 
+class Named(NamedTuple):
+    """A ``name`` control op as read: the class it names, its offset and time, and the newest model version
+    of its algorithm seen when it was read (the worker's next model or the one after carries the name)."""
+
+    label: str
+    offset: int
+    ts: float
+    version_seen: int
+
+
 @dataclass
 class Counts:
     """Records read per kind, and those skipped as malformed."""
@@ -252,6 +262,34 @@ def _probabilities(m: dict, name: str) -> dict[str, float]:
 MAX_WORDS = 50
 MAX_EXAMPLES = 20
 MAX_ID_CHARS = 1000
+#: a name op the worker has not applied by this many model versions after it was read was refused (dead letter)
+NAME_APPLIED_WITHIN = 2
+
+
+def _normalised(text: str) -> str:
+    """``text`` with runs of whitespace as one space, trimmed and case-folded: what makes two examples the same."""
+    return " ".join(text.split()).casefold()
+
+
+def distinct_examples(examples: list[dict[str, Any]], limit: int) -> tuple[list[dict[str, Any]], int]:
+    """The first ``limit`` examples whose snippets differ after whitespace and case normalisation.
+
+    Returns
+    -------
+    (list, int)
+        The examples kept (in their order) and how many of the others repeated a kept one.
+    """
+    seen: set[str] = set()
+    kept: list[dict[str, Any]] = []
+    repeats = 0
+    for e in examples:
+        norm = _normalised(e["snippet"])
+        if norm in seen:
+            repeats += 1
+        elif len(kept) < limit:
+            seen.add(norm)
+            kept.append(e)
+    return kept, repeats
 
 
 def _with_stream(entry: dict[str, Any], m: dict) -> dict[str, Any]:
@@ -373,11 +411,18 @@ class ConsoleState:
         self.clusters = BoundedTable(*b)       # "[stream/]algorithm/cluster" -> clusters-topic value
         self.suggestions = BoundedTable(*b)    # id -> suggestions-topic value
         self.hidden = BoundedTable(*b)         # (stream, id) -> why the console hides it from the queue (labeled, skipped)
+        self.named = BoundedTable(*b)          # (stream, algorithm or "", cluster) -> Named: the latest name op for it
+        self.names_applied = BoundedTable(*b)  # (stream, class, name op offset) of the seeds a worker made of a name op
         self.recent_ops: deque[dict[str, Any]] = deque(maxlen=200)  # control operations, newest last
         self.fresh_ts: deque[tuple[float, str | None]] = deque(maxlen=100_000)  # (ts, stream) of fresh primaries
         self.model_version: dict[str, int] = {}                      # algorithm -> newest model version seen
         self.stream_versions: dict[tuple[str | None, str], int] = {}  # (stream, algorithm) -> its newest version
+        self.cluster_versions: dict[tuple[str | None, str], int] = {}  # (stream, algorithm) -> newest cluster event's
         self.primary_algorithm: str | None = None
+        #: the worker runs per-stream models: configured (``default_stream``), told by the worker (its ``/readyz``)
+        #: or seen in a record it wrote (only per-stream models put ``stream`` in outputs; a documents record's
+        #: ``stream`` is the producer's and says nothing about the worker)
+        self.worker_streams = False
         self.counts = Counts()
         self.topics_seen: set[str] = set()
         self._cache: dict[str, tuple[float, Any]] = {}
@@ -392,10 +437,14 @@ class ConsoleState:
 
     # ---------------------------------------------------------------- streams
     def _stream(self, m: dict) -> str | None:
-        """The stream of record ``m`` (its ``stream``, else the default stream); an invalid one raises ValueError."""
+        """The stream of record ``m`` (its ``stream``, else the default stream); an invalid one raises ValueError.
+
+        Any record but a document that carries a stream says the worker runs per-stream models.
+        """
         v = m.get("stream")
         if v is None:
             return self.default_stream
+        self.worker_streams = True
         if v in self.stream_names:  # (checked when first seen)
             return v
         if not isinstance(v, str) or stream_name_problem(v):
@@ -415,6 +464,17 @@ class ConsoleState:
     def multi_stream(self) -> bool:
         """More than one stream seen: the pages show a stream column and the filter."""
         return len(self.stream_names) > 1
+
+    def per_stream(self) -> bool:
+        """The worker runs per-stream models (configured, told by the worker, or seen in its records)."""
+        return self.default_stream is not None or self.worker_streams
+
+    def note_worker_streams(self, per_stream: bool) -> None:
+        """What the worker says of itself (its ``/readyz`` lists ``streams`` with per-stream models only)."""
+        with self.lock:
+            if per_stream and not self.worker_streams:
+                self.worker_streams = True
+                self._cache.clear()
 
     # ---------------------------------------------------------------- ingest
     def ingest(self, kind: str, key: bytes | None, raw: bytes | None, partition: int = 0, offset: int = 0,
@@ -453,7 +513,11 @@ class ConsoleState:
         m = self._json(raw)
         if m is None or not isinstance(m.get("id"), str) or not isinstance(m.get("text"), str):
             return False
-        stream = self._stream(m)
+        # the producer's stream: kept with the text, listed only when the worker runs per-stream models
+        stream = m.get("stream")
+        if stream is not None and (not isinstance(stream, str) or stream_name_problem(stream)):
+            raise ValueError("'stream' is not a stream name")
+        stream = self._stream(m) if stream is not None and self.per_stream() else stream
         text = m["text"]
         kept = text[:TEXT_CHARS]
         self.texts.put(m["id"], (kept, len(kept) == len(text), stream),
@@ -538,12 +602,26 @@ class ConsoleState:
             if not resolved:
                 self.recent_ops.append({"op": "label", "id": doc_id, "labels": list(labels), "ts": ts,
                                         "stream": stream})
+            if m.get("origin") == "cluster" and isinstance(m.get("label_offset"), int) and labels:
+                # a seed the worker made of a name op: that name was applied
+                applied = (stream, labels[0], m["label_offset"])
+                self.names_applied.put(applied, True, len(labels[0]) + ENTRY_OVERHEAD)
             return True
         if op == "unlabel" and doc_id:
             self.seeds.pop(key)
             self.unlabeled.put(key, order, len(doc_id) + ENTRY_OVERHEAD)
             self.recent_ops.append({"op": "unlabel", "id": doc_id, "ts": ts, "stream": stream})
             return True
+        if op == "name" and isinstance(m.get("cluster"), str) and isinstance(m.get("label"), str):
+            alg = _str(m.get("algorithm"))
+            served = alg or self.primary_algorithm  # (None: not known yet, any algorithm's versions count)
+            versions = [v for (s, a), v in self.cluster_versions.items() if s == stream and served in (None, a)]
+            versions += [v for (s, a), v in self.stream_versions.items() if stream and s == stream and served in (None, a)]
+            versions += [v for a, v in self.model_version.items() if not stream and served in (None, a)]
+            seen = max(versions, default=0)
+            name_key = (stream, alg, _str(m["cluster"]))
+            self.named.put(name_key, Named(_str(m["label"]), offset, ts, seen),
+                           len(name_key[1]) + len(name_key[2]) + ENTRY_OVERHEAD + 100)
         if op in ("refit", "name"):
             self.recent_ops.append({"op": op, **{k: _str(m[k]) for k in ("algorithm", "cluster", "label") if k in m},
                                     "ts": ts, "stream": stream})
@@ -561,7 +639,11 @@ class ConsoleState:
             return False
         stream = self._stream(m)
         k = k or "/".join([*([stream] if stream else []), str(m.get("algorithm", "")), m["cluster"]])
-        self.clusters.put(k, cluster_entry(m), PARSED_FACTOR * self._size(key, raw))
+        entry = cluster_entry(m)
+        self.clusters.put(k, entry, PARSED_FACTOR * self._size(key, raw))
+        vkey = (stream, entry["algorithm"])
+        if vkey in self.cluster_versions or len(self.cluster_versions) < MAX_STREAMS * MAX_ALGORITHMS:
+            self.cluster_versions[vkey] = max(self.cluster_versions.get(vkey, 0), entry["model_version"])
         return True
 
     def _on_suggestions(self, key, raw, partition, offset, ts_ms) -> bool:
@@ -671,17 +753,33 @@ class ConsoleState:
 
     def _tables(self) -> list[BoundedTable]:
         return [self.texts, self.labels, self.assignments, self.seeds, self.unlabeled, self.clusters,
-                self.suggestions, self.hidden]
+                self.suggestions, self.hidden, self.named, self.names_applied]
+
+    def _name_of(self, stream: str | None, alg: str, cluster: str) -> Named | None:
+        """The latest name op read for ``cluster`` of ``alg`` (one without ``algorithm`` names the primary's)."""
+        named = self.named.get((stream, alg, cluster))
+        if named is None and (self.primary_algorithm in (None, alg)):
+            named = self.named.get((stream, "", cluster))
+        return named
 
     def clusters_view(self, examples: int = 3, words: int = 10,
                       only: str | None = None) -> dict[str, list[dict[str, Any]]]:
         """Per algorithm (``stream/algorithm`` for a stream's), its clusters: size, top words and example documents.
 
-        From the clusters topic where it has entries for a stream's algorithm; otherwise built from
-        the assignments held (size = documents whose latest assignment is in the cluster, kept
-        up to date as entries come and go; top words and examples = the most frequent
-        explanation words and the latest documents among the newest SCAN_NEWEST assignments).
-        Every row carries its ``stream`` and ``algorithm``.
+        From the clusters topic where it has entries for a stream's algorithm (size: the window
+        documents of the cluster at the event's model version; merged and retired clusters are
+        left out); otherwise built from the assignments held (size = documents whose latest
+        assignment is in the cluster, kept up to date as entries come and go; top words and
+        examples = the most frequent explanation words and the latest documents among the newest
+        SCAN_NEWEST assignments). Examples are at most ``examples`` documents whose texts differ
+        after whitespace and case normalisation (``repeats``: how many repeated one of them).
+
+        Every row carries its ``stream`` and ``algorithm``, ``event`` and ``target`` (the source of
+        a ``split_from``), and ``named``: the class a name op read from the control topic gives
+        it while the worker has not merged it yet (None when there is none, or when no seed the
+        worker made of that op was read and an event made after it, ``NAME_APPLIED_WITHIN``
+        model versions on, still has the cluster: then ``name_refused`` holds the name the worker
+        did not apply).
         """
         with self.lock:
             cached = self._cache.get(f"clusters/{only}")
@@ -691,17 +789,28 @@ class ConsoleState:
             from_topic: dict[tuple[str | None, str], list[dict[str, Any]]] = {}
             for k, m in self.clusters.items():
                 stream = self._stream(m)
-                if m.get("event") == "retired" or (only is not None and stream != only):
+                if only is not None and stream != only:
                     continue
                 parts = str(k).split("/")
                 alg = str(m.get("algorithm") or (parts[-2] if len(parts) > 1 else ""))
-                exs = [{"id": str(e.get("id")), "snippet": str(e.get("snippet", ""))[:SNIPPET_CHARS]}
-                       for e in (m.get("examples") or [])[:examples] if isinstance(e, dict)]
+                if m.get("event") in ("retired", "merged_into"):
+                    continue  # gone (a named cluster is merged into its class)
+                exs, repeats = distinct_examples(
+                    [{"id": str(e.get("id")), "snippet": str(e.get("snippet", ""))[:SNIPPET_CHARS]}
+                     for e in (m.get("examples") or []) if isinstance(e, dict)], examples)
+                version = _int(m.get("model_version"))
+                named = self._name_of(stream, alg, m["cluster"])
+                # refused: no seed made of it, and an event made after the op, NAME_APPLIED_WITHIN versions on,
+                # still has the cluster (an applied name makes it merged_into the class)
+                refused = (named is not None and (stream, named.label, named.offset) not in self.names_applied
+                           and _float(m.get("ts")) > named.ts and version >= named.version_seen + NAME_APPLIED_WITHIN)
                 from_topic.setdefault((stream, alg), []).append({
                     "cluster": m["cluster"], "size": _int(m.get("size")), "top_words": _str_list(m.get("top_words"), words),
-                    "examples": exs, "new": str(m["cluster"]).startswith("new-"), "event": str(m.get("event", "")),
+                    "examples": exs, "repeats": repeats, "new": str(m["cluster"]).startswith("new-"),
+                    "event": str(m.get("event", "")), "target": m.get("target"), "model_version": version,
                     "source": "clusters topic", "name": m.get("label") if isinstance(m.get("label"), str) else None,
-                    "stream": stream, "algorithm": alg})
+                    "named": named.label if named is not None and not refused else None,
+                    "name_refused": named.label if refused else None, "stream": stream, "algorithm": alg})
             sizes: dict[tuple[str | None, str], Counter] = {}
             for (stream, alg, c), n in self.cluster_sizes.items():
                 # (cluster "": a stream's "no model yet" assignments, docs/messages.md: in no cluster)
@@ -709,22 +818,35 @@ class ConsoleState:
                     sizes.setdefault((stream, alg), Counter())[c] = n
             # top words and examples: from the newest assignments only (a page must not scan the whole table)
             word_counts: dict[tuple[str | None, str, str], Counter] = {}
-            recent: dict[tuple[str | None, str, str], list[str]] = {}
+            recent: dict[tuple[str | None, str, str], list[dict[str, Any]]] = {}
+            seen_texts: dict[tuple[str | None, str, str], set[str]] = {}
+            repeats_of: Counter = Counter()
             for (alg, doc_id), s in self.assignments.newest(SCAN_NEWEST):
                 if (s.stream, alg) in sizes:
                     key = (s.stream, alg, s.cluster)
                     word_counts.setdefault(key, Counter()).update(s.explain)
-                    ids = recent.setdefault(key, [])
-                    if len(ids) < examples and doc_id in self.texts:
-                        ids.append(doc_id)
+                    held = self.texts.get(doc_id)
+                    if held is None:
+                        continue
+                    norm = _normalised(held[0][:SNIPPET_CHARS])
+                    seen = seen_texts.setdefault(key, set())
+                    if norm in seen:
+                        repeats_of[key] += 1
+                    elif len(seen) < examples:  # at most `examples` texts per cluster: bounded
+                        seen.add(norm)
+                        recent.setdefault(key, []).append({"id": doc_id, "snippet": held[0][:SNIPPET_CHARS]})
             for (stream, alg), counter in sizes.items():
-                out[(stream, alg)] = [
-                    {"cluster": c, "size": n, "new": c.startswith("new-"), "event": "",
-                     "top_words": [w for w, _ in word_counts.get((stream, alg, c), Counter()).most_common(words)],
-                     "examples": [{"id": i, "snippet": self.texts.get(i)[0][:SNIPPET_CHARS]}
-                                  for i in recent.get((stream, alg, c), [])],
-                     "source": "assignments", "name": None, "stream": stream, "algorithm": alg}
-                    for c, n in counter.most_common()]
+                rows = []
+                for c, n in counter.most_common():
+                    named = self._name_of(stream, alg, c)
+                    rows.append({
+                        "cluster": c, "size": n, "new": c.startswith("new-"), "event": "", "target": None,
+                        "top_words": [w for w, _ in word_counts.get((stream, alg, c), Counter()).most_common(words)],
+                        "examples": recent.get((stream, alg, c), []), "repeats": repeats_of[(stream, alg, c)],
+                        "model_version": None, "source": "assignments", "name": None,
+                        "named": named.label if named is not None else None, "name_refused": None,
+                        "stream": stream, "algorithm": alg})
+                out[(stream, alg)] = rows
             for key, rows in from_topic.items():
                 out[key] = sorted(rows, key=lambda r: (-r["size"], r["cluster"]))
             result = {(alg if stream is None else f"{stream}/{alg}"): rows
@@ -733,8 +855,12 @@ class ConsoleState:
             return result
 
     def new_clusters(self, only: str | None = None) -> list[dict[str, Any]]:
-        """Discovered clusters (``new-N``) of every algorithm (of stream ``only``), largest first."""
-        rows = [r for rs in self.clusters_view(only=only).values() for r in rs if r["new"]]
+        """Discovered clusters (``new-N``) of every algorithm (of stream ``only``) still to be named, largest first.
+
+        A cluster named by a name op on the control topic is a class now and is left out, unless the
+        worker's models went on without applying that name (``name_refused``).
+        """
+        rows = [r for rs in self.clusters_view(only=only).values() for r in rs if r["new"] and not r["named"]]
         return sorted(rows, key=lambda r: (-r["size"], r["stream"] or "", r["algorithm"], r["cluster"]))
 
     def queue(self, limit: int = 20, only: str | None = None) -> tuple[list[dict[str, Any]], str]:
@@ -788,7 +914,9 @@ class ConsoleState:
             primary = self.labels.get(doc_id)
             sug = self.suggestions.get(doc_id)
             if stream is None:
-                named = [primary.stream if primary else None, held[2] if held else None,
+                # a documents record's stream is the producer's: it is the document's stream for per-stream
+                # models only (without them the worker's outputs and seeds carry none)
+                named = [primary.stream if primary else None, held[2] if held and self.per_stream() else None,
                          self._stream(sug) if sug else None, self.default_stream]
                 stream = next((s for s in named if s is not None), None)
             text, complete = self.text_of(doc_id, stream)
@@ -798,4 +926,4 @@ class ConsoleState:
                 return None
             return {"id": doc_id, "stream": stream, "text": text, "complete": complete, "primary": primary,
                     "assignments": sorted(per_alg, key=lambda s: s.algorithm),
-                    "seed": list(seed.labels) if seed else None, "suggestion": sug}
+                    "seed": {"labels": list(seed.labels), "ts": seed.ts} if seed else None, "suggestion": sug}
