@@ -573,7 +573,7 @@ def test_models_reader_assembles_each_stream_apart_and_bounds_the_streams():
         payload, _ = encode_publication(eng.models, version=version, parent_version=None, writer="w", primary=None,
                                         n_features=2**12, stop_words="english", window={}, seeds=1, stream=stream)
         return [Rec(k, v, h) for k, v, h in chunk_records(payload, stream=stream, version=version,
-                                                          publication_id=pub, chunk_bytes=4096)]
+                                                          publication_id=pub, chunk_bytes=4096, writer="w")]
 
     done = [reader._feed(r) for r in publish("news", 3, "n3") + publish("tech", 1, "t1") + publish("tech", 2, "t2")
             + publish("sports", 9, "s9")]
