@@ -1,7 +1,7 @@
 """Roles under failure: scale to zero and back, kill -9 of an assigner, kill -9 of the active refitter.
 
 Every phase runs ``streamsemi run --role ...`` processes on one embedded broker (Tansu),
-with the worker's defaults apart from the group timing the tests use (session 6 s,
+with the worker's defaults apart from the group timing the tests use (a 6 s session timeout,
 heartbeat 1 s) and a signing key made for the run.
 
 ``zero``

@@ -369,6 +369,7 @@ def cmd_name(args: argparse.Namespace) -> int:
     msg = {"op": "name", "cluster": args.cluster, "label": args.label}
     if args.algorithm:
         msg["algorithm"] = args.algorithm
+    _checked_control([msg], args.stream)  # a bad label, cluster id or stream name: refused before Kafka is asked
     running: list[str] | None = None
     source = ""
     problem = name_problem(args.algorithm, args.cluster, args.stream, None, "", {})  # an unknown name: no Kafka
