@@ -115,13 +115,16 @@ def test_console_in_chromium_label_undo_name_and_escaping(broker, tmp_path):
         p = producer(broker.bootstrap)
         per_class: dict[str, int] = {}
         n_seeds = 0
+        seeded: dict[str, str] = {}
         for k in range(400):
             doc_id = f"r8:{k}"
-            send_json(p, topics.documents, {"id": doc_id, "text": ds.texts[k]}, key=doc_id)
+            # as `streamsemi produce` sends them: the corpus as stream (this worker runs no per-stream models)
+            send_json(p, topics.documents, {"id": doc_id, "text": ds.texts[k], "stream": "reuters-r8"}, key=doc_id)
             label = ds.labels[k]
             if label not in WITHHELD and per_class.get(label, 0) < SEEDS_PER_CLASS:
                 per_class[label] = per_class.get(label, 0) + 1
                 send_json(p, topics.control, {"op": "label", "id": doc_id, "labels": [label]}, key=doc_id)
+                seeded[doc_id] = label
                 n_seeds += 1
             if k == 50:
                 send_json(p, topics.documents, {"id": "xss-1", "text": XSS_TEXT}, key="xss-1")
@@ -207,6 +210,44 @@ def test_console_in_chromium_label_undo_name_and_escaping(broker, tmp_path):
                                   if m["op"] == "name" and m["cluster"] == cluster
                                   and m.get("algorithm") == algorithm and m["label"] == "shipping"], DEADLINE,
                          "the control topic carries the name op", 1.0)
+                # a named cluster is a class now: it leaves New clusters (and Clusters shows it named, or merged)
+                named = f'section.newcluster[data-cluster="{cluster}"][data-algorithm="{algorithm}"]'
+
+                def gone_from_new_clusters() -> bool:
+                    page.goto(base + "/clusters/new")
+                    return page.locator(named).count() == 0
+
+                wait_for(gone_from_new_clusters, DEADLINE, f"{cluster} off New clusters once named", 1.0)
+                page.goto(base + "/clusters")
+                row = page.locator(f'section[data-algorithm="{algorithm}"] tr[data-cluster="{cluster}"]')
+                assert row.count() == 0 or "named shipping" in row.inner_text(), "named, or merged into the class"
+                # the document page of a seed: its seed, one button per class, unlabel; no stream in its forms
+                seed_id, seed_label = next(iter(seeded.items()))
+                other = next(c for c in sorted(set(seeded.values())) if c != seed_label)
+                page.goto(base + "/doc?id=" + seed_id)
+                assert page.inner_text("#seed-labels") == seed_label
+                buttons = page.locator("#doc-actions button.cls").all_inner_texts()
+                assert set(seeded.values()) <= set(buttons), buttons
+                assert page.locator('#doc-actions input[name="stream"]').count() == 0
+                assert page.locator('#doc-actions input[name="new_label"]').count() == 1
+                page.screenshot(path=str(shots / "document_seed.png"))
+                page.locator(f'#doc-actions button.cls[data-class="{other}"]').click()
+                page.wait_for_selector("#flash")
+                assert page.inner_text("#flash").startswith(f"labelled {seed_id} as {other}")
+                wait_for(lambda: any(m["op"] == "label" and m["id"] == seed_id and m["labels"] == [other]
+                                     and "stream" not in m for m in _control(broker.bootstrap, topics.control)),
+                         DEADLINE, "the class button's label on the control topic", 1.0)
+
+                def seed_shown(label: str = other) -> bool:
+                    page.goto(base + "/doc?id=" + seed_id)
+                    return page.inner_text("#seed-labels") == label
+
+                wait_for(seed_shown, DEADLINE, "the document page shows the new seed", 1.0)
+                page.click("#unlabel")
+                assert page.inner_text("#flash").startswith(f"removed the seed of {seed_id}")
+                wait_for(lambda: [m for m in _control(broker.bootstrap, topics.control) if m["op"] == "unlabel"
+                                  and m["id"] == seed_id] == [{"op": "unlabel", "id": seed_id}], DEADLINE,
+                         "the unlabel button's op on the control topic", 1.0)
                 # a <script> document shows as text and runs nothing, on every page that shows it
                 page.goto(base + "/doc?id=xss-1")
                 assert XSS_TEXT in page.inner_text("#doc-text")
