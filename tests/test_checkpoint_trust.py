@@ -271,6 +271,29 @@ def test_a_nan_model_rejects_its_checkpoint_and_the_previous_one_is_restored(r8,
     assert rep.status == "unusable" and not e.models and len(e.window) == 0 and len(e.seeds) == 0
 
 
+@pytest.mark.parametrize("field", ["seed_labels", "pending"])
+@pytest.mark.parametrize("label", ["grain\n", " grain", "gr\u200bain", "..", "new-3", "g/rain"])
+def test_a_label_that_is_no_class_label_rejects_its_checkpoint_then_an_empty_start(r8, dirs, caplog, field, label):
+    """A label a control message could not carry, planted in ``engine.json`` with the manifest recomputed: the
+    checkpoint is refused like any other bad content (the previous one restored, without that checkpoint nothing)."""
+    caplog.set_level(logging.INFO, logger=LOGGER)
+    state, _ = dirs
+    a, first, second = _two_checkpoints(r8, state)
+    doc = json.loads((second / "engine.json").read_text())
+    if field == "seed_labels":
+        doc["seed_labels"][0] = [label]
+    else:
+        assert doc["pending"], "the engine holds a label for a document that never came"
+        doc["pending"][0][1] = [label]
+    _rewrite(second, "engine.json", json.dumps(doc).encode())
+    problems = _restores_first(state, first, second, a, caplog)
+    assert problems[0].startswith(f"engine.json: {field!r} holds a label that is no class label: it must"), problems
+    shutil.rmtree(first)
+    e = _engine()
+    rep = checkpoint.restore(e, state)
+    assert rep.status == "unusable" and len(e.seeds) == 0 and len(e.window) == 0 and not e.models
+
+
 # ---------------------------------------------------------------- per-stream checkpoint roots
 @pytest.mark.parametrize("name", ["news", "..", ".", "CURRENT", "ckpt-000000000001", "streams", "-a_b.c",
                                   "stream=6e", "é/ü\n", "x" * 120])

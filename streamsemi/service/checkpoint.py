@@ -72,6 +72,7 @@ import scipy.sparse as sp
 from streamsemi import __version__
 from streamsemi.core.errors import StreamsemiError
 from streamsemi.core.logs import event
+from streamsemi.core.names import check_name
 
 if TYPE_CHECKING:  # pragma: no cover
     from streamsemi.engine import Engine, EngineState
@@ -1359,6 +1360,12 @@ def _engine_json(state: Any) -> dict[str, Any]:
         isinstance(x, list) and len(x) == 4 and isinstance(x[0], str) and _is_str_list(x[1]) and _is_number(x[2])
         and (x[3] is None or _is_int(x[3])) for x in pending), w,
         "'pending' must be a list of [id, labels, expiry, offset or null]", pending)
+    # the labels a control message could not carry either (a "grain\n" would become a class of its own)
+    for what, lists in (("seed_labels", seed_labels), ("pending", [x[1] for x in pending])):
+        for labels in lists:
+            for label in labels:
+                problem = check_name("label", label)
+                _require(problem is None, w, f"{what!r} holds a label that is no class label: it {problem}", label)
     last_ops = state.get("last_ops")
     _require(isinstance(last_ops, list) and all(
         isinstance(x, list) and len(x) == 3 and isinstance(x[0], str) and _is_int(x[1]) and x[2] in ("label", "unlabel")
