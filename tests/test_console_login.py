@@ -4,6 +4,7 @@ logout and expiry, throttled wrong tokens, the Host check with and without a tok
 from __future__ import annotations
 
 import urllib.parse
+from html.parser import HTMLParser
 
 import pytest
 from test_console import Served, _request
@@ -119,6 +120,55 @@ def test_logout_ends_the_session_and_sessions_expire(served):
             assert _request(s.url("/seeds"), headers=jar)[0] == 200, "active: never idle for long"
         clock.now += console_server.SESSION_IDLE_S / 2
         assert _request(s.url("/seeds"), headers=jar)[0] == 401, "older than SESSION_MAX_S"
+
+
+def _logout_form(html: str) -> tuple[str, str, dict[str, str]] | None:
+    """(method, action, fields) of the page's logout form (the one posting to /logout), or None."""
+    class Forms(HTMLParser):
+        def __init__(self) -> None:
+            super().__init__()
+            self.forms: list[tuple[str, str, dict[str, str]]] = []
+
+        def handle_starttag(self, tag: str, attrs: list) -> None:
+            a = dict(attrs)
+            if tag == "form":
+                self.forms.append(((a.get("method") or "get").lower(), a.get("action") or "", {}))
+            elif tag == "input" and self.forms and a.get("name"):
+                self.forms[-1][2][a["name"]] = a.get("value") or ""
+
+    parser = Forms()
+    parser.feed(html)
+    found = [f for f in parser.forms if f[1] == "/logout"]
+    assert len(found) <= 1, found
+    return found[0] if found else None
+
+
+@pytest.mark.parametrize("page", ["/", "/queue", "/clusters", "/clusters/new", "/seeds", "/doc?id=x"])
+def test_every_page_has_a_logout_form_that_ends_the_session(served, page):
+    make, _ = served
+    s, app = make()
+    with s:
+        name, value, _ = _cookie(_login(s)[1])
+        jar = {"Cookie": f"{name}={value}"}
+        code, body, _ = _request(s.url(page), headers=jar)
+        assert code == (404 if page.startswith("/doc") else 200)   # no document x: its page says so
+        form = _logout_form(body)
+        assert form is not None, "no logout form on the page"
+        method, action, fields = form
+        assert method == "post" and fields == {"csrf": app.state.csrf_token}
+        code, _, headers = _request(s.url(action), fields, jar)   # what the button sends
+        assert code == 303 and headers["location"] == "/login"
+        assert _request(s.url(page), headers=jar)[0] == 401, "the session ended"
+
+
+def test_without_a_token_there_is_no_session_and_no_logout_form():
+    writer = ControlWriter(resolve({}, env={}))
+    try:
+        with Served(create_app(ConsoleState(), writer, ConsoleOptions())) as s:
+            code, body, _ = _request(s.url("/seeds"))
+            assert code == 200 and "<form" in body and _logout_form(body) is None
+    finally:
+        writer.close()
 
 
 def test_wrong_tokens_are_throttled_per_client_then_the_client_may_try_again(served):
