@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import json
 import logging
+import random
 import subprocess
 import sys
 
 import pytest
-from kafka_utils import Topics, producer, wait_for
+from kafka_utils import DEADLINE, Topics, WorkerProcess, producer, send_json, wait_for
 from test_console import Served, _request
+from test_hostile import _assigned_until, _dead_by_position, _errors, _producer, _starts
+from test_roles import CLASSES, _text
 
 from streamsemi.console.app import ConsoleOptions, create_app
 from streamsemi.console.reader import TopicReader
@@ -281,3 +284,80 @@ def test_an_unreadable_control_rejections_file_names_its_reason(tmp_path, caplog
         assert RejectedControl(tmp_path, "ctl").load() == 0
         errors = [r.fields["error"] for r in caplog.records if r.getMessage() == "control_rejections_unreadable"]
         assert len(errors) == 1 and f"UnsafeJSON: {reason}: " in errors[0], errors
+
+
+# ---------------------------------------------------------------- the worker's control reader (a real worker process)
+#: (value, dead-letter reason): control records no control message can be; each one must be one dead letter
+HOSTILE_CONTROL = [
+    (DEEP, "invalid_json"),
+    (b'{"op": "label", "id": "n1", "labels": ' + DEEP + b"}", "invalid_json"),
+    (b'{"op": "name", "cluster": "new-1", "label": "x", "algorithm": ' + DEEP + b"}", "invalid_json"),
+    (b'{"op": "label", "id": "n2", "labels": ["grain"], "label_offset": ' + b"9" * 5000 + b"}", "invalid_json"),
+    (b'{"op": "unlabel", "id": ' + b"1" * 5000 + b"}", "invalid_json"),
+    (b'{"op": "label", "id": "n3", "labels": ["grain"], "label_offset": ' + BIG + b"}", "wrong_type"),
+    (b'{"op": "label", "id": "n4", "labels": ["grain"], "label_offset": 1e400}', "wrong_type"),
+    (b'{"op": "label", "id": "n5", "labels": ["grain"], "label_offset": NaN}', "wrong_type"),
+    (b'{"op": "label", "id": "n6", "labels": ["grain"], "stream": 1e400}', "wrong_type"),
+    (b'{"op": "label", "id": "n7\xff", "labels": ["grain"]}', "invalid_utf8"),
+    (b'\xff\xfe{"op": "refit"}', "invalid_utf8"),
+    (b'{"op": "label", "id": "n8", "labels": ["grain\\n"]}', "invalid_label"),
+]
+
+
+def test_hostile_control_records_are_dead_lettered_and_the_worker_goes_on_also_after_a_restart(broker, tmp_path):
+    """Nesting of 100,000 levels, numbers of 5,000 digits and beyond a double, NaN, bytes that are not UTF-8 on the
+    control topic, before and between the seeds: one dead letter each (its position, its reason, counted), every seed
+    and every document applied, the worker never restarted; a restart replays the topic and goes on the same way."""
+    rng = random.Random(11)
+    topics = Topics()
+    topics.create(broker.bootstrap)
+    args = ["--refit-every-docs", "0", "--min-docs-first-refit", "40", "--no-drift-detection", "--n-features", "4096",
+            "--state-dir", str(tmp_path / "state"), "--checkpoint-interval-s", "1"]
+    w = WorkerProcess(broker.bootstrap, topics, args, log_dir=tmp_path).start()
+    try:
+        assert w.wait_assigned(DEADLINE)
+        p = _producer(broker.bootstrap)
+        bad = []
+        for i in range(12):   # a hostile record before each seed: a reader that stops at one loses the seeds after it
+            raw, reason = HOSTILE_CONTROL[i % len(HOSTILE_CONTROL)]
+            bad.append((p.send(topics.control, value=raw), reason))
+            cls = CLASSES[i % 4]
+            send_json(p, topics.control, {"op": "label", "id": f"seed{i}", "labels": [cls], "text": _text(rng, cls)},
+                      key=f"seed{i}")
+        p.flush()
+        where = {(f.get().topic, f.get().partition, f.get().offset): reason for f, reason in bad}
+        assert w.wait_metric("streamsemi_seed_documents", 12) == 12, "every seed after a hostile record applied"
+        good = [f"g{i}" for i in range(120)]
+        for i, doc_id in enumerate(good):
+            send_json(p, topics.documents, {"id": doc_id, "text": _text(rng, CLASSES[i % 4])}, key=doc_id)
+        p.flush()
+        assert {a["id"] for a in _assigned_until(broker.bootstrap, topics.assignments, set(good))} == set(good)
+        got = _dead_by_position(broker.bootstrap, topics.deadletter, len(where))
+        assert {k: got[k]["reason"] for k in where if k in got} == where
+        assert all(got[k]["detail"] for k in where)
+        for reason in set(where.values()):
+            assert w.metric("streamsemi_dead_letters_total", {"reason": reason}) == \
+                sum(r == reason for r in where.values()), reason
+        pid = w.proc.pid
+        assert w.proc.poll() is None and _starts(w) == 1, "the worker never restarted"
+        assert w.metric("streamsemi_fit_process_deaths_total") == 0
+        assert w.metric("streamsemi_producer_process_deaths_total") == 0
+        assert w.proc.pid == pid
+        assert w.terminate() == 0
+        assert not _errors(w)
+
+        # the control topic is replayed at every start: the same records, and the worker goes on
+        w = WorkerProcess(broker.bootstrap, topics, args, log_dir=tmp_path).start()
+        assert w.wait_ready(DEADLINE)
+        assert w.wait_metric("streamsemi_control_rejections_replayed_total", len(where)) == len(where)
+        assert w.metric("streamsemi_seed_documents") == 12
+        more = [f"h{i}" for i in range(40)]
+        for i, doc_id in enumerate(more):
+            send_json(p, topics.documents, {"id": doc_id, "text": _text(rng, CLASSES[i % 4])}, key=doc_id)
+        p.flush()
+        assert set(more) <= {a["id"] for a in _assigned_until(broker.bootstrap, topics.assignments, set(more))}
+        assert w.proc.poll() is None and _starts(w) == 1
+        assert (w.metric("streamsemi_dead_letters_total") or 0) == 0, "nothing dead-lettered a second time"
+    finally:
+        assert w.terminate() == 0
+    assert not _errors(w)
