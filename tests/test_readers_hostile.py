@@ -15,10 +15,10 @@ import subprocess
 import sys
 
 import pytest
-from kafka_utils import DEADLINE, Topics, WorkerProcess, producer, send_json, wait_for
+from kafka_utils import DEADLINE, Topics, WorkerProcess, producer, read_topic, send_json, wait_for
 from test_console import Served, _request
 from test_hostile import _assigned_until, _dead_by_position, _errors, _producer, _starts
-from test_roles import CLASSES, _text
+from test_roles import CLASSES, _docs, _events, _role, _seed, _setup, _stop, _text, _wait_outputs
 
 from streamsemi.console.app import ConsoleOptions, create_app
 from streamsemi.console.reader import TopicReader
@@ -361,3 +361,113 @@ def test_hostile_control_records_are_dead_lettered_and_the_worker_goes_on_also_a
     finally:
         assert w.terminate() == 0
     assert not _errors(w)
+
+
+#: (value, dead-letter reason): documents no document can be
+POISON_DOCS = [
+    (b'{"id": "p1", "text": "t", "meta": ' + DEEP + b"}", "invalid_json"),
+    (b'{"id": "p2", "text": "t", "ts": ' + b"9" * 5000 + b"}", "invalid_json"),
+    (b'{"id": "p3", "text": "t", "ts": 1e400}', "wrong_type"),
+    (b'{"id": "p4", "text": "caf\xe9"}', "invalid_utf8"),
+    (b'[{"id": "p5", "text": "a list"}]', "wrong_type"),
+]
+
+
+# ---------------------------------------------------------------- every topic a worker reads, at once (roles)
+def _hostile_models(template: list[tuple[str, bytes]]) -> list[tuple[bytes | None, bytes | None, list]]:
+    """Records for the models topic that no refitter wrote: (key, value, headers)."""
+    def headers(**change: bytes) -> list[tuple[str, bytes]]:
+        return [(k, change.get(k, v)) for k, v in template if k not in change or change[k] is not None]
+
+    return [
+        (b"default/1/0", b"x", headers(version=b"9" * 4000, sha256=b"0" * 64)),       # the version that stopped refits
+        (b"default/1000000000/0", b"x", headers(version=b"1000000000")),             # a far-future version
+        (b"default/2/0", b"x", [(k, v) for k, v in template if k != "signature"]),  # unsigned
+        (b"default/3/0", DEEP, headers(chunks=b"\xff\xfe", version=b"\xff")),         # not UTF-8, a deep value
+        (b"default/4/0", b"\xff" * 1000, []),                                        # no headers at all
+        (b"not/a/key/at/all", None, []),                                             # an unsigned tombstone
+        (None, BIG, headers(signature=b"0" * 64)),                                   # a signature that does not verify
+    ]
+
+
+@pytest.mark.slow
+def test_hostile_records_on_every_topic_a_worker_reads_lose_no_document_and_restart_nothing(broker, tmp_path):
+    """A refitter (documents, control and models topics) and an assigner (documents and models topics) while
+    hostile records land on all three between good documents: every good document assigned, each hostile document
+    and control record dead-lettered with its reason, each models record refused and counted, neither process
+    restarted nor any of their fit or producer processes dead; then a refit publishes a new model and the assigner
+    serves it (publication continues after the hostile models records)."""
+    from test_models_trust import _models_records, _send_records
+
+    topics = _setup(broker, partitions=2)
+    models_topic = f"{topics.prefix}.models"
+    rng = random.Random(17)
+    refit = _role(broker, topics, "refit", tmp_path, "refit-a").start()
+    assign = _role(broker, topics, "assign", tmp_path, "assign-0").start()
+    try:
+        assert refit.wait_metric("streamsemi_refit_leader", 1, timeout=DEADLINE) == 1
+        p = _producer(broker.bootstrap)
+        _seed(p, topics, rng)
+        first = _docs(p, topics, rng, "a", 120)
+        assert set(first) <= {o["id"] for o in _wait_outputs(broker, topics, first)}
+        v1 = assign.metric("streamsemi_serving_model_version")
+        assert v1 is not None and v1 >= 1
+        pids = (refit.proc.pid, assign.proc.pid)
+
+        records = _models_records(broker.bootstrap, models_topic)
+        forged = _hostile_models([(k, v) for k, v in records[0].headers])
+        before = {w: w.metric("streamsemi_model_publications_rejected_total") or 0 for w in (refit, assign)}
+        bad = []
+        good = []
+        for i in range(60):
+            doc_id = f"b{i}"
+            send_json(p, topics.documents, {"id": doc_id, "text": _text(rng, CLASSES[i % 4])}, key=doc_id)
+            good.append(doc_id)
+            if i < len(HOSTILE_CONTROL):
+                raw, reason = HOSTILE_CONTROL[i]
+                bad.append((p.send(topics.control, value=raw), reason))
+            if i < len(POISON_DOCS):
+                raw, reason = POISON_DOCS[i]
+                bad.append((p.send(topics.documents, value=raw), reason))
+            if i == 30:
+                p.flush()
+                _send_records(broker.bootstrap, models_topic, forged)
+        p.flush()
+        where = {(f.get().topic, f.get().partition, f.get().offset): reason for f, reason in bad}
+        assert set(good) <= {o["id"] for o in _wait_outputs(broker, topics, good)}, "every good document assigned"
+        got: dict = {}
+
+        def all_dead() -> bool:
+            nonlocal got
+            got = {(d["topic"], d["partition"], d["offset"]): d for d in
+                   (json.loads(r.value) for r in read_topic(broker.bootstrap, topics.deadletter, idle=1.0))}
+            return set(where) <= set(got)
+
+        wait_for(all_dead, DEADLINE, "a dead letter for every hostile document and control record")
+        assert {k: got[k]["reason"] for k in where} == where
+        signed = len([f for f in forged if f[1] is not None])   # an unsigned tombstone is dropped uncounted
+        for w in (refit, assign):   # every models record refused, by each reader
+            assert wait_for(lambda w=w: (w.metric("streamsemi_model_publications_rejected_total") or 0)
+                            - before[w] >= signed, DEADLINE, "the hostile models records refused")
+            assert w.metric("streamsemi_model_publications_rejected_total", {"reason": "signature"}) \
+                - before[w] == signed
+        assert assign.metric("streamsemi_serving_model_version") == v1, "no forged model adopted"
+
+        # model publication goes on: a refit, a new version, served by the assigner
+        send_json(p, topics.control, {"op": "refit"})
+        p.flush()
+        assert assign.wait_metric("streamsemi_serving_model_version", v1 + 1, timeout=DEADLINE) == v1 + 1
+        last = _docs(p, topics, rng, "c", 40)
+        served = {o["id"]: o for o in _wait_outputs(broker, topics, last) if o["id"] in set(last)}
+        assert set(served) == set(last) and {o["model_version"] for o in served.values()} == {v1 + 1}
+        assert (refit.proc.pid, assign.proc.pid) == pids and refit.proc.poll() is None and assign.proc.poll() is None
+        assert len(_events(refit, "refitter_starting")) == 1 and _starts(assign) == 1, "no process restarted"
+        # the assigner's producer process (neither role fits in a process of its own; the refitter produces itself)
+        assert assign.metric("streamsemi_producer_process_deaths_total") == 0
+        assert assign.metric("streamsemi_producer_process_starts_total") == 1
+        for w in (refit, assign):
+            text = w.log_path.read_text(errors="replace")
+            assert "Traceback" not in text and "OverflowError" not in text and "RecursionError" not in text
+    finally:
+        _stop(refit, assign)
+    assert not _errors(refit) and not _errors(assign)
