@@ -298,8 +298,8 @@ def cluster_table(settings: Settings, timeout_s: float = CLUSTERS_READ_TIMEOUT_S
             for records in consumer.poll(timeout_ms=300, max_records=5000).values():
                 for r in records:
                     try:
-                        ev = json.loads(r.value) if r.value is not None else None
-                    except ValueError:
+                        ev = loads_bounded(r.value) if r.value is not None else None
+                    except UnsafeJSON:  # one bad record (nested too deeply, not UTF-8, ...) is one skipped record
                         continue
                     if isinstance(ev, dict) and isinstance(ev.get("algorithm"), str) and isinstance(ev.get("cluster"), str):
                         table[(ev.get("stream"), ev["algorithm"], ev["cluster"])] = ev

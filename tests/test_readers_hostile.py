@@ -471,3 +471,20 @@ def test_hostile_records_on_every_topic_a_worker_reads_lose_no_document_and_rest
     finally:
         _stop(refit, assign)
     assert not _errors(refit) and not _errors(assign)
+
+
+def test_the_clusters_table_of_the_name_command_skips_a_deeply_nested_record(broker):
+    """``streamsemi name`` reads the clusters topic (cluster_table): a record nested 100,000 levels or not UTF-8
+    before the cluster's event is skipped, the cluster is still found."""
+    from streamsemi.cli import cluster_table
+
+    topics = Topics()
+    topics.create(broker.bootstrap)
+    p = producer(broker.bootstrap)
+    for raw in (DEEP, b'{"algorithm": "ck", "cluster": "new-2", "size": ' + DEEP + b"}", b'{"algorithm": "\xff"}'):
+        p.send(topics.clusters, key=b"ck/new-2", value=raw)
+    send_json(p, topics.clusters, {"algorithm": "ck", "cluster": "new-1", "event": "discovered", "size": 12},
+              key="ck/new-1")
+    p.flush()
+    table = cluster_table(topics.settings(broker.bootstrap), timeout_s=DEADLINE)
+    assert list(table) == [(None, "ck", "new-1")] and table[(None, "ck", "new-1")]["size"] == 12
