@@ -26,9 +26,11 @@ import numpy as np
 import pytest
 from test_checkpoint import _engine, _fill, _rewrite, _two_checkpoints
 from test_streams import NEWS, TECH, _docs, _seed, _streams
+from test_streams import _config as _stream_config
 
 from streamsemi.core.datasets import load
 from streamsemi.core.messages import Document
+from streamsemi.engine import Engine
 from streamsemi.service import checkpoint
 from streamsemi.service.checkpoint import CheckpointError
 from streamsemi.service.streams import StreamsCheckpointer
@@ -328,6 +330,28 @@ def test_streams_dot_and_dotdot_are_written_inside_their_own_directories(r8, dir
         assert checkpoint.restore(e, state, stream=name).status == "restored"
         assert e.window.ids() == [f"{k}-{i}" for i in range(k + 1)]
     assert sorted(checkpoint.stream_roots(state)) == sorted(engines)
+
+
+def test_a_stream_root_of_a_name_that_is_no_stream_name_restores_no_stream(r8, dirs, caplog):
+    """Roots for ``..``, ``.`` and ``grain\\n`` planted beside a real stream's (each a valid checkpoint): a worker that
+    allows any stream restores the real one only, and no phantom stream appears."""
+    caplog.set_level(logging.INFO)
+    state, _ = dirs
+    engines = {}
+    for k, name in enumerate(("news", "..", ".", "grain\n")):
+        eng = Engine(_stream_config())   # the configuration of the StreamEngines restoring them
+        eng.process([Document(f"{k}-{i}", r8.texts[i]) for i in range(k + 2)])
+        engines[name] = eng
+    done: list = []
+    cp = StreamsCheckpointer(state, on_done=done.append, on_error=lambda exc, reason: done.append(exc))
+    assert cp.submit(types.SimpleNamespace(engines=engines), "test") and cp.wait(60)
+    assert not isinstance(done[0], Exception), done
+    se = _streams(names=("*",), default="news", max_streams=8)
+    rep = se.restore(state)
+    assert rep.status == "restored"
+    assert sorted(se.engines) == ["news"] and len(se.engines["news"].window) == 2
+    skipped = sorted(r.fields["stream"] for r in caplog.records if r.getMessage() == "stream_checkpoint_skipped")
+    assert skipped == sorted(["..", ".", "grain\n"])
 
 
 def test_stream_checkpoints_use_encoded_directories_and_inspect_shows_the_names(tmp_path):
