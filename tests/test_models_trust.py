@@ -440,3 +440,30 @@ def test_forged_models_topic_records_are_never_served_nor_adopted_and_a_new_lead
             assert "OverflowError" not in text and "Traceback" not in text
     finally:
         _stop(*workers)
+
+
+def test_a_rejected_record_is_logged_with_its_topic_partition_and_offset(caplog):
+    """A refused models record's log line says where it is (topic, partition, offset), signed or not."""
+    from dataclasses import dataclass
+
+    @dataclass
+    class Positioned:
+        key: bytes
+        value: bytes | None
+        headers: list
+        topic: str = "streamsemi.models"
+        partition: int = 0
+        offset: int = 0
+
+    eng = _fitted_engine()
+    key = os.urandom(32)
+    asm = ModelAssembler(eng.config, max_bytes=10**9, key=key)
+    unsigned = _chunks(_publish(eng, 3), 3, "unsigned", None)[0]
+    bad_sum = _set_header(_chunks(_publish(eng, 4), 4, "bad", None)[0], "sha256", "0" * 64)
+    caplog.set_level("WARNING", logger="streamsemi.service.models_topic")
+    asm.feed(Positioned(unsigned.key, unsigned.value, unsigned.headers, partition=2, offset=41))
+    ModelAssembler(eng.config, max_bytes=10**9).feed(Positioned(bad_sum.key, bad_sum.value, bad_sum.headers,
+                                                                partition=1, offset=7))
+    got = [(r.fields["reason"], r.fields["topic"], r.fields["partition"], r.fields["offset"]) for r in caplog.records
+           if r.getMessage() == "model_publication_rejected"]
+    assert got == [("signature", "streamsemi.models", 2, 41), ("checksum", "streamsemi.models", 1, 7)]

@@ -207,6 +207,11 @@ def decode_publication(payload: bytes, config: Any) -> tuple[dict[str, Any], dic
     return header, models, skipped
 
 
+def _position(record: Any) -> dict[str, Any]:
+    """``topic``, ``partition`` and ``offset`` of a consumer record, for a log line (None where unknown)."""
+    return {k: getattr(record, k, None) for k in ("topic", "partition", "offset")}
+
+
 def chunk_records(payload: bytes, *, stream: str, version: int, publication_id: str, chunk_bytes: int,
                   writer: str = "", key: bytes | None = None) -> list[tuple[bytes, bytes, list[tuple[str, bytes]]]]:
     """``(key, value, headers)`` of every chunk of ``payload``, signed with ``key`` when given."""
@@ -351,6 +356,7 @@ class ModelAssembler:
         self.index: OrderedDict[int, int] = OrderedDict()   # version -> chunks of complete publications
         self.refused: set[tuple[int, str]] = set()
         self.unverified = 0
+        self._record: Any = None
 
     def _reject(self, key: tuple[int, str], reason: str, detail: str) -> None:
         self.partial.pop(key, None)
@@ -359,7 +365,7 @@ class ModelAssembler:
                 self.refused.clear()
             self.refused.add(key)
             event(log, "model_publication_rejected", logging.WARNING, version=key[0], publication=key[1],
-                  reason=reason, detail=detail[:300])
+                  reason=reason, detail=detail[:300], **_position(self._record))
             if self.on_reject:
                 self.on_reject(reason)
 
@@ -369,7 +375,7 @@ class ModelAssembler:
         n = self.unverified
         if n <= _SIGNATURE_LOG_FIRST or n % _SIGNATURE_LOG_EVERY == 0:
             event(log, "model_publication_rejected", logging.WARNING, reason="signature", detail=why,
-                  offset=getattr(record, "offset", None), unverified_records=n)
+                  unverified_records=n, **_position(record))
         if self.on_reject:
             self.on_reject("signature")
 
@@ -388,6 +394,7 @@ class ModelAssembler:
 
     def feed(self, record: Any) -> Publication | None:
         """Take one record of the models topic; returns a publication when this record completed a newer one."""
+        self._record = record  # where a rejection's log line says the record was
         h = _headers(record)
         if h.get("stream", DEFAULT_STREAM) != self.stream and record.value is not None:
             return None
