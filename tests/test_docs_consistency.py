@@ -174,3 +174,34 @@ def test_metrics_doc_lists_every_dead_letter_reason():
     row = next(line for line in doc.splitlines() if line.startswith("| `streamsemi_dead_letters_total`"))
     missing = [r for r in REASONS if f"`{r}`" not in row]
     assert missing == [], f"docs/metrics.md's streamsemi_dead_letters_total does not list {missing}"
+
+
+# ----------------------------------------------------------------------------- result files
+
+RESULTS = ROOT / "benchmarks" / "results"
+COMMITS = RESULTS / "commits.json"
+
+
+def _states_commit(record: Any) -> bool:
+    return isinstance(record, dict) and bool(record.get("commit") or (record.get("environment") or {}).get("commit"))
+
+
+def test_every_result_file_states_its_commit():
+    """A JSON record says its commit (``commit`` or ``environment.commit``); a file beside such a record
+    (the same name, another suffix: its table or plot) shares it; any other file is in commits.json."""
+    manifest = json.loads(COMMITS.read_text(encoding="utf-8"))
+    files = [p for p in RESULTS.rglob("*") if p.is_file() and p != COMMITS]
+    records: dict[Path, Any] = {}
+    for p in files:
+        if p.suffix == ".json":
+            try:
+                records[p] = json.loads(p.read_text(encoding="utf-8"))
+            except ValueError:
+                pass
+    missing = [str(p.relative_to(RESULTS)) for p in files
+               if not _states_commit(records.get(p)) and not _states_commit(records.get(p.with_suffix(".json")))
+               and str(p.relative_to(RESULTS)) not in manifest]
+    assert missing == [], f"result files that state no commit: {missing[:20]}"
+    assert all(re.fullmatch(r"[0-9a-f]{7,40}", c) for c in manifest.values())
+    gone = [name for name in manifest if not (RESULTS / name).exists()]
+    assert gone == [], f"commits.json names files that are gone: {gone[:20]}"
