@@ -312,7 +312,7 @@ def test_verdicts_built_for_some_rows_equal_those_rows_of_the_full_build(multila
 
 def test_documents_consumer_asks_the_broker_to_hold_an_empty_fetch_for_fetch_max_wait_ms(broker) -> None:
     """The embedded broker answers a fetch at the log end only after ``fetch_max_wait_ms``, even when
-    records arrive meanwhile (benchmarks/fetch_wait.py): the documents consumer takes the setting
+    records arrive meanwhile (measured: docs/decisions.md): the documents consumer takes the setting
     (default 100 ms, not kafka-python's 500), which bounds a fresh document's wait there."""
     t = Topics()
     assert t.settings(broker.bootstrap).fetch_max_wait_ms == 100
