@@ -387,9 +387,9 @@ def test_the_worker_status_says_which_first_fit_gate_holds_the_documents():
         t[0] += 1.0
         return serving_state(eng)
 
-    assert serving_state(eng)["waiting"] == "waiting for the first model: 0 of 4 documents"
+    assert serving_state(eng)["waiting"] == "waiting for the first model: 0 of 4 documents read into the window"
     s = send(0, "grain")
-    assert s["first_fit"]["documents"] == 1 and s["waiting"] == "waiting for the first model: 1 of 4 documents"
+    assert s["first_fit"]["documents"] == 1 and s["waiting"] == "waiting for the first model: 1 of 4 documents read into the window"
     for k in range(1, 4):
         s = send(k, "oil" if k == 1 else None)
     assert s["waiting"] == ("waiting for the first model: seeds of 0/2 classes (2 seeds each); at most 56 s more")

@@ -88,7 +88,8 @@ def waiting_for(state: dict[str, Any], buffered: int) -> str | None:
         if state["backlog"] > state["backlog_in_flight"] and not state["buffer_full"]:
             return f"waiting for the backlog to be read first: {state['backlog']:,} records unread on the broker{limit}"
         if gate["documents"] < gate["min_documents"]:
-            return f"waiting for the first model: {gate['documents']:,} of {gate['min_documents']:,} documents"
+            return (f"waiting for the first model: {gate['documents']:,} of {gate['min_documents']:,} documents "
+                    "read into the window")
         if gate["seed_classes_ready"] < gate["min_seed_classes"]:
             return (f"waiting for the first model: seeds of {gate['seed_classes_ready']}/{gate['min_seed_classes']} classes "
                     f"({gate['min_seeds_per_class']} seeds each){limit}")
