@@ -243,7 +243,6 @@ class StreamEngines:
         self.deferred_budget_s: float | None = None
         self.backlog = 0          # documents waiting on the broker: every stream's first fit waits (they may be its own)
         self.backlog_in_flight = 0  # ... when more than this many (Engine.backlog_in_flight)
-        self.backlog_in_flight = 0  # ... when more than this many (Engine.backlog_in_flight)
         self.refits_enabled = True  # False: no stream starts a refit (assigners; a standby refitter, stream_roles)
         self._seed_total = -1
         self.default_engine = self.engine(default_stream)
@@ -318,7 +317,6 @@ class StreamEngines:
     revision_budget_s = _Broadcast()
     deferred_budget_s = _Broadcast()
     backlog = _Broadcast()
-    backlog_in_flight = _Broadcast()
     backlog_in_flight = _Broadcast()
     refits_enabled = _Broadcast()
 
