@@ -268,7 +268,7 @@ def test_models_key_file_is_checked_at_start(tmp_path):
                                               r"got ''$"):
             resolve({"role": role}, env={})
     short = tmp_path / "short.key"
-    short.write_bytes(b"x" * 31 + b"\n")
+    short.write_bytes(b"x" * 31)
     short.chmod(0o600)
     with pytest.raises(ConfigError, match=r"setting 'models_key_file' \(from flag --models-key-file\): must hold at "
                                           r"least 32 bytes of key material, got .* with 31"):
@@ -467,3 +467,18 @@ def test_a_rejected_record_is_logged_with_its_topic_partition_and_offset(caplog)
     got = [(r.fields["reason"], r.fields["topic"], r.fields["partition"], r.fields["offset"]) for r in caplog.records
            if r.getMessage() == "model_publication_rejected"]
     assert got == [("signature", "streamsemi.models", 2, 41), ("checksum", "streamsemi.models", 1, 7)]
+
+
+@pytest.mark.parametrize("last", [b"\n", b" ", b"\r", b"\t"])
+def test_a_random_key_ending_in_a_whitespace_byte_is_a_whole_key(tmp_path, last):
+    """``head -c 32 /dev/urandom`` ends in a line feed or a space about once in 60 keys: every byte is key material,
+    so such a key is accepted (it was cut to 31 bytes and refused) and it is the key that signs."""
+    from streamsemi.service.config import read_models_key
+
+    path = tmp_path / "models.key"
+    raw = os.urandom(31) + last
+    path.write_bytes(raw)
+    path.chmod(0o600)
+    s = resolve({"role": "assign", "instance_id": "a-1", "metrics_port": "0", "models_key_file": str(path)})
+    assert s.values["models_key_file"] == str(path)
+    assert read_models_key(str(path)) == raw

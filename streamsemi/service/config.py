@@ -729,7 +729,10 @@ MODELS_KEY_MAX_BYTES = 4096
 
 
 def read_models_key(path: str) -> bytes:
-    """The key material of a models key file: its bytes without trailing line ends or spaces.
+    """The key material of a models key file: every byte of it.
+
+    A random key may end in any byte (``head -c 32 /dev/urandom`` ends in a line feed or a space
+    about once in 60 keys), so nothing is stripped: the refitter and the assigners read the same file.
 
     Raises
     ------
@@ -737,7 +740,7 @@ def read_models_key(path: str) -> bytes:
         The file cannot be read.
     """
     with open(path, "rb") as fh:
-        return fh.read(MODELS_KEY_MAX_BYTES + 1).rstrip(b"\r\n\t ")
+        return fh.read(MODELS_KEY_MAX_BYTES + 1)
 
 
 def _check_models_key(settings: Settings) -> None:
