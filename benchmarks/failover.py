@@ -20,7 +20,8 @@ heartbeat 1 s) and a signing key made for the run.
     documents without output.
 ``refit-kill``
     A refitter, a standby refitter and one assigner; a stream of ``--rate`` docs/s with 5%
-    seeds and a refit every ``--refit-every-docs`` documents. Once the assigner serves
+    seeds (until the failover is seen, at most ``--deadline`` seconds) and a refit every
+    ``--refit-every-docs`` documents. Once the assigner serves
     version ``--kill-at-version`` (2), the active refitter is killed (SIGKILL). Figures: seconds from the
     kill until the assigner serves a version newer than the last one it served before the
     kill, whether the version it serves ever went back (sampled every 0.25 s from its
@@ -245,8 +246,9 @@ def phase_refit_kill(args: argparse.Namespace, bootstrap: str, corpus: Corpus, w
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
     sent: dict[bytes, int] = {}
+    halt = threading.Event()  # the stream runs until the failover is seen (at most --deadline seconds)
     streamer = threading.Thread(target=_stream, args=(bootstrap, s.documents_topic, s.control_topic, corpus, "r",
-                                                      args.rate, args.seconds, 0.05, sent, threading.Event()),
+                                                      args.rate, max(args.seconds, args.deadline), 0.05, sent, halt),
                                 daemon=True)
     try:
         streamer.start()
@@ -260,6 +262,7 @@ def phase_refit_kill(args: argparse.Namespace, bootstrap: str, corpus: Corpus, w
         while versions[-1][1] <= before and time.monotonic() < deadline:
             time.sleep(0.25)
         recovered = next((t for t, v in versions if t >= killed_at and v > before), None)
+        halt.set()
         streamer.join()
         reader.wait_for(list(sent), timeout=args.deadline, alive=assigner.alive)
         seq = [v for _, v in versions]
@@ -270,6 +273,7 @@ def phase_refit_kill(args: argparse.Namespace, bootstrap: str, corpus: Corpus, w
                 "standby_leads": (standby.gauge("streamsemi_refit_leader") or 0) >= 1}
     finally:
         stop.set()
+        halt.set()
         reader.close()
         for x in (leader, standby, assigner):
             x.stop()
